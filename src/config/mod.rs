@@ -1,0 +1,13 @@
+//! Configuration: the serde model (YARP's shape), loading from JSON or TOML, and
+//! validation that names the path of every bad field.
+
+mod duration;
+mod error;
+mod load;
+pub mod model;
+mod validate;
+
+pub use duration::ConfigDuration;
+pub use error::{ConfigError, ConfigErrors};
+pub use load::{load_file, parse, Format};
+pub use model::*;

@@ -1,0 +1,372 @@
+//! The serde model of a fuseway configuration, in YARP's shape.
+//!
+//! Keys are PascalCase exactly as in YARP's `appsettings.json`; unknown keys are
+//! rejected so that a typo never silently disables a setting.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::duration::ConfigDuration;
+
+/// A whole proxy configuration: listeners, routes and clusters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Addresses the server listens on (`"127.0.0.1:8080"`); the command line may add more.
+    #[serde(default)]
+    pub listen: Vec<ListenConfig>,
+    /// Routes by id.
+    #[serde(default)]
+    pub routes: BTreeMap<String, RouteConfig>,
+    /// Clusters by id.
+    #[serde(default)]
+    pub clusters: BTreeMap<String, ClusterConfig>,
+}
+
+/// One listening socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ListenConfig {
+    /// Just an address: `"127.0.0.1:8080"`.
+    Address(String),
+    /// The long form.
+    Full(ListenEntry),
+}
+
+/// The long form of a listener.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ListenEntry {
+    /// `ip:port` to bind.
+    pub address: String,
+}
+
+impl ListenConfig {
+    /// The `ip:port` this listener binds.
+    pub fn address(&self) -> &str {
+        match self {
+            ListenConfig::Address(a) => a,
+            ListenConfig::Full(e) => &e.address,
+        }
+    }
+}
+
+/// A route: which requests it matches and which cluster serves them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The cluster that serves this route.
+    #[serde(default)]
+    pub cluster_id: Option<String>,
+    /// Lower values win over higher ones (default 0).
+    #[serde(default)]
+    pub order: Option<i32>,
+    /// What the route matches.
+    #[serde(rename = "Match", default)]
+    pub match_: RouteMatch,
+    /// Largest request body in bytes; `-1` is unlimited; absent is the server default.
+    #[serde(default)]
+    pub max_request_body_size: Option<i64>,
+    /// Time limit for the whole exchange.
+    #[serde(default)]
+    pub timeout: Option<ConfigDuration>,
+    /// Request and response transforms, in YARP's dictionary form.
+    #[serde(default)]
+    pub transforms: Vec<BTreeMap<String, String>>,
+    /// ASP.NET authorization policy name: accepted for compatibility, not enforced.
+    #[serde(default)]
+    pub authorization_policy: Option<String>,
+    /// ASP.NET CORS policy name: accepted for compatibility, not enforced.
+    #[serde(default)]
+    pub cors_policy: Option<String>,
+    /// ASP.NET rate limiter policy name: accepted for compatibility, not enforced.
+    #[serde(default)]
+    pub rate_limiter_policy: Option<String>,
+    /// ASP.NET timeout policy name: accepted for compatibility, not enforced.
+    #[serde(default)]
+    pub timeout_policy: Option<String>,
+    /// Free-form data for custom stages.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// The match criteria of a route. All given criteria must match.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct RouteMatch {
+    /// Path template: literals, `{param}`, `{param?}`, `{*rest}`, `{**rest}`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Host names: `example.com`, `*.example.com`, `example.com:8080`, `*:8080`.
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
+    /// HTTP methods; absent matches every method.
+    #[serde(default)]
+    pub methods: Option<Vec<String>>,
+    /// Header rules; all must match.
+    #[serde(default)]
+    pub headers: Option<Vec<HeaderMatch>>,
+    /// Query parameter rules; all must match.
+    #[serde(default)]
+    pub query_parameters: Option<Vec<QueryParameterMatch>>,
+}
+
+/// How a header rule compares values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HeaderMatchMode {
+    /// The value equals one of `Values`.
+    #[default]
+    ExactHeader,
+    /// The value starts with one of `Values`.
+    HeaderPrefix,
+    /// The value contains one of `Values`.
+    Contains,
+    /// The value contains none of `Values` (also matches when the header is absent).
+    NotContains,
+    /// The header is present and not empty.
+    Exists,
+    /// The header is absent.
+    NotExists,
+}
+
+/// A header rule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct HeaderMatch {
+    /// Header name.
+    pub name: String,
+    /// Values to compare with; any one may match.
+    #[serde(default)]
+    pub values: Option<Vec<String>>,
+    /// Comparison mode.
+    #[serde(default)]
+    pub mode: HeaderMatchMode,
+    /// Compare values case-sensitively (default false).
+    #[serde(default)]
+    pub is_case_sensitive: bool,
+}
+
+/// How a query parameter rule compares values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QueryParameterMatchMode {
+    /// The value equals one of `Values`.
+    #[default]
+    Exact,
+    /// The value starts with one of `Values`.
+    Prefix,
+    /// The value contains one of `Values`.
+    Contains,
+    /// The value contains none of `Values` (also matches when absent).
+    NotContains,
+    /// The parameter is present and not empty.
+    Exists,
+}
+
+/// A query parameter rule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct QueryParameterMatch {
+    /// Parameter name.
+    pub name: String,
+    /// Values to compare with; any one may match.
+    #[serde(default)]
+    pub values: Option<Vec<String>>,
+    /// Comparison mode.
+    #[serde(default)]
+    pub mode: QueryParameterMatchMode,
+    /// Compare values case-sensitively (default false).
+    #[serde(default)]
+    pub is_case_sensitive: bool,
+}
+
+/// A cluster: a set of destinations and how requests are spread over them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// `PowerOfTwoChoices` (default), `RoundRobin`, `Random`, `LeastRequests`, `FirstAlphabetical`.
+    #[serde(default)]
+    pub load_balancing_policy: Option<String>,
+    /// Session affinity settings.
+    #[serde(default)]
+    pub session_affinity: Option<SessionAffinityConfig>,
+    /// Health check settings.
+    #[serde(default)]
+    pub health_check: Option<HealthCheckConfig>,
+    /// Outgoing request settings.
+    #[serde(default)]
+    pub http_request: Option<HttpRequestConfig>,
+    /// Outgoing connection settings.
+    #[serde(default)]
+    pub http_client: Option<HttpClientConfig>,
+    /// Destinations by id.
+    #[serde(default)]
+    pub destinations: BTreeMap<String, DestinationConfig>,
+    /// Free-form data for custom stages.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Session affinity settings of a cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct SessionAffinityConfig {
+    /// Turn affinity on.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// `HashCookie` (default), `ArrCookie`, `Cookie`, `CustomHeader`.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// `Redistribute` (default) or `Return503Error`.
+    #[serde(default)]
+    pub failure_policy: Option<String>,
+    /// Cookie or header name carrying the key (required when enabled).
+    #[serde(default)]
+    pub affinity_key_name: Option<String>,
+    /// Cookie attributes.
+    #[serde(default)]
+    pub cookie: Option<AffinityCookieConfig>,
+}
+
+/// Attributes of the affinity cookie.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct AffinityCookieConfig {
+    /// Cookie `Path` (default `/`).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Cookie `Domain`.
+    #[serde(default)]
+    pub domain: Option<String>,
+    /// `HttpOnly` (default true).
+    #[serde(default)]
+    pub http_only: Option<bool>,
+    /// `SameAsRequest` (default), `Always`, `None`.
+    #[serde(default)]
+    pub secure_policy: Option<String>,
+    /// `Unspecified` (default), `None`, `Lax`, `Strict`.
+    #[serde(default)]
+    pub same_site: Option<String>,
+    /// Cookie lifetime written as `Expires`.
+    #[serde(default)]
+    pub expiration: Option<ConfigDuration>,
+    /// Cookie `Max-Age`.
+    #[serde(default)]
+    pub max_age: Option<ConfigDuration>,
+    /// Accepted for compatibility.
+    #[serde(default)]
+    pub is_essential: Option<bool>,
+}
+
+/// Health check settings of a cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct HealthCheckConfig {
+    /// Passive (traffic-based) health.
+    #[serde(default)]
+    pub passive: Option<PassiveHealthConfig>,
+    /// Active (probing) health.
+    #[serde(default)]
+    pub active: Option<ActiveHealthConfig>,
+    /// `HealthyOrPanic` (default) or `HealthyAndUnknown`.
+    #[serde(default)]
+    pub available_destinations_policy: Option<String>,
+}
+
+/// Passive health settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct PassiveHealthConfig {
+    /// Turn passive health on.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// `TransportFailureRate` (default).
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// How long an unhealthy destination stays out of rotation.
+    #[serde(default)]
+    pub reactivation_period: Option<ConfigDuration>,
+}
+
+/// Active health settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ActiveHealthConfig {
+    /// Turn probing on.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Time between probes (default 15 s).
+    #[serde(default)]
+    pub interval: Option<ConfigDuration>,
+    /// Probe timeout (default 10 s).
+    #[serde(default)]
+    pub timeout: Option<ConfigDuration>,
+    /// `ConsecutiveFailures` (default).
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Probe path.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Probe query string.
+    #[serde(default)]
+    pub query: Option<String>,
+}
+
+/// Outgoing request settings of a cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct HttpRequestConfig {
+    /// Idle time allowed while waiting for the destination (default 100 s).
+    #[serde(default)]
+    pub activity_timeout: Option<ConfigDuration>,
+    /// `"1.1"` (default) or `"2"` (HTTP/2 with prior knowledge on `http://`).
+    #[serde(default)]
+    pub version: Option<String>,
+    /// `RequestVersionOrLower` (default), `RequestVersionOrHigher`, `RequestVersionExact`.
+    #[serde(default)]
+    pub version_policy: Option<String>,
+    /// Accepted for compatibility.
+    #[serde(default)]
+    pub allow_response_buffering: Option<bool>,
+}
+
+/// Outgoing connection settings of a cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct HttpClientConfig {
+    /// Most connections to one destination.
+    #[serde(default)]
+    pub max_connections_per_server: Option<u32>,
+    /// Skip TLS certificate validation towards destinations (tests only).
+    #[serde(default)]
+    pub dangerous_accept_any_server_certificate: Option<bool>,
+    /// Accepted for compatibility.
+    #[serde(default)]
+    pub enable_multiple_http2_connections: Option<bool>,
+    /// Accepted for compatibility.
+    #[serde(default)]
+    pub ssl_protocols: Option<Vec<String>>,
+    /// Accepted for compatibility.
+    #[serde(default)]
+    pub request_header_encoding: Option<String>,
+    /// Accepted for compatibility.
+    #[serde(default)]
+    pub response_header_encoding: Option<String>,
+}
+
+/// One destination of a cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct DestinationConfig {
+    /// Base address, e.g. `http://127.0.0.1:5000/prefix`.
+    pub address: String,
+    /// Address active health probes go to instead of `Address`.
+    #[serde(default)]
+    pub health: Option<String>,
+    /// `Host` header sent instead of the address' authority.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Free-form data for custom stages.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}

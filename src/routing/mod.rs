@@ -1,0 +1,6 @@
+//! Routing: compiles route match criteria into a fast matcher and picks the route for a
+//! request with YARP's semantics.
+
+mod table;
+
+pub use table::RouteTable;
