@@ -2,5 +2,14 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod balancing;
+pub mod body;
 pub mod config;
+pub mod forwarding;
+pub mod health;
+pub mod pipeline;
+pub mod request;
 pub mod routing;
+pub mod server;
+pub mod stage;
+pub mod state;

@@ -4,3 +4,5 @@
 mod table;
 
 pub use table::RouteTable;
+mod stage;
+pub use stage::Routing;

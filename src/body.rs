@@ -1,0 +1,188 @@
+//! [`ProxyBody`]: the one concrete response body type of every pipeline.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Incoming;
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
+
+use crate::forwarding::ExchangeGuard;
+use crate::request::{ForwardError, ForwardErrorKind};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pin_project! {
+    /// A response body: streamed from a destination, fixed bytes, empty, or (for
+    /// custom stages) any boxed body. The upstream form holds the exchange's
+    /// concurrency counters until the body has been sent or dropped, and applies the
+    /// cluster's activity timeout between chunks.
+    pub struct ProxyBody {
+        #[pin]
+        kind: Kind,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind {
+        Empty,
+        Full { data: Option<Bytes> },
+        Upstream { #[pin] inner: Upstream },
+        Boxed { #[pin] inner: UnsyncBoxBody<Bytes, BoxError> },
+    }
+}
+
+pin_project! {
+    #[derive(Debug)]
+    struct Upstream {
+        #[pin]
+        body: Incoming,
+        #[pin]
+        idle: Sleep,
+        timeout: Duration,
+        guard: Option<ExchangeGuard>,
+    }
+}
+
+impl std::fmt::Debug for ProxyBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            Kind::Empty => f.write_str("ProxyBody::Empty"),
+            Kind::Full { data } => f.debug_tuple("ProxyBody::Full").field(data).finish(),
+            Kind::Upstream { inner } => f.debug_tuple("ProxyBody::Upstream").field(inner).finish(),
+            Kind::Boxed { .. } => f.write_str("ProxyBody::Boxed"),
+        }
+    }
+}
+
+impl From<Kind> for ProxyBody {
+    fn from(kind: Kind) -> Self {
+        ProxyBody { kind }
+    }
+}
+
+impl Default for ProxyBody {
+    fn default() -> Self {
+        Kind::Empty.into()
+    }
+}
+
+impl ProxyBody {
+    /// An empty body.
+    pub fn empty() -> Self {
+        Kind::Empty.into()
+    }
+
+    /// A body of these bytes.
+    pub fn full(data: impl Into<Bytes>) -> Self {
+        let data = data.into();
+        Kind::Full {
+            data: (!data.is_empty()).then_some(data),
+        }
+        .into()
+    }
+
+    /// Any body, boxed (for custom stages that answer with their own body type).
+    pub fn boxed<B>(body: B) -> Self
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        use http_body_util::BodyExt;
+        Kind::Boxed {
+            inner: body.map_err(Into::into).boxed_unsync(),
+        }
+        .into()
+    }
+
+    /// A body streamed from a destination, holding `guard` until it ends and failing
+    /// with [`ForwardErrorKind::RequestTimedOut`] after `timeout` without a frame.
+    pub(crate) fn upstream(body: Incoming, timeout: Duration, guard: ExchangeGuard) -> Self {
+        Kind::Upstream {
+            inner: Upstream {
+                body,
+                idle: tokio::time::sleep(timeout),
+                timeout,
+                guard: Some(guard),
+            },
+        }
+        .into()
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = ForwardError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ForwardError>>> {
+        match self.project().kind.project() {
+            KindProj::Empty => Poll::Ready(None),
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            KindProj::Upstream { inner } => inner.poll_frame(cx),
+            KindProj::Boxed { inner } => inner.poll_frame(cx).map_err(|e| {
+                ForwardError::new(ForwardErrorKind::ResponseBodyDestination, e)
+            }),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Empty => true,
+            Kind::Full { data } => data.is_none(),
+            Kind::Upstream { inner } => inner.body.is_end_stream(),
+            Kind::Boxed { inner } => inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Empty => SizeHint::with_exact(0),
+            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Kind::Upstream { inner } => inner.body.size_hint(),
+            Kind::Boxed { inner } => inner.size_hint(),
+        }
+    }
+}
+
+impl Upstream {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ForwardError>>> {
+        let this = self.project();
+        match this.body.poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let deadline = Instant::now() + *this.timeout;
+                this.idle.reset(deadline);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.guard.take();
+                Poll::Ready(Some(Err(ForwardError::new(
+                    ForwardErrorKind::ResponseBodyDestination,
+                    e,
+                ))))
+            }
+            Poll::Ready(None) => {
+                this.guard.take();
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                ready!(this.idle.poll(cx));
+                this.guard.take();
+                Poll::Ready(Some(Err(ForwardError::kind_only(
+                    ForwardErrorKind::RequestTimedOut,
+                ))))
+            }
+        }
+    }
+}

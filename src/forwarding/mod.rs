@@ -1,0 +1,188 @@
+//! The forwarder: the terminal `Service<Balanced<B>>` that sends a request to its
+//! destination and streams the response back.
+//!
+//! - Outgoing URI: destination address (scheme, authority, path prefix) + request path
+//!   and query.
+//! - HTTP/1.1 by default; HTTP/2 when the cluster's `HttpRequest.Version` is `"2"`
+//!   (prior knowledge on `http://`, ALPN on `https://`); rustls for `https://`.
+//! - Bodies are streamed both ways, never buffered whole.
+//! - Headers: see [`headers`] (hop-by-hop removal both ways, `X-Forwarded-*`, `Host`).
+//! - Errors as YARP maps them: connect/send failure 502, no answer within the
+//!   cluster's `ActivityTimeout` 504; each logged with route, cluster, destination and
+//!   cause. A client that goes away drops the future, which cancels the upstream
+//!   request.
+//! - The destination's and the cluster's concurrency counters are held for the whole
+//!   exchange, response body included, and released on drop.
+
+mod client;
+mod future;
+pub mod headers;
+mod tls;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::uri::{PathAndQuery, Uri};
+use http::{header, HeaderValue, Request, Version};
+use http_body::Body;
+use tower_service::Service;
+
+pub use future::ResponseFuture;
+
+use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};
+use crate::state::{ConcurrencyGuard, UpstreamVersion};
+use client::Clients;
+
+/// Holds the destination's and the cluster's concurrency counters for one exchange.
+#[derive(Debug)]
+pub struct ExchangeGuard {
+    _destination: ConcurrencyGuard,
+    _cluster: ConcurrencyGuard,
+}
+
+/// The terminal service of every pipeline: forwards a [`Balanced`] request.
+///
+/// `B` is the request body type; the forwarder keeps one pooled client per HTTP
+/// version and certificate policy, shared by all its clones.
+pub struct Forwarder<B> {
+    clients: Arc<Clients<B>>,
+}
+
+impl<B> Clone for Forwarder<B> {
+    fn clone(&self) -> Self {
+        Forwarder {
+            clients: self.clients.clone(),
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for Forwarder<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarder").finish_non_exhaustive()
+    }
+}
+
+impl<B> Default for Forwarder<B>
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<B> Forwarder<B>
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    /// A forwarder with fresh connection pools.
+    pub fn new() -> Self {
+        Forwarder {
+            clients: Arc::new(Clients::new()),
+        }
+    }
+
+    /// Forward `request` (the body of [`Service::call`], usable through `&self`).
+    pub fn forward(&self, request: Balanced<B>) -> ResponseFuture {
+        let destination = request.destination_index();
+        let cluster = request.context.cluster();
+        let dest = &cluster.destinations()[destination];
+        let guard = ExchangeGuard {
+            _destination: dest.state().enter(),
+            _cluster: cluster.state().enter(),
+        };
+        let http = cluster.http().clone();
+        let dest_state = dest.state().clone();
+        let client_version = request.request.version();
+        let (req, context, _) = request.into_parts();
+        match outgoing(req, &context, destination, http.version) {
+            Ok(outgoing) => {
+                let fut = self.clients.get(&http).request(outgoing);
+                ResponseFuture::sending(
+                    fut,
+                    guard,
+                    context,
+                    dest_state,
+                    http.activity_timeout,
+                    client_version,
+                )
+            }
+            Err(e) => ResponseFuture::failed(e, context, dest_state),
+        }
+    }
+}
+
+/// Build the request for the destination.
+fn outgoing<B>(
+    request: Request<B>,
+    context: &crate::request::RouteContext,
+    destination: usize,
+    version: UpstreamVersion,
+) -> Result<Request<B>, ForwardError> {
+    let dest = &context.cluster().destinations()[destination];
+    let address = dest.address();
+    let (mut parts, body) = request.into_parts();
+
+    let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
+        parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
+
+    let path_and_query = match parts.uri.path_and_query() {
+        Some(pq) if address.path_prefix.is_empty() => pq.clone(),
+        None if address.path_prefix.is_empty() => PathAndQuery::from_static("/"),
+        pq => {
+            let pq = pq.map_or("/", |pq| pq.as_str());
+            PathAndQuery::try_from(format!("{}{pq}", address.path_prefix))
+                .map_err(|e| ForwardError::new(ForwardErrorKind::Request, e))?
+        }
+    };
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(address.scheme.clone());
+    uri.authority = Some(address.authority.clone());
+    uri.path_and_query = Some(path_and_query);
+    parts.uri = Uri::from_parts(uri).map_err(|e| ForwardError::new(ForwardErrorKind::Request, e))?;
+
+    let conn = parts.extensions.get::<ConnectionInfo>().copied();
+    let host = match version {
+        UpstreamVersion::Http1 => Some(dest.host_header()),
+        UpstreamVersion::Http2 => dest.config().host.is_some().then(|| dest.host_header()),
+    };
+    headers::prepare_request(
+        &mut parts.headers,
+        parts.version,
+        conn.as_ref(),
+        false,
+        host,
+        original_host,
+    );
+    parts.version = match version {
+        UpstreamVersion::Http1 => Version::HTTP_11,
+        UpstreamVersion::Http2 => Version::HTTP_2,
+    };
+    Ok(Request::from_parts(parts, body))
+}
+
+impl<B> Service<Balanced<B>> for Forwarder<B>
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = crate::request::ProxyResponse;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Balanced<B>) -> ResponseFuture {
+        self.forward(request)
+    }
+}

@@ -1,0 +1,63 @@
+//! Pipelines: the default stage list assembled as separate tower layers.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use fuseway::{config, pipeline, server::{ProxyService, Server}, state::ProxyState};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = config::load_file("proxy.json".as_ref())?;
+//! let state = Arc::new(ProxyState::new(config)?);
+//! let service = ProxyService::new(pipeline::layered_default(state));
+//! Server::bind(&["127.0.0.1:8080".parse()?]).await?
+//!     .serve(service, std::future::pending())
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The same stages compose by hand with `tower::ServiceBuilder`, mixed with any tower
+//! layer, as long as the request types line up (routing takes `http::Request<B>` and
+//! gives [`Routed<B>`](crate::request::Routed), load balancing gives
+//! [`Balanced<B>`](crate::request::Balanced), which the [`Forwarder`] takes):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use fuseway::{balancing::LoadBalancing, forwarding::Forwarder, routing::Routing};
+//! use fuseway::stage::StageLayer;
+//! use fuseway::state::ProxyState;
+//! use hyper::body::Incoming;
+//! use tower::ServiceBuilder;
+//!
+//! # fn build(state: Arc<ProxyState>) {
+//! let svc = ServiceBuilder::new()
+//!     .layer(StageLayer::new(Routing::new(state)))
+//!     .layer(StageLayer::new(LoadBalancing::new()))
+//!     .service(Forwarder::<Incoming>::new());
+//! # let _ = svc; }
+//! ```
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+
+use crate::balancing::LoadBalancing;
+use crate::forwarding::Forwarder;
+use crate::routing::Routing;
+use crate::stage::StageService;
+use crate::state::ProxyState;
+
+/// The default pipeline as separate layers: routing -> load balancing -> forwarding.
+pub type LayeredDefault<B = Incoming> =
+    StageService<Routing, StageService<LoadBalancing, Forwarder<B>>>;
+
+/// The default pipeline as separate tower layers over a new [`Forwarder`].
+pub fn layered_default(state: Arc<ProxyState>) -> LayeredDefault {
+    layered_default_with(state, Forwarder::new())
+}
+
+/// The default pipeline as separate tower layers over `forwarder`.
+pub fn layered_default_with<B>(state: Arc<ProxyState>, forwarder: Forwarder<B>) -> LayeredDefault<B> {
+    StageService::new(
+        Routing::new(state),
+        StageService::new(LoadBalancing::new(), forwarder),
+    )
+}

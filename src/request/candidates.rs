@@ -1,0 +1,222 @@
+//! A compact set of destination indices that does not allocate for clusters of up to
+//! 128 destinations.
+
+use std::fmt;
+
+const INLINE_BITS: usize = 128;
+
+/// The destinations of a cluster still eligible for a request, as indices into
+/// [`Cluster::destinations`](crate::state::Cluster::destinations).
+///
+/// ```
+/// use fuseway::request::Candidates;
+/// let mut c = Candidates::all(5);
+/// c.remove(1);
+/// assert_eq!(c.len(), 4);
+/// assert_eq!(c.iter().collect::<Vec<_>>(), vec![0, 2, 3, 4]);
+/// assert_eq!(c.nth(1), Some(2));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Candidates {
+    bits: Bits,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum Bits {
+    Inline(u128),
+    Heap(Box<[u64]>),
+}
+
+impl Candidates {
+    /// No destination.
+    pub fn none() -> Self {
+        Candidates {
+            bits: Bits::Inline(0),
+        }
+    }
+
+    /// Every destination of a cluster of `n`.
+    pub fn all(n: usize) -> Self {
+        if n <= INLINE_BITS {
+            let bits = if n == INLINE_BITS {
+                u128::MAX
+            } else {
+                (1u128 << n) - 1
+            };
+            Candidates {
+                bits: Bits::Inline(bits),
+            }
+        } else {
+            let mut words = vec![u64::MAX; n.div_ceil(64)].into_boxed_slice();
+            if n % 64 != 0 {
+                *words.last_mut().expect("n > 128") = (1u64 << (n % 64)) - 1;
+            }
+            Candidates {
+                bits: Bits::Heap(words),
+            }
+        }
+    }
+
+    /// Only destination `i` of a cluster of `n`.
+    pub fn only(i: usize, n: usize) -> Self {
+        let mut c = Candidates::all(n);
+        c.clear();
+        c.insert(i);
+        c
+    }
+
+    /// Whether `i` is in the set.
+    pub fn contains(&self, i: usize) -> bool {
+        match &self.bits {
+            Bits::Inline(b) => i < INLINE_BITS && b & (1u128 << i) != 0,
+            Bits::Heap(w) => w.get(i / 64).is_some_and(|w| w & (1u64 << (i % 64)) != 0),
+        }
+    }
+
+    /// Add `i` (ignored when beyond the cluster's size).
+    pub fn insert(&mut self, i: usize) {
+        match &mut self.bits {
+            Bits::Inline(b) if i < INLINE_BITS => *b |= 1u128 << i,
+            Bits::Inline(_) => {}
+            Bits::Heap(w) => {
+                if let Some(w) = w.get_mut(i / 64) {
+                    *w |= 1u64 << (i % 64);
+                }
+            }
+        }
+    }
+
+    /// Remove `i`.
+    pub fn remove(&mut self, i: usize) {
+        match &mut self.bits {
+            Bits::Inline(b) if i < INLINE_BITS => *b &= !(1u128 << i),
+            Bits::Inline(_) => {}
+            Bits::Heap(w) => {
+                if let Some(w) = w.get_mut(i / 64) {
+                    *w &= !(1u64 << (i % 64));
+                }
+            }
+        }
+    }
+
+    /// Remove everything.
+    pub fn clear(&mut self) {
+        match &mut self.bits {
+            Bits::Inline(b) => *b = 0,
+            Bits::Heap(w) => w.iter_mut().for_each(|w| *w = 0),
+        }
+    }
+
+    /// Keep only the indices for which `keep` is true.
+    pub fn retain(&mut self, mut keep: impl FnMut(usize) -> bool) {
+        let mut i = 0;
+        while let Some(next) = self.next_from(i) {
+            if !keep(next) {
+                self.remove(next);
+            }
+            i = next + 1;
+        }
+    }
+
+    /// How many destinations are in the set.
+    pub fn len(&self) -> usize {
+        match &self.bits {
+            Bits::Inline(b) => b.count_ones() as usize,
+            Bits::Heap(w) => w.iter().map(|w| w.count_ones() as usize).sum(),
+        }
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        match &self.bits {
+            Bits::Inline(b) => *b == 0,
+            Bits::Heap(w) => w.iter().all(|w| *w == 0),
+        }
+    }
+
+    /// The smallest index in the set.
+    pub fn first(&self) -> Option<usize> {
+        self.next_from(0)
+    }
+
+    /// The `k`-th smallest index in the set (0-based).
+    pub fn nth(&self, k: usize) -> Option<usize> {
+        self.iter().nth(k)
+    }
+
+    /// The indices in ascending order.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { set: self, next: 0 }
+    }
+
+    fn next_from(&self, from: usize) -> Option<usize> {
+        match &self.bits {
+            Bits::Inline(b) => {
+                if from >= INLINE_BITS {
+                    return None;
+                }
+                let rest = b >> from;
+                (rest != 0).then(|| from + rest.trailing_zeros() as usize)
+            }
+            Bits::Heap(words) => {
+                let mut wi = from / 64;
+                let mut word = *words.get(wi)? & (u64::MAX << (from % 64));
+                loop {
+                    if word != 0 {
+                        return Some(wi * 64 + word.trailing_zeros() as usize);
+                    }
+                    wi += 1;
+                    word = *words.get(wi)?;
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Candidates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+/// Iterator over [`Candidates`].
+#[derive(Debug)]
+pub struct Iter<'a> {
+    set: &'a Candidates,
+    next: usize,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let i = self.set.next_from(self.next)?;
+        self.next = i + 1;
+        Some(i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_and_heap_agree() {
+        for n in [0, 1, 5, 64, 127, 128, 129, 200, 256] {
+            let mut c = Candidates::all(n);
+            assert_eq!(c.len(), n, "n={n}");
+            c.retain(|i| i % 3 == 0);
+            let expected: Vec<usize> = (0..n).filter(|i| i % 3 == 0).collect();
+            assert_eq!(c.iter().collect::<Vec<_>>(), expected, "n={n}");
+            assert_eq!(c.len(), expected.len());
+            if n > 0 {
+                assert!(c.contains(0));
+                assert_eq!(c.first(), Some(0));
+                let o = Candidates::only(n - 1, n);
+                assert_eq!(o.iter().collect::<Vec<_>>(), vec![n - 1]);
+            } else {
+                assert!(c.is_empty());
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Typed requests that carry the pipeline's state from stage to stage.
+//!
+//! Routing turns an `http::Request<B>` into a [`Routed<B>`] (route, cluster and the
+//! candidate destinations); load balancing turns that into a [`Balanced<B>`] (the
+//! chosen destination); the forwarder takes only `Balanced<B>`. So a pipeline whose
+//! stages are in the wrong order does not compile. The state rides in the typed
+//! wrapper, never in `http::Extensions` (every insert there is an allocation).
+
+mod candidates;
+mod response;
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::Request;
+
+pub use candidates::{Candidates, Iter as CandidatesIter};
+pub use response::{ForwardError, ForwardErrorKind, Outcome, ProxyResponse};
+
+use crate::state::{Cluster, Destination, Route, Snapshot};
+
+/// Information about the client connection a request arrived on. The server puts it in
+/// the request's extensions; requests built in process may lack it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// The client's address.
+    pub remote: std::net::SocketAddr,
+    /// The local address the connection was accepted on.
+    pub local: std::net::SocketAddr,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+}
+
+/// The routing decision for a request: the snapshot it was made on, the route, the
+/// cluster and the destinations still eligible.
+#[derive(Clone)]
+pub struct RouteContext {
+    snapshot: Arc<Snapshot>,
+    route: usize,
+    cluster: usize,
+    candidates: Candidates,
+}
+
+impl fmt::Debug for RouteContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RouteContext")
+            .field("route", &self.route().id())
+            .field("cluster", &self.cluster().id())
+            .field("candidates", &self.candidates)
+            .finish()
+    }
+}
+
+impl RouteContext {
+    /// A routing decision; `candidates` index into the cluster's destinations.
+    ///
+    /// # Panics
+    /// If `route` or `cluster` are out of range for `snapshot`.
+    pub fn new(snapshot: Arc<Snapshot>, route: usize, cluster: usize, candidates: Candidates) -> Self {
+        assert!(route < snapshot.routes().len() && cluster < snapshot.clusters().len());
+        RouteContext {
+            snapshot,
+            route,
+            cluster,
+            candidates,
+        }
+    }
+
+    /// The snapshot the decision was made on.
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        &self.snapshot
+    }
+
+    /// The matched route.
+    pub fn route(&self) -> &Route {
+        &self.snapshot.routes()[self.route]
+    }
+
+    /// The cluster serving the request.
+    pub fn cluster(&self) -> &Cluster {
+        &self.snapshot.clusters()[self.cluster]
+    }
+
+    /// The eligible destinations.
+    pub fn candidates(&self) -> &Candidates {
+        &self.candidates
+    }
+
+    /// The eligible destinations, to narrow them.
+    pub fn candidates_mut(&mut self) -> &mut Candidates {
+        &mut self.candidates
+    }
+
+    /// Move the request to another cluster of the same snapshot: its candidates become
+    /// that cluster's available destinations. Returns false (and changes nothing) if
+    /// no cluster has that id.
+    pub fn reassign_cluster(&mut self, cluster_id: &str) -> bool {
+        match self.snapshot.cluster_index(cluster_id) {
+            Some(i) => {
+                self.cluster = i;
+                self.candidates = crate::health::available(self.cluster());
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A request that has been routed.
+#[derive(Debug)]
+pub struct Routed<B> {
+    /// The HTTP request.
+    pub request: Request<B>,
+    /// Route, cluster and candidate destinations.
+    pub context: RouteContext,
+}
+
+impl<B> Routed<B> {
+    /// Pick destination `index` of the cluster: the request becomes [`Balanced`].
+    ///
+    /// # Panics
+    /// If the cluster has no destination `index`.
+    pub fn balance(self, index: usize) -> Balanced<B> {
+        assert!(index < self.context.cluster().destinations().len());
+        Balanced {
+            request: self.request,
+            context: self.context,
+            destination: index,
+        }
+    }
+}
+
+/// A request with its destination chosen: what the forwarder takes.
+#[derive(Debug)]
+pub struct Balanced<B> {
+    /// The HTTP request.
+    pub request: Request<B>,
+    /// Route, cluster and candidate destinations.
+    pub context: RouteContext,
+    destination: usize,
+}
+
+impl<B> Balanced<B> {
+    /// The chosen destination.
+    pub fn destination(&self) -> &Destination {
+        &self.context.cluster().destinations()[self.destination]
+    }
+
+    /// The chosen destination's index in its cluster.
+    pub fn destination_index(&self) -> usize {
+        self.destination
+    }
+
+    /// Take it apart: the request, the routing context and the destination index.
+    pub fn into_parts(self) -> (Request<B>, RouteContext, usize) {
+        (self.request, self.context, self.destination)
+    }
+
+    /// Send the request to another destination of its cluster instead. Returns false
+    /// (and changes nothing) if the cluster has no destination with that id.
+    pub fn reassign_destination(&mut self, destination_id: &str) -> bool {
+        match self.context.cluster().destination(destination_id) {
+            Some((i, _)) => {
+                self.destination = i;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Move the request to destination `destination_id` of cluster `cluster_id`.
+    /// Returns false (and changes nothing) if either does not exist.
+    pub fn reassign(&mut self, cluster_id: &str, destination_id: &str) -> bool {
+        let Some(ci) = self.context.snapshot.cluster_index(cluster_id) else {
+            return false;
+        };
+        let cluster = &self.context.snapshot.clusters()[ci];
+        let Some((di, _)) = cluster.destination(destination_id) else {
+            return false;
+        };
+        self.context.candidates = crate::health::available(cluster);
+        self.context.cluster = ci;
+        self.destination = di;
+        true
+    }
+}

@@ -1,0 +1,122 @@
+//! Clusters and routes as the runtime snapshot holds them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{ClusterConfig, RouteConfig};
+
+use super::destination::{ClusterState, Destination};
+
+/// The HTTP version used towards a cluster's destinations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamVersion {
+    /// HTTP/1.1 (the default; HTTP/1.0 configs are sent as 1.1).
+    Http1,
+    /// HTTP/2: prior knowledge on `http://`, ALPN on `https://`.
+    Http2,
+}
+
+/// Outgoing HTTP settings of a cluster, resolved from its configuration.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// HTTP version towards destinations.
+    pub version: UpstreamVersion,
+    /// Longest idle time while waiting on the destination (YARP's `ActivityTimeout`, default 100 s).
+    pub activity_timeout: Duration,
+    /// Skip certificate validation towards `https://` destinations.
+    pub accept_any_certificate: bool,
+}
+
+/// YARP's default `ActivityTimeout`.
+pub const DEFAULT_ACTIVITY_TIMEOUT: Duration = Duration::from_secs(100);
+
+impl HttpSettings {
+    pub(crate) fn from_config(config: &ClusterConfig) -> Self {
+        let request = config.http_request.as_ref();
+        let version = match request.and_then(|r| r.version.as_deref()) {
+            Some("2") | Some("2.0") => UpstreamVersion::Http2,
+            _ => UpstreamVersion::Http1,
+        };
+        HttpSettings {
+            version,
+            activity_timeout: request
+                .and_then(|r| r.activity_timeout)
+                .map_or(DEFAULT_ACTIVITY_TIMEOUT, |d| d.get()),
+            accept_any_certificate: config
+                .http_client
+                .as_ref()
+                .and_then(|c| c.dangerous_accept_any_server_certificate)
+                .unwrap_or(false),
+        }
+    }
+}
+
+/// A cluster: its destinations, settings and runtime state.
+#[derive(Debug)]
+pub struct Cluster {
+    pub(crate) id: Arc<str>,
+    pub(crate) config: ClusterConfig,
+    pub(crate) destinations: Vec<Destination>,
+    pub(crate) state: Arc<ClusterState>,
+    pub(crate) http: HttpSettings,
+}
+
+impl Cluster {
+    /// The cluster's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    /// Its destinations, ordered by id.
+    pub fn destinations(&self) -> &[Destination] {
+        &self.destinations
+    }
+
+    /// The destination with this id.
+    pub fn destination(&self, id: &str) -> Option<(usize, &Destination)> {
+        self.destinations
+            .iter()
+            .enumerate()
+            .find(|(_, d)| d.id() == id)
+    }
+
+    /// Its runtime state (concurrency counter).
+    pub fn state(&self) -> &Arc<ClusterState> {
+        &self.state
+    }
+
+    /// Outgoing HTTP settings.
+    pub fn http(&self) -> &HttpSettings {
+        &self.http
+    }
+}
+
+/// A route as the snapshot holds it.
+#[derive(Debug)]
+pub struct Route {
+    pub(crate) id: Arc<str>,
+    pub(crate) config: RouteConfig,
+    pub(crate) cluster: Option<usize>,
+}
+
+impl Route {
+    /// The route's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &RouteConfig {
+        &self.config
+    }
+
+    /// Index of its cluster in the snapshot, if that cluster exists.
+    pub fn cluster_index(&self) -> Option<usize> {
+        self.cluster
+    }
+}

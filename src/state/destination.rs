@@ -1,0 +1,235 @@
+//! Destinations and their runtime state.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use http::uri::{Authority, Scheme};
+use http::HeaderValue;
+
+use crate::config::{ConfigError, DestinationConfig};
+
+/// Runtime state of one destination that outlives configuration reloads for as long
+/// as the destination keeps its id within its cluster.
+#[derive(Debug)]
+pub struct DestinationState {
+    cluster_id: Arc<str>,
+    id: Arc<str>,
+    concurrent: AtomicUsize,
+}
+
+impl DestinationState {
+    pub(crate) fn new(cluster_id: Arc<str>, id: Arc<str>) -> Self {
+        DestinationState {
+            cluster_id,
+            id,
+            concurrent: AtomicUsize::new(0),
+        }
+    }
+
+    /// The destination's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The id of the cluster it belongs to.
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// Requests being forwarded to this destination right now (bodies included).
+    pub fn concurrent_requests(&self) -> usize {
+        self.concurrent.load(Ordering::Relaxed)
+    }
+
+    /// Count one more request until the guard is dropped.
+    pub fn enter(self: &Arc<Self>) -> ConcurrencyGuard {
+        self.concurrent.fetch_add(1, Ordering::Relaxed);
+        ConcurrencyGuard {
+            counter: Counter::Destination(self.clone()),
+        }
+    }
+}
+
+/// Runtime state of one cluster that outlives configuration reloads.
+#[derive(Debug, Default)]
+pub struct ClusterState {
+    concurrent: AtomicUsize,
+}
+
+impl ClusterState {
+    /// Requests being forwarded to this cluster right now.
+    pub fn concurrent_requests(&self) -> usize {
+        self.concurrent.load(Ordering::Relaxed)
+    }
+
+    /// Count one more request until the guard is dropped.
+    pub fn enter(self: &Arc<Self>) -> ConcurrencyGuard {
+        self.concurrent.fetch_add(1, Ordering::Relaxed);
+        ConcurrencyGuard {
+            counter: Counter::Cluster(self.clone()),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Counter {
+    Destination(Arc<DestinationState>),
+    Cluster(Arc<ClusterState>),
+}
+
+/// Holds one unit of a concurrency counter; dropping it gives the unit back, on
+/// success, error, cancellation and panic alike.
+#[derive(Debug)]
+pub struct ConcurrencyGuard {
+    counter: Counter,
+}
+
+impl Drop for ConcurrencyGuard {
+    fn drop(&mut self) {
+        match &self.counter {
+            Counter::Destination(d) => d.concurrent.fetch_sub(1, Ordering::Relaxed),
+            Counter::Cluster(c) => c.concurrent.fetch_sub(1, Ordering::Relaxed),
+        };
+    }
+}
+
+/// A destination's parsed address: `scheme://authority/prefix`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DestinationAddress {
+    /// `http` or `https`.
+    pub scheme: Scheme,
+    /// `host:port`.
+    pub authority: Authority,
+    /// Path prefix without a trailing slash (empty for none).
+    pub path_prefix: String,
+}
+
+impl fmt::Debug for DestinationAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.path_prefix)
+    }
+}
+
+impl DestinationAddress {
+    /// Parse an absolute `http://` or `https://` address.
+    pub fn parse(address: &str) -> Result<Self, String> {
+        let uri: http::Uri = address
+            .parse()
+            .map_err(|e| format!("`{address}` is not a valid URI: {e}"))?;
+        let scheme = uri
+            .scheme()
+            .cloned()
+            .ok_or_else(|| format!("`{address}` must be absolute (http:// or https://)"))?;
+        if scheme != Scheme::HTTP && scheme != Scheme::HTTPS {
+            return Err(format!("`{address}` must use http or https"));
+        }
+        let authority = uri
+            .authority()
+            .cloned()
+            .ok_or_else(|| format!("`{address}` has no host"))?;
+        if uri.query().is_some() {
+            return Err(format!("`{address}` must not have a query"));
+        }
+        let path_prefix = uri.path().trim_end_matches('/').to_owned();
+        Ok(DestinationAddress {
+            scheme,
+            authority,
+            path_prefix,
+        })
+    }
+
+    /// Whether this is an `https://` address.
+    pub fn is_https(&self) -> bool {
+        self.scheme == Scheme::HTTPS
+    }
+}
+
+/// A destination as the current snapshot knows it.
+#[derive(Debug, Clone)]
+pub struct Destination {
+    id: Arc<str>,
+    address: DestinationAddress,
+    host: HeaderValue,
+    config: DestinationConfig,
+    state: Arc<DestinationState>,
+}
+
+impl Destination {
+    pub(crate) fn new(
+        id: Arc<str>,
+        config: &DestinationConfig,
+        state: Arc<DestinationState>,
+        path: &str,
+    ) -> Result<Self, ConfigError> {
+        let address = DestinationAddress::parse(&config.address)
+            .map_err(|m| ConfigError::new(format!("{path}.Address"), m))?;
+        let host = match &config.host {
+            Some(h) => HeaderValue::from_str(h)
+                .map_err(|e| ConfigError::new(format!("{path}.Host"), e.to_string()))?,
+            None => HeaderValue::from_str(address.authority.as_str())
+                .map_err(|e| ConfigError::new(format!("{path}.Address"), e.to_string()))?,
+        };
+        Ok(Destination {
+            id,
+            address,
+            host,
+            config: config.clone(),
+            state,
+        })
+    }
+
+    /// The destination's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Where requests go.
+    pub fn address(&self) -> &DestinationAddress {
+        &self.address
+    }
+
+    /// The `Host` header sent to it: the configured `Host`, else the address' authority.
+    pub fn host_header(&self) -> &HeaderValue {
+        &self.host
+    }
+
+    /// The configuration it was built from (metadata included).
+    pub fn config(&self) -> &DestinationConfig {
+        &self.config
+    }
+
+    /// Its runtime state (counters, health).
+    pub fn state(&self) -> &Arc<DestinationState> {
+        &self.state
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_addresses() {
+        let a = DestinationAddress::parse("http://127.0.0.1:5000/").unwrap();
+        assert_eq!(a.authority.as_str(), "127.0.0.1:5000");
+        assert_eq!(a.path_prefix, "");
+        let b = DestinationAddress::parse("https://example.com/base/").unwrap();
+        assert!(b.is_https());
+        assert_eq!(b.path_prefix, "/base");
+        assert!(DestinationAddress::parse("ftp://x").is_err());
+        assert!(DestinationAddress::parse("/relative").is_err());
+        assert!(DestinationAddress::parse("http://x/?q=1").is_err());
+    }
+
+    #[test]
+    fn guards_release_on_drop() {
+        let d = Arc::new(DestinationState::new("c".into(), "d".into()));
+        let g1 = d.enter();
+        let g2 = d.enter();
+        assert_eq!(d.concurrent_requests(), 2);
+        drop(g1);
+        drop(g2);
+        assert_eq!(d.concurrent_requests(), 0);
+    }
+}

@@ -1,0 +1,188 @@
+//! Runtime state: an immutable [`Snapshot`] of routes and clusters compiled from a
+//! configuration, swapped atomically on reload, plus per-destination runtime state
+//! (counters, health) that survives reloads for destinations whose id is unchanged.
+//!
+//! ```
+//! use fuseway::config::{parse, Format};
+//! use fuseway::state::ProxyState;
+//!
+//! let config = parse(r#"{
+//!   "Routes": { "r1": { "ClusterId": "c1", "Match": { "Path": "/{**rest}" } } },
+//!   "Clusters": { "c1": { "Destinations": { "d1": { "Address": "http://127.0.0.1:9" } } } }
+//! }"#, Format::Json).unwrap();
+//! let state = ProxyState::new(config).unwrap();
+//! let snapshot = state.snapshot();
+//! assert_eq!(snapshot.cluster("c1").unwrap().destinations().len(), 1);
+//! ```
+
+mod cluster;
+mod destination;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+pub use cluster::{Cluster, HttpSettings, Route, UpstreamVersion, DEFAULT_ACTIVITY_TIMEOUT};
+pub use destination::{
+    ClusterState, ConcurrencyGuard, Destination, DestinationAddress, DestinationState,
+};
+
+use crate::config::{ConfigErrors, ProxyConfig};
+use crate::routing::RouteTable;
+
+/// An immutable view of the whole configuration, compiled for request handling.
+#[derive(Debug)]
+pub struct Snapshot {
+    routes: Vec<Route>,
+    clusters: Vec<Cluster>,
+    cluster_index: HashMap<Arc<str>, usize>,
+    table: RouteTable,
+    config: ProxyConfig,
+}
+
+impl Snapshot {
+    /// All routes, in id order; a route's index is its position here.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// All clusters, in id order.
+    pub fn clusters(&self) -> &[Cluster] {
+        &self.clusters
+    }
+
+    /// The cluster with this id.
+    pub fn cluster(&self, id: &str) -> Option<&Cluster> {
+        self.cluster_index(id).map(|i| &self.clusters[i])
+    }
+
+    /// The index of the cluster with this id.
+    pub fn cluster_index(&self, id: &str) -> Option<usize> {
+        self.cluster_index.get(id).copied()
+    }
+
+    /// The compiled route matcher.
+    pub fn route_table(&self) -> &RouteTable {
+        &self.table
+    }
+
+    /// The configuration this snapshot was built from.
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    clusters: HashMap<Arc<str>, Arc<ClusterState>>,
+    destinations: HashMap<(Arc<str>, Arc<str>), Arc<DestinationState>>,
+}
+
+/// The live proxy state: the current [`Snapshot`] behind an atomic pointer, and the
+/// runtime state of every destination.
+#[derive(Debug)]
+pub struct ProxyState {
+    current: ArcSwap<Snapshot>,
+    registry: Mutex<Registry>,
+}
+
+impl ProxyState {
+    /// Validate `config` and build the first snapshot.
+    pub fn new(config: ProxyConfig) -> Result<Self, ConfigErrors> {
+        let mut registry = Registry::default();
+        let snapshot = build(config, &mut registry)?;
+        Ok(ProxyState {
+            current: ArcSwap::from_pointee(snapshot),
+            registry: Mutex::new(registry),
+        })
+    }
+
+    /// Validate `config` and swap it in atomically. On error the current snapshot keeps
+    /// serving. Requests in flight finish on the snapshot they started with; runtime
+    /// state of destinations whose (cluster id, destination id) is unchanged is kept.
+    pub fn update(&self, config: ProxyConfig) -> Result<(), ConfigErrors> {
+        let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = Registry::default();
+        // Seed `next` with the existing states so they are reused, then keep only the used ones.
+        next.clusters.clone_from(&registry.clusters);
+        next.destinations.clone_from(&registry.destinations);
+        let snapshot = build(config, &mut next)?;
+        next.clusters
+            .retain(|id, _| snapshot.cluster_index.contains_key(id));
+        next.destinations.retain(|(c, d), _| {
+            snapshot
+                .cluster(c)
+                .is_some_and(|cl| cl.destination(d).is_some())
+        });
+        self.current.store(Arc::new(snapshot));
+        *registry = next;
+        Ok(())
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+}
+
+fn build(config: ProxyConfig, registry: &mut Registry) -> Result<Snapshot, ConfigErrors> {
+    config.validate()?;
+    let mut errors = ConfigErrors::default();
+    let mut clusters = Vec::with_capacity(config.clusters.len());
+    let mut cluster_index = HashMap::with_capacity(config.clusters.len());
+    for (cid, ccfg) in &config.clusters {
+        let cid: Arc<str> = Arc::from(cid.as_str());
+        let state = registry.clusters.entry(cid.clone()).or_default().clone();
+        let mut destinations = Vec::with_capacity(ccfg.destinations.len());
+        for (did, dcfg) in &ccfg.destinations {
+            let did: Arc<str> = Arc::from(did.as_str());
+            let dstate = registry
+                .destinations
+                .entry((cid.clone(), did.clone()))
+                .or_insert_with(|| Arc::new(DestinationState::new(cid.clone(), did.clone())))
+                .clone();
+            let path = format!("Clusters.{cid}.Destinations.{did}");
+            match Destination::new(did, dcfg, dstate, &path) {
+                Ok(d) => destinations.push(d),
+                Err(e) => errors.0.push(e),
+            }
+        }
+        cluster_index.insert(cid.clone(), clusters.len());
+        clusters.push(Cluster {
+            id: cid,
+            http: cluster::HttpSettings::from_config(ccfg),
+            config: ccfg.clone(),
+            destinations,
+            state,
+        });
+    }
+    let table = RouteTable::build(config.routes.iter().map(|(id, r)| (id.as_str(), r)));
+    let table = match table {
+        Ok(t) => t,
+        Err(e) => {
+            errors.0.extend(e.0);
+            return Err(errors);
+        }
+    };
+    errors.into_result()?;
+    let routes = config
+        .routes
+        .iter()
+        .map(|(id, r)| Route {
+            id: Arc::from(id.as_str()),
+            cluster: r
+                .cluster_id
+                .as_deref()
+                .and_then(|c| cluster_index.get(c).copied()),
+            config: r.clone(),
+        })
+        .collect();
+    Ok(Snapshot {
+        routes,
+        clusters,
+        cluster_index,
+        table,
+        config,
+    })
+}
