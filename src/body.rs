@@ -128,9 +128,9 @@ impl Body for ProxyBody {
             KindProj::Empty => Poll::Ready(None),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             KindProj::Upstream { inner } => inner.poll_frame(cx),
-            KindProj::Boxed { inner } => inner.poll_frame(cx).map_err(|e| {
-                ForwardError::new(ForwardErrorKind::ResponseBodyDestination, e)
-            }),
+            KindProj::Boxed { inner } => inner
+                .poll_frame(cx)
+                .map_err(|e| ForwardError::new(ForwardErrorKind::ResponseBodyDestination, e)),
         }
     }
 
@@ -146,7 +146,9 @@ impl Body for ProxyBody {
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Empty => SizeHint::with_exact(0),
-            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
             Kind::Upstream { inner } => inner.body.size_hint(),
             Kind::Boxed { inner } => inner.size_hint(),
         }

@@ -4,6 +4,7 @@
 
 pub mod balancing;
 pub mod body;
+pub mod cli;
 pub mod config;
 pub mod forwarding;
 pub mod health;

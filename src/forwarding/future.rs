@@ -128,7 +128,10 @@ impl Future for ResponseFuture {
             error = %error,
             "forwarding failed"
         );
-        Poll::Ready(Ok(ProxyResponse::error(error, Some(this.destination.clone()))))
+        Poll::Ready(Ok(ProxyResponse::error(
+            error,
+            Some(this.destination.clone()),
+        )))
     }
 }
 

@@ -147,7 +147,8 @@ fn outgoing<B>(
     uri.scheme = Some(address.scheme.clone());
     uri.authority = Some(address.authority.clone());
     uri.path_and_query = Some(path_and_query);
-    parts.uri = Uri::from_parts(uri).map_err(|e| ForwardError::new(ForwardErrorKind::Request, e))?;
+    parts.uri =
+        Uri::from_parts(uri).map_err(|e| ForwardError::new(ForwardErrorKind::Request, e))?;
 
     let conn = parts.extensions.get::<ConnectionInfo>().copied();
     let host = match version {

@@ -55,7 +55,10 @@ pub fn layered_default(state: Arc<ProxyState>) -> LayeredDefault {
 }
 
 /// The default pipeline as separate tower layers over `forwarder`.
-pub fn layered_default_with<B>(state: Arc<ProxyState>, forwarder: Forwarder<B>) -> LayeredDefault<B> {
+pub fn layered_default_with<B>(
+    state: Arc<ProxyState>,
+    forwarder: Forwarder<B>,
+) -> LayeredDefault<B> {
     StageService::new(
         Routing::new(state),
         StageService::new(LoadBalancing::new(), forwarder),

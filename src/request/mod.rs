@@ -56,7 +56,12 @@ impl RouteContext {
     ///
     /// # Panics
     /// If `route` or `cluster` are out of range for `snapshot`.
-    pub fn new(snapshot: Arc<Snapshot>, route: usize, cluster: usize, candidates: Candidates) -> Self {
+    pub fn new(
+        snapshot: Arc<Snapshot>,
+        route: usize,
+        cluster: usize,
+        candidates: Candidates,
+    ) -> Self {
         assert!(route < snapshot.routes().len() && cluster < snapshot.clusters().len());
         RouteContext {
             snapshot,

@@ -88,7 +88,10 @@ impl ForwardError {
 impl fmt::Display for ForwardError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", self.kind)?;
-        let mut cause = self.source.as_deref().map(|e| e as &(dyn StdError + 'static));
+        let mut cause = self
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static));
         while let Some(e) = cause {
             write!(f, ": {e}")?;
             cause = e.source();

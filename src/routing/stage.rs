@@ -39,7 +39,11 @@ impl<B> Stage<Request<B>> for Routing {
         let Some(cluster) = snapshot.routes()[route].cluster_index() else {
             tracing::warn!(
                 route = snapshot.routes()[route].id(),
-                cluster = snapshot.routes()[route].config().cluster_id.as_deref().unwrap_or(""),
+                cluster = snapshot.routes()[route]
+                    .config()
+                    .cluster_id
+                    .as_deref()
+                    .unwrap_or(""),
                 "route's cluster does not exist: 503"
             );
             return Err(ProxyResponse::status(StatusCode::SERVICE_UNAVAILABLE));

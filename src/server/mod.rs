@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use service::{IntoResponse, ProxyService};
 use service::WithConnectionInfo;
+pub use service::{IntoResponse, ProxyService};
 
 use crate::body::ProxyBody;
 use crate::request::ConnectionInfo;
@@ -48,9 +48,9 @@ impl Server {
     pub async fn bind(addrs: &[SocketAddr]) -> io::Result<Server> {
         let mut listeners = Vec::with_capacity(addrs.len());
         for addr in addrs {
-            let listener = TcpListener::bind(addr).await.map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
-            })?;
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
             listeners.push(listener);
         }
         Ok(Server::from_listeners(listeners))
@@ -122,7 +122,9 @@ async fn accept_loop<S>(
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
 {
-    let local = listener.local_addr().unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
+    let local = listener
+        .local_addr()
+        .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -163,7 +165,10 @@ async fn accept_loop<S>(
         });
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("graceful shutdown timed out; closing remaining connections");
     }
 }

@@ -107,7 +107,11 @@ pub struct DestinationAddress {
 
 impl fmt::Debug for DestinationAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}{}", self.scheme, self.authority, self.path_prefix)
+        write!(
+            f,
+            "{}://{}{}",
+            self.scheme, self.authority, self.path_prefix
+        )
     }
 }
 

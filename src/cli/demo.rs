@@ -1,0 +1,94 @@
+//! The embedded demo: two small backends on 127.0.0.1 and the proxy in front of them.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+
+use super::{shutdown_signal, BoxError, DEFAULT_LISTEN};
+use crate::config::{parse, Format};
+use crate::pipeline;
+use crate::server::{ProxyService, Server};
+use crate::state::ProxyState;
+
+pub(super) async fn run(listen: Vec<SocketAddr>) -> Result<(), BoxError> {
+    let a = spawn_backend("backend-a").await?;
+    let b = spawn_backend("backend-b").await?;
+    let config = parse(&demo_config(a, b), Format::Json)?;
+    let state = Arc::new(ProxyState::new(config)?);
+    let addrs = if listen.is_empty() {
+        vec![DEFAULT_LISTEN.parse()?]
+    } else {
+        listen
+    };
+    let server = Server::bind(&addrs).await?;
+    let proxy = server.local_addrs()[0];
+    println!("fuseway demo: proxy on http://{proxy}, backends on http://{a} and http://{b}");
+    println!("Try:");
+    println!(
+        "  curl -i http://{proxy}/hello              # route `all` -> cluster `main` -> backend-a"
+    );
+    println!(
+        "  curl -i http://{proxy}/b/anything         # route `b` -> cluster `second` -> backend-b"
+    );
+    println!("  curl -i --http2-prior-knowledge http://{proxy}/hello   # h2c to the proxy");
+    println!("  curl -i -H 'Host: api.example.com' http://{proxy}/x    # host route `api`");
+    println!("Ctrl-C to stop.");
+    let service = ProxyService::new(pipeline::layered_default(state));
+    server.serve(service, shutdown_signal()).await?;
+    Ok(())
+}
+
+fn demo_config(a: SocketAddr, b: SocketAddr) -> String {
+    format!(
+        r#"{{
+  "ReverseProxy": {{
+    "Routes": {{
+      "all": {{ "ClusterId": "main", "Match": {{ "Path": "/{{**catch-all}}" }} }},
+      "b": {{ "ClusterId": "second", "Match": {{ "Path": "/b/{{**rest}}" }} }},
+      "api": {{ "ClusterId": "second", "Match": {{ "Hosts": ["api.example.com"] }} }}
+    }},
+    "Clusters": {{
+      "main": {{ "Destinations": {{ "a": {{ "Address": "http://{a}/" }} }} }},
+      "second": {{ "Destinations": {{ "b": {{ "Address": "http://{b}/" }} }} }}
+    }}
+  }}
+}}"#
+    )
+}
+
+async fn spawn_backend(name: &'static str) -> Result<SocketAddr, BoxError> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let svc = service_fn(move |req: Request<Incoming>| async move {
+                let body = format!(
+                    "hello from {name}: {} {} (host {:?}, x-forwarded-for {:?})\n",
+                    req.method(),
+                    req.uri(),
+                    req.headers().get("host"),
+                    req.headers().get("x-forwarded-for"),
+                );
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+            });
+            tokio::spawn(async move {
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}

@@ -1,0 +1,227 @@
+//! Shared helpers for integration tests: real hyper backends and the real proxy on
+//! 127.0.0.1 with port 0, and real clients.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fuseway::config::{parse, Format};
+use fuseway::pipeline;
+use fuseway::server::{ProxyService, Server};
+use fuseway::state::ProxyState;
+use http::{Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type TestBody = BoxBody<Bytes, BoxError>;
+
+/// Every wait in a test is bounded by this.
+pub const LIMIT: Duration = Duration::from_secs(10);
+
+/// Await `f` or fail the test after [`LIMIT`].
+pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(LIMIT, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
+}
+
+pub fn full(b: impl Into<Bytes>) -> TestBody {
+    Full::new(b.into()).map_err(|e| match e {}).boxed()
+}
+
+/// A running backend; dropped = stops accepting.
+pub struct Backend {
+    pub addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Backend {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// Start a backend (HTTP/1.1 and h2c) whose requests are answered by `handler`.
+pub async fn backend<F, Fut>(handler: F) -> Backend
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<TestBody>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
+                _ = &mut stop_rx => return,
+            };
+            let handler = handler.clone();
+            let svc = service_fn(move |req| {
+                let fut = handler(req);
+                async move { Ok::<_, Infallible>(fut.await) }
+            });
+            tokio::spawn(async move {
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Backend {
+        addr,
+        _stop: stop_tx,
+    }
+}
+
+/// A backend answering `200` with `"{method} {path-and-query}"`, echoing the request
+/// headers as `x-echo-<name>` response headers.
+pub async fn echo_backend() -> Backend {
+    backend(|req: Request<Incoming>| async move {
+        let mut resp = Response::builder();
+        for (name, value) in req.headers() {
+            resp = resp.header(format!("x-echo-{name}"), value);
+        }
+        resp = resp.header("x-echo-version", format!("{:?}", req.version()));
+        let body = format!(
+            "{} {}",
+            req.method(),
+            req.uri().path_and_query().map_or("", |p| p.as_str())
+        );
+        resp.body(full(body)).unwrap()
+    })
+    .await
+}
+
+/// A running proxy.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub state: Arc<ProxyState>,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Proxy {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Concurrent requests of destination `dest` in cluster `cluster`.
+    pub fn concurrency(&self, cluster: &str, dest: &str) -> usize {
+        let snap = self.state.snapshot();
+        let c = snap.cluster(cluster).expect("cluster");
+        c.destination(dest)
+            .expect("destination")
+            .1
+            .state()
+            .concurrent_requests()
+    }
+
+    /// Wait until destination `dest`'s counter is back to 0 (bodies are released when
+    /// the server finishes writing them, just after the client saw the end).
+    pub async fn wait_idle(&self, cluster: &str, dest: &str) {
+        within("the concurrency counter to return to 0", async {
+            loop {
+                if self.concurrency(cluster, dest) == 0
+                    && self
+                        .state
+                        .snapshot()
+                        .cluster(cluster)
+                        .unwrap()
+                        .state()
+                        .concurrent_requests()
+                        == 0
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+    }
+
+    /// Stop gracefully and wait for the server to return.
+    pub async fn shutdown(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(d) = self.done.take() {
+            within("the proxy to shut down", d).await.unwrap();
+        }
+    }
+}
+
+/// Start the layered default pipeline on 127.0.0.1:0 with this JSON config.
+pub async fn proxy(config_json: &str) -> Proxy {
+    let config: fuseway::config::ProxyConfig = serde_json::from_str(config_json).expect("TEMP");
+    let _ = (parse, Format::Json);
+    let state = Arc::new(ProxyState::new(config).expect("valid state"));
+    let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
+        .await
+        .unwrap()
+        .graceful_timeout(Duration::from_secs(5));
+    let addr = server.local_addrs()[0];
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let service = ProxyService::new(pipeline::layered_default(state.clone()));
+    let done = tokio::spawn(async move {
+        server
+            .serve(service, async {
+                let _ = stop_rx.await;
+            })
+            .await
+            .unwrap();
+    });
+    Proxy {
+        addr,
+        state,
+        stop: Some(stop_tx),
+        done: Some(done),
+    }
+}
+
+/// A config with one catch-all route to one cluster of these destinations.
+pub fn simple_config(destinations: &[(&str, &str)], cluster_extra: &str) -> String {
+    let dests: Vec<String> = destinations
+        .iter()
+        .map(|(id, addr)| format!(r#""{id}": {{ "Address": "{addr}" }}"#))
+        .collect();
+    format!(
+        r#"{{
+  "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+  "Clusters": {{ "c": {{ {cluster_extra} "Destinations": {{ {} }} }} }}
+}}"#,
+        dests.join(", ")
+    )
+}
+
+/// An HTTP/1.1 client (no pooling surprises: fresh connections per client).
+pub fn h1_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .http1_only()
+        .timeout(LIMIT)
+        .no_proxy()
+        .build()
+        .unwrap()
+}
+
+/// An h2c (prior knowledge) client.
+pub fn h2c_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(LIMIT)
+        .no_proxy()
+        .build()
+        .unwrap()
+}

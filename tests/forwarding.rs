@@ -1,0 +1,460 @@
+//! Forwarding end to end: real backends, the real proxy, real clients, 127.0.0.1.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use futures_util::StreamExt;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// Send raw bytes, read until the proxy closes the connection.
+async fn raw(addr: std::net::SocketAddr, request: &str) -> String {
+    within("a raw exchange", async {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    })
+    .await
+}
+
+fn header_of<'a>(head: &'a str, name: &str) -> Vec<&'a str> {
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim())
+        .collect()
+}
+
+#[tokio::test]
+async fn http1_and_h2c_clients_reach_the_backend() {
+    let b = echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    for (client, name) in [(h1_client(), "h1"), (h2c_client(), "h2c")] {
+        let r = client
+            .get(p.url("/some/path?x=1&y=%20"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{name}");
+        assert_eq!(
+            r.headers()["x-echo-version"],
+            "HTTP/1.1",
+            "{name}: upstream is HTTP/1.1"
+        );
+        assert_eq!(
+            r.text().await.unwrap(),
+            "GET /some/path?x=1&y=%20",
+            "{name}"
+        );
+    }
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn destination_path_prefix_is_prepended() {
+    let b = echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &format!("{}/base/", b.url()))], "")).await;
+    let r = h1_client()
+        .post(p.url("/x?q"))
+        .body("hi")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "POST /base/x?q");
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn http2_destination() {
+    let b = echo_backend().await;
+    let p = proxy(&simple_config(
+        &[("d1", &b.url())],
+        r#""HttpRequest": { "Version": "2" },"#,
+    ))
+    .await;
+    for client in [h1_client(), h2c_client()] {
+        let r = client.get(p.url("/h2")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["x-echo-version"], "HTTP/2.0");
+        assert_eq!(r.text().await.unwrap(), "GET /h2");
+    }
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn cluster_without_destinations_is_503() {
+    let p = proxy(&simple_config(&[], "")).await;
+    let r = h1_client().get(p.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn route_to_missing_cluster_is_503() {
+    let p = proxy(
+        r#"{ "Routes": { "r": { "ClusterId": "nope", "Match": { "Path": "/{**x}" } } },
+             "Clusters": {} }"#,
+    )
+    .await;
+    let r = h1_client().get(p.url("/a")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn connect_refused_is_502_and_counters_return_to_zero() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let p = proxy(&simple_config(
+        &[("dead", &format!("http://127.0.0.1:{port}"))],
+        "",
+    ))
+    .await;
+    for client in [h1_client(), h2c_client()] {
+        let r = client.get(p.url("/x")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+    }
+    p.wait_idle("c", "dead").await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn stalled_backend_is_504_after_activity_timeout() {
+    let b = backend(|_req: Request<Incoming>| async move {
+        std::future::pending::<()>().await;
+        unreachable!()
+    })
+    .await;
+    let p = proxy(&simple_config(
+        &[("slow", &b.url())],
+        r#""HttpRequest": { "ActivityTimeout": "200ms" },"#,
+    ))
+    .await;
+    let r = h1_client().get(p.url("/x")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+    p.wait_idle("c", "slow").await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn body_that_stalls_after_headers_is_aborted_by_activity_timeout() {
+    let b = backend(|_req: Request<Incoming>| async move {
+        let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+        tokio::spawn(async move {
+            tx.send(Ok(Frame::data(Bytes::from_static(b"first"))))
+                .await
+                .ok();
+            std::future::pending::<()>().await;
+            drop(tx);
+        });
+        let stream = tokio_stream(rx);
+        Response::new(BodyExt::boxed(StreamBody::new(stream)))
+    })
+    .await;
+    let p = proxy(&simple_config(
+        &[("slow", &b.url())],
+        r#""HttpRequest": { "ActivityTimeout": "200ms" },"#,
+    ))
+    .await;
+    let r = h1_client().get(p.url("/x")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let err = within("the aborted body", r.bytes()).await;
+    assert!(
+        err.is_err(),
+        "the client must see an aborted body, not a clean end"
+    );
+    p.wait_idle("c", "slow").await;
+    p.shutdown().await;
+}
+
+fn tokio_stream<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> + Send + 'static {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_are_removed_both_ways() {
+    let b = backend(|req: Request<Incoming>| async move {
+        let mut names: Vec<String> = req.headers().keys().map(|k| k.to_string()).collect();
+        names.sort();
+        Response::builder()
+            .header("connection", "x-resp-hop")
+            .header("x-resp-hop", "1")
+            .header("keep-alive", "timeout=5")
+            .header("proxy-authenticate", "Basic")
+            .header("alt-svc", "h3=\":443\"")
+            .header("x-resp-kept", "1")
+            .body(full(names.join(",")))
+            .unwrap()
+    })
+    .await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let resp = raw(
+        p.addr,
+        "GET /x HTTP/1.1\r\nHost: front\r\nConnection: close, X-Custom-Hop\r\nX-Custom-Hop: 1\r\n\
+         Keep-Alive: timeout=5\r\nProxy-Authorization: Basic eA==\r\nProxy-Connection: keep-alive\r\n\
+         TE: trailers\r\nUpgrade-Insecure-Requests: 1\r\nX-Kept: 1\r\n\r\n",
+    )
+    .await;
+    let (head, body) = resp.split_once("\r\n\r\n").expect("a response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let seen: Vec<&str> = body.split(',').collect();
+    assert!(seen.contains(&"x-kept"), "{body}");
+    for hop in [
+        "x-custom-hop",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "upgrade-insecure-requests",
+    ] {
+        assert!(!seen.contains(&hop), "{hop} reached the backend: {body}");
+    }
+    assert_eq!(header_of(head, "x-resp-kept"), ["1"]);
+    for hop in ["x-resp-hop", "keep-alive", "proxy-authenticate", "alt-svc"] {
+        assert!(
+            header_of(head, hop).is_empty(),
+            "{hop} reached the client: {head}"
+        );
+    }
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn x_forwarded_headers_are_replaced_not_appended() {
+    let b = echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let r = h1_client()
+        .get(p.url("/x"))
+        .header("x-forwarded-for", "6.6.6.6")
+        .header("x-forwarded-proto", "gopher")
+        .header("x-forwarded-host", "evil.example")
+        .header("x-forwarded-prefix", "/evil")
+        .header("forwarded", "for=6.6.6.6")
+        .send()
+        .await
+        .unwrap();
+    let h = r.headers();
+    let all = |n: &str| {
+        h.get_all(n)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(all("x-echo-x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(all("x-echo-x-forwarded-proto"), ["http"]);
+    assert_eq!(all("x-echo-x-forwarded-host"), [p.addr.to_string()]);
+    assert!(all("x-echo-x-forwarded-prefix").is_empty());
+    assert!(all("x-echo-forwarded").is_empty());
+    assert_eq!(
+        all("x-echo-host"),
+        [b.addr.to_string()],
+        "Host is the destination's authority"
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn destination_host_overrides_host_header() {
+    let b = echo_backend().await;
+    let p = proxy(&format!(
+        r#"{{ "Routes": {{ "r": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**x}}" }} }} }},
+             "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{}", "Host": "internal.example" }} }} }} }} }}"#,
+        b.url()
+    ))
+    .await;
+    let r = h1_client().get(p.url("/x")).send().await.unwrap();
+    assert_eq!(r.headers()["x-echo-host"], "internal.example");
+    p.shutdown().await;
+}
+
+const MB: usize = 1024 * 1024;
+
+#[tokio::test]
+async fn large_response_streams_before_the_backend_finishes() {
+    let (release_tx, release_rx) = mpsc::channel::<()>(1);
+    let release_rx = std::sync::Arc::new(tokio::sync::Mutex::new(release_rx));
+    let b = backend(move |_req: Request<Incoming>| {
+        let release_rx = release_rx.clone();
+        async move {
+            let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+            tokio::spawn(async move {
+                tx.send(Ok(Frame::data(Bytes::from(vec![b'a'; MB]))))
+                    .await
+                    .ok();
+                // The rest only once the client has seen the first megabyte.
+                release_rx.lock().await.recv().await;
+                for _ in 0..4 {
+                    tx.send(Ok(Frame::data(Bytes::from(vec![b'b'; MB]))))
+                        .await
+                        .ok();
+                }
+            });
+            Response::new(BodyExt::boxed(StreamBody::new(tokio_stream(rx))))
+        }
+    })
+    .await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let r = h1_client().get(p.url("/big")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut stream = r.bytes_stream();
+    let mut got = 0usize;
+    while got < MB {
+        let chunk = within("the first megabyte", stream.next())
+            .await
+            .unwrap()
+            .unwrap();
+        got += chunk.len();
+    }
+    assert_eq!(got, MB, "only the first megabyte exists before the release");
+    release_tx.send(()).await.unwrap();
+    while let Some(chunk) = within("the rest", stream.next()).await {
+        got += chunk.unwrap().len();
+    }
+    assert_eq!(got, 5 * MB);
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn large_request_streams_before_the_client_finishes() {
+    let (first_tx, mut first_rx) = mpsc::channel::<()>(1);
+    let b = backend(move |req: Request<Incoming>| {
+        let first_tx = first_tx.clone();
+        async move {
+            let mut body = req.into_body();
+            let mut total = 0usize;
+            let mut signalled = false;
+            while let Some(frame) = body.frame().await {
+                if let Ok(d) = frame.unwrap().into_data() {
+                    total += d.len();
+                }
+                if total >= MB && !signalled {
+                    signalled = true;
+                    first_tx.send(()).await.unwrap();
+                }
+            }
+            Response::new(full(total.to_string()))
+        }
+    })
+    .await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    let send = tokio::spawn(
+        h1_client()
+            .post(p.url("/upload"))
+            .body(reqwest::Body::wrap_stream(tokio_stream(rx)))
+            .send(),
+    );
+    tx.send(Ok(Bytes::from(vec![1u8; MB]))).await.unwrap();
+    within("the backend to see the first megabyte", first_rx.recv())
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        tx.send(Ok(Bytes::from(vec![2u8; MB]))).await.unwrap();
+    }
+    drop(tx);
+    let r = within("the response", send).await.unwrap().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), (5 * MB).to_string());
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}
+
+/// Dropped when the backend's handler future is dropped (its connection closed).
+struct DropSignal(Option<oneshot::Sender<()>>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+#[tokio::test]
+async fn client_disconnect_cancels_the_upstream_request() {
+    let (started_tx, mut started_rx) = mpsc::channel::<()>(1);
+    let (cancelled_tx, cancelled_rx) = oneshot::channel::<()>();
+    let cancelled_tx = std::sync::Arc::new(std::sync::Mutex::new(Some(cancelled_tx)));
+    let b = backend(move |_req: Request<Incoming>| {
+        let started_tx = started_tx.clone();
+        let guard = DropSignal(cancelled_tx.lock().unwrap().take());
+        async move {
+            let _guard = guard;
+            started_tx.send(()).await.unwrap();
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+    })
+    .await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    within("the backend to start", started_rx.recv())
+        .await
+        .unwrap();
+    assert_eq!(p.concurrency("c", "d1"), 1);
+    drop(s);
+    within("the upstream request to be cancelled", cancelled_rx)
+        .await
+        .unwrap();
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_lets_in_flight_requests_finish() {
+    let (started_tx, mut started_rx) = mpsc::channel::<()>(1);
+    let (finish_tx, finish_rx) = oneshot::channel::<()>();
+    let finish_rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(finish_rx)));
+    let b = backend(move |_req: Request<Incoming>| {
+        let started_tx = started_tx.clone();
+        let finish_rx = finish_rx.clone();
+        async move {
+            started_tx.send(()).await.unwrap();
+            let rx = finish_rx.lock().await.take().unwrap();
+            rx.await.ok();
+            Response::new(full("done"))
+        }
+    })
+    .await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let req = tokio::spawn(h1_client().get(p.url("/slow")).send());
+    within("the backend to start", started_rx.recv())
+        .await
+        .unwrap();
+    let addr = p.addr;
+    let shutdown = tokio::spawn(p.shutdown());
+    // New connections are refused once shutdown has begun.
+    within("the listener to close", async {
+        while TcpStream::connect(addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    finish_tx.send(()).unwrap();
+    let r = within("the in-flight response", req)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "done");
+    within("shutdown", shutdown).await.unwrap();
+}
