@@ -7,6 +7,7 @@ async fn main() {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
+        .with_writer(std::io::stderr)
         .init();
     let args = fuseway::cli::Args::parse();
     if let Err(e) = fuseway::cli::run(args).await {

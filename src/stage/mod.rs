@@ -57,6 +57,8 @@ pub trait Stage<In> {
     type State;
 
     /// Pass the request on (with state for the way back), or answer it directly.
+    // Both sides are large by design: requests and responses move by value, never boxed.
+    #[allow(clippy::result_large_err)]
     fn on_request(&self, request: In) -> Result<(Self::Out, Self::State), ProxyResponse>;
 
     /// See (and possibly change) the response on its way back. Runs for responses
