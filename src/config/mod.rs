@@ -5,9 +5,20 @@ mod duration;
 mod error;
 mod load;
 pub mod model;
+mod names;
+mod transforms;
 mod validate;
 
 pub use duration::ConfigDuration;
 pub use error::{ConfigError, ConfigErrors};
 pub use load::{load_file, parse, Format};
 pub use model::*;
+pub use names::{
+    ActiveHealthPolicyName, AffinityFailurePolicyName, AvailableDestinationsPolicyName,
+    CookieSameSite, CookieSecurePolicy, HttpVersion, HttpVersionPolicy, LoadBalancingPolicyName,
+    PassiveHealthPolicyName, SessionAffinityPolicyName,
+};
+pub use transforms::{
+    parse_transforms, ForwardedAction, ForwardedTransform, NodeFormat, ResponseCondition,
+    Transform, ValueAction, XForwardedTransform,
+};

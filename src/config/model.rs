@@ -4,7 +4,9 @@
 //! rejected so that a typo never silently disables a setting.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::duration::ConfigDuration;
@@ -25,7 +27,7 @@ pub struct ProxyConfig {
 }
 
 /// One listening socket.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ListenConfig {
     /// Just an address: `"127.0.0.1:8080"`.
@@ -40,6 +42,33 @@ pub enum ListenConfig {
 pub struct ListenEntry {
     /// `ip:port` to bind.
     pub address: String,
+}
+
+// By hand rather than `#[serde(untagged)]`, so that errors say what was expected and
+// errors inside the long form keep their path.
+impl<'de> Deserialize<'de> for ListenConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ListenVisitor;
+
+        impl<'de> Visitor<'de> for ListenVisitor {
+            type Value = ListenConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an `ip:port` string or an object with `Address`")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ListenConfig, E> {
+                Ok(ListenConfig::Address(v.to_string()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ListenConfig, A::Error> {
+                ListenEntry::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(ListenConfig::Full)
+            }
+        }
+
+        d.deserialize_any(ListenVisitor)
+    }
 }
 
 impl ListenConfig {

@@ -1,10 +1,356 @@
-//! Validation of a whole configuration. (stub: filled in by the config work)
+//! Validation of a whole configuration: every problem is collected, each naming the
+//! dotted path of its field.
+//!
+//! Route *match* criteria are checked by [`RouteTable::build`], whose errors are merged
+//! here; this module checks everything else.
 
-use super::{ConfigErrors, ProxyConfig};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use http::uri::{Authority, Scheme, Uri};
+
+use super::names::{
+    ActiveHealthPolicyName, AffinityFailurePolicyName, AvailableDestinationsPolicyName,
+    CookieSameSite, CookieSecurePolicy, HttpVersion, HttpVersionPolicy, LoadBalancingPolicyName,
+    PassiveHealthPolicyName, SessionAffinityPolicyName,
+};
+use super::transforms::collect_transforms;
+use super::{
+    ClusterConfig, ConfigDuration, ConfigErrors, DestinationConfig, HealthCheckConfig,
+    HttpRequestConfig, ListenConfig, ProxyConfig, RouteConfig, SessionAffinityConfig,
+};
+use crate::routing::RouteTable;
 
 impl ProxyConfig {
     /// Check everything; any error rejects the whole configuration.
+    ///
+    /// All problems are reported, in document order (listeners, routes, clusters), each
+    /// with the dotted path of its field (`Clusters.c1.Destinations.d1.Address`). A route
+    /// naming a cluster that does not exist is accepted with a warning: as in YARP, its
+    /// requests are answered 503.
     pub fn validate(&self) -> Result<(), ConfigErrors> {
-        Ok(())
+        let mut errors = ConfigErrors::default();
+        for (i, listen) in self.listen.iter().enumerate() {
+            check_listen(listen, i, &mut errors);
+        }
+        for (id, route) in &self.routes {
+            check_route(id, route, &self.clusters, &mut errors);
+        }
+        if let Err(table_errors) =
+            RouteTable::build(self.routes.iter().map(|(id, r)| (id.as_str(), r)))
+        {
+            errors.0.extend(table_errors.0);
+        }
+        for (id, cluster) in &self.clusters {
+            check_cluster(id, cluster, &mut errors);
+        }
+        errors.into_result()
+    }
+}
+
+fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
+    let path = match listen {
+        ListenConfig::Address(_) => format!("Listen[{i}]"),
+        ListenConfig::Full(_) => format!("Listen[{i}].Address"),
+    };
+    let address = listen.address();
+    if let Err(e) = address.parse::<SocketAddr>() {
+        errors.push(
+            path,
+            format!("`{address}` is not an `ip:port` socket address ({e})"),
+        );
+    }
+}
+
+fn check_route(
+    id: &str,
+    route: &RouteConfig,
+    clusters: &BTreeMap<String, ClusterConfig>,
+    errors: &mut ConfigErrors,
+) {
+    let path = format!("Routes.{id}");
+    if id.trim().is_empty() {
+        errors.push(&path, "a route id must not be empty");
+    }
+    match route.cluster_id.as_deref().map(str::trim) {
+        None | Some("") => errors.push(format!("{path}.ClusterId"), "a route needs a ClusterId"),
+        Some(cluster) if !clusters.contains_key(cluster) => tracing::warn!(
+            route = id,
+            cluster,
+            "route refers to a cluster that does not exist; its requests will get 503"
+        ),
+        Some(_) => {}
+    }
+    if let Some(size) = route.max_request_body_size {
+        if size < -1 {
+            errors.push(
+                format!("{path}.MaxRequestBodySize"),
+                format!("must be -1 (unlimited) or a size in bytes, not {size}"),
+            );
+        }
+    }
+    positive(route.timeout, &format!("{path}.Timeout"), errors);
+    if route.timeout.is_some() && route.timeout_policy.is_some() {
+        errors.push(
+            format!("{path}.TimeoutPolicy"),
+            "give either Timeout or TimeoutPolicy, not both",
+        );
+    }
+    collect_transforms(&route.transforms, &format!("{path}.Transforms"), errors);
+}
+
+fn check_cluster(id: &str, cluster: &ClusterConfig, errors: &mut ConfigErrors) {
+    let path = format!("Clusters.{id}");
+    if id.trim().is_empty() {
+        errors.push(&path, "a cluster id must not be empty");
+    }
+    name::<LoadBalancingPolicyName>(
+        cluster.load_balancing_policy.as_deref(),
+        &format!("{path}.LoadBalancingPolicy"),
+        errors,
+    );
+    if let Some(affinity) = &cluster.session_affinity {
+        check_affinity(affinity, &format!("{path}.SessionAffinity"), errors);
+    }
+    if let Some(health) = &cluster.health_check {
+        check_health(health, &format!("{path}.HealthCheck"), errors);
+    }
+    if let Some(request) = &cluster.http_request {
+        check_http_request(request, &format!("{path}.HttpRequest"), errors);
+    }
+    if let Some(client) = &cluster.http_client {
+        if client.max_connections_per_server == Some(0) {
+            errors.push(
+                format!("{path}.HttpClient.MaxConnectionsPerServer"),
+                "must be greater than 0",
+            );
+        }
+    }
+    for (dest_id, dest) in &cluster.destinations {
+        check_destination(dest_id, dest, &format!("{path}.Destinations"), errors);
+    }
+}
+
+fn check_affinity(affinity: &SessionAffinityConfig, path: &str, errors: &mut ConfigErrors) {
+    if affinity.enabled == Some(true)
+        && affinity
+            .affinity_key_name
+            .as_deref()
+            .map_or(true, |k| k.trim().is_empty())
+    {
+        errors.push(
+            format!("{path}.AffinityKeyName"),
+            "required when session affinity is enabled",
+        );
+    }
+    name::<SessionAffinityPolicyName>(
+        affinity.policy.as_deref(),
+        &format!("{path}.Policy"),
+        errors,
+    );
+    name::<AffinityFailurePolicyName>(
+        affinity.failure_policy.as_deref(),
+        &format!("{path}.FailurePolicy"),
+        errors,
+    );
+    if let Some(cookie) = &affinity.cookie {
+        name::<CookieSecurePolicy>(
+            cookie.secure_policy.as_deref(),
+            &format!("{path}.Cookie.SecurePolicy"),
+            errors,
+        );
+        name::<CookieSameSite>(
+            cookie.same_site.as_deref(),
+            &format!("{path}.Cookie.SameSite"),
+            errors,
+        );
+    }
+}
+
+fn check_health(health: &HealthCheckConfig, path: &str, errors: &mut ConfigErrors) {
+    if let Some(passive) = &health.passive {
+        let path = format!("{path}.Passive");
+        name::<PassiveHealthPolicyName>(
+            passive.policy.as_deref(),
+            &format!("{path}.Policy"),
+            errors,
+        );
+        positive(
+            passive.reactivation_period,
+            &format!("{path}.ReactivationPeriod"),
+            errors,
+        );
+    }
+    if let Some(active) = &health.active {
+        let path = format!("{path}.Active");
+        name::<ActiveHealthPolicyName>(active.policy.as_deref(), &format!("{path}.Policy"), errors);
+        positive(active.interval, &format!("{path}.Interval"), errors);
+        positive(active.timeout, &format!("{path}.Timeout"), errors);
+        if let Some(probe) = &active.path {
+            if !probe.starts_with('/') {
+                errors.push(
+                    format!("{path}.Path"),
+                    format!("`{probe}` must start with `/`"),
+                );
+            }
+        }
+    }
+    name::<AvailableDestinationsPolicyName>(
+        health.available_destinations_policy.as_deref(),
+        &format!("{path}.AvailableDestinationsPolicy"),
+        errors,
+    );
+}
+
+fn check_http_request(request: &HttpRequestConfig, path: &str, errors: &mut ConfigErrors) {
+    name::<HttpVersion>(
+        request.version.as_deref(),
+        &format!("{path}.Version"),
+        errors,
+    );
+    name::<HttpVersionPolicy>(
+        request.version_policy.as_deref(),
+        &format!("{path}.VersionPolicy"),
+        errors,
+    );
+    positive(
+        request.activity_timeout,
+        &format!("{path}.ActivityTimeout"),
+        errors,
+    );
+}
+
+fn check_destination(id: &str, dest: &DestinationConfig, path: &str, errors: &mut ConfigErrors) {
+    let path = format!("{path}.{id}");
+    if id.trim().is_empty() {
+        errors.push(&path, "a destination id must not be empty");
+    }
+    if let Err(message) = base_address(&dest.address) {
+        errors.push(format!("{path}.Address"), message);
+    }
+    if let Some(health) = &dest.health {
+        if let Err(message) = base_address(health) {
+            errors.push(format!("{path}.Health"), message);
+        }
+    }
+    if let Some(host) = &dest.host {
+        if let Err(message) = host_header(host) {
+            errors.push(format!("{path}.Host"), message);
+        }
+    }
+}
+
+/// A destination's base address: absolute `http`/`https` with a host, no query or fragment.
+fn base_address(address: &str) -> Result<(), String> {
+    if address.trim().is_empty() {
+        return Err("an address is required".into());
+    }
+    let uri =
+        Uri::from_str(address).map_err(|e| format!("`{address}` is not a valid URI ({e})"))?;
+    let scheme_ok = uri
+        .scheme()
+        .is_some_and(|s| *s == Scheme::HTTP || *s == Scheme::HTTPS);
+    if !scheme_ok {
+        return Err(format!(
+            "`{address}` must be an absolute `http://` or `https://` URI"
+        ));
+    }
+    if uri.host().map_or(true, str::is_empty) {
+        return Err(format!("`{address}` has no host"));
+    }
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(format!("`{address}` must not contain user information"));
+    }
+    if uri.query().is_some() || address.contains('#') {
+        return Err(format!("`{address}` must not have a query or fragment"));
+    }
+    Ok(())
+}
+
+/// A `Host` header override: `host` or `host:port`.
+fn host_header(host: &str) -> Result<(), String> {
+    let invalid = || format!("`{host}` is not a valid `host[:port]` for the Host header");
+    if host.contains('@') || http::HeaderValue::from_str(host).is_err() {
+        return Err(invalid());
+    }
+    match Authority::from_str(host) {
+        // `Authority` accepts any port text; insist on a number.
+        Ok(a) if !a.host().is_empty() && (a.as_str() == a.host() || a.port_u16().is_some()) => {
+            Ok(())
+        }
+        _ => Err(invalid()),
+    }
+}
+
+/// Checks an optional name against the accepted ones.
+fn name<T: FromStr<Err = String>>(value: Option<&str>, path: &str, errors: &mut ConfigErrors) {
+    if let Some(Err(message)) = value.map(str::parse::<T>) {
+        errors.push(path, message);
+    }
+}
+
+/// Checks that an optional duration is greater than zero.
+fn positive(value: Option<ConfigDuration>, path: &str, errors: &mut ConfigErrors) {
+    if value.is_some_and(|d| d.get().is_zero()) {
+        errors.push(path, "must be greater than 0");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_addresses() {
+        for ok in [
+            "http://127.0.0.1:5000",
+            "https://example.com/prefix/",
+            "http://[::1]:8080",
+        ] {
+            assert_eq!(base_address(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("", "required"),
+            ("   ", "required"),
+            ("127.0.0.1:5000", "absolute"),
+            ("ftp://example.com", "absolute"),
+            ("/relative", "absolute"),
+            ("http://example.com/?a=b", "query"),
+            ("http://example.com/#top", "fragment"),
+            ("http://user:pw@example.com", "user information"),
+            ("http://exa mple.com", "valid URI"),
+        ] {
+            let err = base_address(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn host_headers() {
+        assert_eq!(host_header("example.com"), Ok(()));
+        assert_eq!(host_header("example.com:8443"), Ok(()));
+        assert_eq!(host_header("[::1]:80"), Ok(()));
+        for bad in ["", "a b", "user@host", "host/path", "host:port"] {
+            assert!(host_header(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn empty_config_is_valid() {
+        assert_eq!(ProxyConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn missing_cluster_is_only_a_warning() {
+        let mut config = ProxyConfig::default();
+        config.routes.insert(
+            "r1".into(),
+            RouteConfig {
+                cluster_id: Some("nowhere".into()),
+                ..RouteConfig::default()
+            },
+        );
+        assert_eq!(config.validate(), Ok(()));
     }
 }

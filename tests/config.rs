@@ -1,0 +1,473 @@
+//! Loading and validating configurations through the public API.
+//!
+//! Every route here has a distinct, valid `Match.Path`, so route-table (match) errors
+//! never appear and these tests do not depend on the routing work.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fuseway::config::{
+    load_file, parse, ConfigDuration, ConfigErrors, Format, HttpVersion, LoadBalancingPolicyName,
+    ProxyConfig, Transform,
+};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn load_fixture(name: &str) -> ProxyConfig {
+    load_file(&fixture(name)).unwrap_or_else(|e| panic!("{name} should load: {e}"))
+}
+
+fn json_errors(text: &str) -> ConfigErrors {
+    match parse(text, Format::Json) {
+        Ok(config) => panic!("expected errors, got {config:#?}"),
+        Err(errors) => errors,
+    }
+}
+
+/// The paths of all errors of a JSON configuration.
+fn paths(text: &str) -> Vec<String> {
+    json_errors(text).iter().map(|e| e.path.clone()).collect()
+}
+
+/// The single error of a JSON configuration; panics unless there is exactly one.
+fn only_error(text: &str) -> (String, String) {
+    let errors = json_errors(text);
+    assert_eq!(errors.0.len(), 1, "expected one error, got: {errors}");
+    let e = &errors.0[0];
+    (e.path.clone(), e.message.clone())
+}
+
+/// A bare configuration with one cluster `c1` whose body is `body`.
+fn cluster(body: &str) -> String {
+    format!(r#"{{ "Clusters": {{ "c1": {body} }} }}"#)
+}
+
+/// A bare configuration with one route `r1` (matching `/r1`) whose extra keys are `extra`.
+fn route(extra: &str) -> String {
+    format!(
+        r#"{{ "Routes": {{ "r1": {{ "Match": {{ "Path": "/r1" }} {extra} }} }},
+             "Clusters": {{ "c1": {{}} }} }}"#
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Loading
+
+#[test]
+fn json_and_toml_fixtures_are_the_same_configuration() {
+    let json = load_fixture("appsettings.json");
+    let toml = load_fixture("appsettings.toml");
+    assert_eq!(json, toml);
+
+    assert_eq!(json.listen.len(), 1);
+    assert_eq!(json.listen[0].address(), "127.0.0.1:8080");
+    assert_eq!(
+        json.routes.keys().collect::<Vec<_>>(),
+        ["api", "beta", "static"]
+    );
+    let api = &json.routes["api"];
+    assert_eq!(api.timeout, Some(ConfigDuration(Duration::from_secs(30))));
+    assert_eq!(api.transforms.len(), 4);
+    let backend = &json.clusters["backend"];
+    assert_eq!(backend.destinations.len(), 2);
+    let active = backend
+        .health_check
+        .as_ref()
+        .and_then(|h| h.active.as_ref())
+        .expect("active health check");
+    assert_eq!(
+        active.interval.map(ConfigDuration::get),
+        Some(Duration::from_secs(10))
+    );
+    let cookie = backend
+        .session_affinity
+        .as_ref()
+        .and_then(|a| a.cookie.as_ref())
+        .expect("affinity cookie");
+    assert_eq!(
+        cookie.max_age.map(ConfigDuration::get),
+        Some(Duration::from_secs(86400))
+    );
+}
+
+#[test]
+fn fixture_policies_and_transforms_parse_to_typed_values() {
+    let config = load_fixture("appsettings.json");
+    let backend = &config.clusters["backend"];
+    let policy: LoadBalancingPolicyName = backend
+        .load_balancing_policy
+        .as_deref()
+        .unwrap_or_default()
+        .parse()
+        .expect("valid policy");
+    assert_eq!(policy, LoadBalancingPolicyName::LeastRequests);
+    let version: HttpVersion = backend
+        .http_request
+        .as_ref()
+        .and_then(|r| r.version.as_deref())
+        .unwrap_or_default()
+        .parse()
+        .expect("valid version");
+    assert_eq!(version, HttpVersion::Http2);
+
+    let transforms = fuseway::config::parse_transforms(
+        &config.routes["api"].transforms,
+        "Routes.api.Transforms",
+    )
+    .expect("valid transforms");
+    assert_eq!(transforms[0], Transform::PathRemovePrefix("/api".into()));
+    assert!(matches!(transforms[2], Transform::XForwarded(_)));
+}
+
+#[test]
+fn bare_object_parses_like_the_wrapped_one() {
+    let text = std::fs::read_to_string(fixture("appsettings.json")).expect("fixture");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("fixture is JSON");
+    let mut bare = doc["ReverseProxy"].clone();
+    bare["Listen"] = doc["Listen"].clone();
+    let bare = parse(&bare.to_string(), Format::Json).expect("bare object parses");
+    assert_eq!(bare, load_fixture("appsettings.json"));
+}
+
+#[test]
+fn bare_and_wrapped_toml_agree() {
+    let body = "ClusterId = \"c1\"\nMatch = { Path = \"/a\" }\n";
+    let bare = parse(&format!("[Routes.r1]\n{body}"), Format::Toml).expect("bare");
+    let wrapped =
+        parse(&format!("[ReverseProxy.Routes.r1]\n{body}"), Format::Toml).expect("wrapped");
+    assert_eq!(bare, wrapped);
+    assert_eq!(bare.routes["r1"].cluster_id.as_deref(), Some("c1"));
+}
+
+#[test]
+fn wrapped_shape_ignores_other_top_level_keys() {
+    let config = parse(
+        r#"{ "Logging": { "LogLevel": { "Default": "Debug" } }, "AllowedHosts": "*",
+             "Kestrel": { "Endpoints": {} }, "ReverseProxy": {} }"#,
+        Format::Json,
+    )
+    .expect("parses");
+    assert_eq!(config, ProxyConfig::default());
+}
+
+#[test]
+fn unknown_fields_are_rejected_with_their_path() {
+    let (path, message) = only_error(
+        r#"{ "ReverseProxy": { "Routes": { "r1": { "ClusterId": "c1", "Match": { "Pathh": "/" } } } } }"#,
+    );
+    assert_eq!(path, "Routes.r1.Match");
+    assert!(
+        message.starts_with("unknown field `Pathh`, expected one of"),
+        "{message}"
+    );
+
+    let errors = json_errors(r#"{ "Clusters": { "c1": { "LoadBalancing": "Random" } } }"#);
+    assert_eq!(
+        errors.to_string().split(':').next(),
+        Some("Clusters.c1"),
+        "{errors}"
+    );
+
+    // In the bare shape, top-level keys are checked too.
+    let (path, message) = only_error(r#"{ "Routes": {}, "Logging": {} }"#);
+    assert_eq!(path, "");
+    assert!(message.contains("unknown field `Logging`"), "{message}");
+
+    let err = parse(
+        "[ReverseProxy.Clusters.c1.Destinations.d1]\nAddress = \"http://a\"\nAdress = \"x\"\n",
+        Format::Toml,
+    )
+    .expect_err("unknown field");
+    assert_eq!(err.0[0].path, "Clusters.c1.Destinations.d1");
+    assert!(err.0[0].message.contains("unknown field `Adress`"), "{err}");
+}
+
+#[test]
+fn type_errors_name_the_field() {
+    let (path, _) = only_error(r#"{ "Routes": { "r1": { "Match": { "Hosts": [ 42 ] } } } }"#);
+    assert_eq!(path, "Routes.r1.Match.Hosts[0]");
+
+    let (path, message) = only_error(r#"{ "Routes": { "r1": { "Timeout": "soon" } } }"#);
+    assert_eq!(path, "Routes.r1.Timeout");
+    assert!(message.contains("invalid duration"), "{message}");
+
+    let (path, _) = only_error(
+        r#"{ "ReverseProxy": { "Routes": { "r1": { "Transforms": [ {}, { "PathSet": 1 } ] } } } }"#,
+    );
+    assert_eq!(path, "Routes.r1.Transforms[1].PathSet");
+}
+
+#[test]
+fn syntax_errors_give_line_and_column() {
+    let (path, message) = only_error("{\n  \"Routes\": {\n    \"r1\": {,\n}");
+    assert_eq!(path, "");
+    assert!(message.contains("line 3 column"), "{message}");
+
+    let err = parse("Routes = {\n[Clusters\n", Format::Toml).expect_err("bad TOML");
+    assert!(err.0[0].message.contains("line "), "{err}");
+}
+
+#[test]
+fn load_file_names_the_file_on_failure() {
+    let err = load_file(Path::new("proxy.yaml")).expect_err("unsupported extension");
+    assert!(err.to_string().contains("proxy.yaml"), "{err}");
+
+    let missing = fixture("does-not-exist.json");
+    let err = load_file(&missing).expect_err("missing file");
+    assert!(err.to_string().contains("does-not-exist.json"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation: listeners and routes
+
+#[test]
+fn listen_addresses_must_be_socket_addresses() {
+    let paths =
+        paths(r#"{ "Listen": [ "127.0.0.1:8080", "localhost:80", { "Address": "0.0.0.0" } ] }"#);
+    assert_eq!(paths, ["Listen[1]", "Listen[2].Address"]);
+}
+
+#[test]
+fn route_needs_a_cluster_id() {
+    let text = r#"{ "Routes": { "r1": { "Match": { "Path": "/a" } },
+                                "r2": { "ClusterId": " ", "Match": { "Path": "/b" } } } }"#;
+    assert_eq!(paths(text), ["Routes.r1.ClusterId", "Routes.r2.ClusterId"]);
+}
+
+#[test]
+fn route_to_a_missing_cluster_is_accepted() {
+    let config = parse(
+        r#"{ "Routes": { "r1": { "ClusterId": "nowhere", "Match": { "Path": "/" } } } }"#,
+        Format::Json,
+    );
+    assert!(config.is_ok(), "{config:?}");
+}
+
+#[test]
+fn route_limits() {
+    assert!(parse(
+        &route(r#", "ClusterId": "c1", "MaxRequestBodySize": -1"#),
+        Format::Json
+    )
+    .is_ok());
+    let (path, _) = only_error(&route(r#", "ClusterId": "c1", "MaxRequestBodySize": -2"#));
+    assert_eq!(path, "Routes.r1.MaxRequestBodySize");
+
+    let (path, _) = only_error(&route(r#", "ClusterId": "c1", "Timeout": "00:00:00""#));
+    assert_eq!(path, "Routes.r1.Timeout");
+
+    let (path, _) = only_error(&route(
+        r#", "ClusterId": "c1", "Timeout": "5s", "TimeoutPolicy": "slow""#,
+    ));
+    assert_eq!(path, "Routes.r1.TimeoutPolicy");
+}
+
+#[test]
+fn transform_errors_name_the_entry() {
+    let text = route(
+        r#", "ClusterId": "c1", "Transforms": [
+            { "PathPrefix": "/ok" },
+            { "PathPrefixx": "/typo" },
+            { "RequestHeader": "X-A" },
+            { "ResponseHeader": "X-B", "Set": "v", "When": "Sometimes" },
+            { "X-Forwarded": "Set", "Hots": "Off" },
+            { "RequestHeadersCopy": "maybe" }
+        ]"#,
+    );
+    let errors = json_errors(&text);
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "Routes.r1.Transforms[1]",
+            "Routes.r1.Transforms[2]",
+            "Routes.r1.Transforms[3]",
+            "Routes.r1.Transforms[4]",
+            "Routes.r1.Transforms[5]",
+        ]
+    );
+    let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        messages[0].contains("unknown transform `PathPrefixx`"),
+        "{}",
+        messages[0]
+    );
+    assert!(messages[1].contains("`Set` or `Append`"), "{}", messages[1]);
+    assert!(messages[2].contains("Sometimes"), "{}", messages[2]);
+    assert!(
+        messages[3].contains("unexpected key `Hots`"),
+        "{}",
+        messages[3]
+    );
+    assert!(messages[4].contains("`true` or `false`"), "{}", messages[4]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation: clusters
+
+#[test]
+fn load_balancing_policy_names() {
+    assert!(parse(
+        &cluster(r#"{ "LoadBalancingPolicy": "roundrobin" }"#),
+        Format::Json
+    )
+    .is_ok());
+    let (path, message) = only_error(&cluster(r#"{ "LoadBalancingPolicy": "Fastest" }"#));
+    assert_eq!(path, "Clusters.c1.LoadBalancingPolicy");
+    for name in LoadBalancingPolicyName::NAMES {
+        assert!(message.contains(name), "{message} should list {name}");
+    }
+}
+
+#[test]
+fn session_affinity() {
+    let (path, _) = only_error(&cluster(r#"{ "SessionAffinity": { "Enabled": true } }"#));
+    assert_eq!(path, "Clusters.c1.SessionAffinity.AffinityKeyName");
+    let (path, _) = only_error(&cluster(
+        r#"{ "SessionAffinity": { "Enabled": true, "AffinityKeyName": "" } }"#,
+    ));
+    assert_eq!(path, "Clusters.c1.SessionAffinity.AffinityKeyName");
+    assert!(parse(
+        &cluster(r#"{ "SessionAffinity": { "Enabled": false } }"#),
+        Format::Json
+    )
+    .is_ok());
+
+    let text = cluster(
+        r#"{ "SessionAffinity": {
+              "Enabled": true, "AffinityKeyName": "k",
+              "Policy": "Sticky", "FailurePolicy": "Retry",
+              "Cookie": { "SecurePolicy": "Sometimes", "SameSite": "Loose" } } }"#,
+    );
+    assert_eq!(
+        paths(&text),
+        [
+            "Clusters.c1.SessionAffinity.Policy",
+            "Clusters.c1.SessionAffinity.FailurePolicy",
+            "Clusters.c1.SessionAffinity.Cookie.SecurePolicy",
+            "Clusters.c1.SessionAffinity.Cookie.SameSite",
+        ]
+    );
+    let ok = cluster(
+        r#"{ "SessionAffinity": {
+              "Enabled": true, "AffinityKeyName": "k", "Policy": "customheader",
+              "FailurePolicy": "Return503Error",
+              "Cookie": { "SecurePolicy": "None", "SameSite": "Strict" } } }"#,
+    );
+    assert!(parse(&ok, Format::Json).is_ok());
+}
+
+#[test]
+fn health_checks() {
+    let text = cluster(
+        r#"{ "HealthCheck": {
+              "Passive": { "Policy": "Failures", "ReactivationPeriod": "0s" },
+              "Active": { "Policy": "Probe", "Interval": "0ms", "Timeout": "00:00:00",
+                          "Path": "healthz" },
+              "AvailableDestinationsPolicy": "Everything" } }"#,
+    );
+    assert_eq!(
+        paths(&text),
+        [
+            "Clusters.c1.HealthCheck.Passive.Policy",
+            "Clusters.c1.HealthCheck.Passive.ReactivationPeriod",
+            "Clusters.c1.HealthCheck.Active.Policy",
+            "Clusters.c1.HealthCheck.Active.Interval",
+            "Clusters.c1.HealthCheck.Active.Timeout",
+            "Clusters.c1.HealthCheck.Active.Path",
+            "Clusters.c1.HealthCheck.AvailableDestinationsPolicy",
+        ]
+    );
+    let ok = cluster(
+        r#"{ "HealthCheck": { "Active": { "Enabled": true, "Path": "/health" },
+                              "AvailableDestinationsPolicy": "HealthyAndUnknown" } }"#,
+    );
+    assert!(parse(&ok, Format::Json).is_ok());
+}
+
+#[test]
+fn http_request_and_client() {
+    for version in ["1.0", "1.1", "2", "2.0"] {
+        let ok = cluster(&format!(
+            r#"{{ "HttpRequest": {{ "Version": "{version}" }} }}"#
+        ));
+        assert!(parse(&ok, Format::Json).is_ok(), "{version}");
+    }
+    let (path, message) = only_error(&cluster(r#"{ "HttpRequest": { "Version": "3" } }"#));
+    assert_eq!(path, "Clusters.c1.HttpRequest.Version");
+    assert!(message.contains("HTTP/3 is not supported"), "{message}");
+
+    let text = cluster(
+        r#"{ "HttpRequest": { "Version": "1.2", "VersionPolicy": "Any", "ActivityTimeout": "0s" },
+             "HttpClient": { "MaxConnectionsPerServer": 0 } }"#,
+    );
+    assert_eq!(
+        paths(&text),
+        [
+            "Clusters.c1.HttpRequest.Version",
+            "Clusters.c1.HttpRequest.VersionPolicy",
+            "Clusters.c1.HttpRequest.ActivityTimeout",
+            "Clusters.c1.HttpClient.MaxConnectionsPerServer",
+        ]
+    );
+}
+
+#[test]
+fn destinations() {
+    let text = cluster(
+        r#"{ "Destinations": {
+              "a": { "Address": "" },
+              "b": { "Address": "10.0.0.1:80" },
+              "c": { "Address": "ftp://example.com" },
+              "d": { "Address": "http://example.com/?x=1" },
+              "e": { "Address": "http://example.com/#top" },
+              "f": { "Address": "http://ok.example.com", "Health": "/health" },
+              "g": { "Address": "http://ok.example.com", "Host": "bad host" },
+              "h": { "Address": "https://[::1]:5001/base", "Health": "http://[::1]:5002",
+                     "Host": "example.com:8443" } } }"#,
+    );
+    assert_eq!(
+        paths(&text),
+        [
+            "Clusters.c1.Destinations.a.Address",
+            "Clusters.c1.Destinations.b.Address",
+            "Clusters.c1.Destinations.c.Address",
+            "Clusters.c1.Destinations.d.Address",
+            "Clusters.c1.Destinations.e.Address",
+            "Clusters.c1.Destinations.f.Health",
+            "Clusters.c1.Destinations.g.Host",
+        ]
+    );
+}
+
+#[test]
+fn cluster_without_destinations_is_valid() {
+    assert!(parse(&cluster(r#"{ "Destinations": {} }"#), Format::Json).is_ok());
+}
+
+#[test]
+fn every_problem_is_reported_in_document_order() {
+    let text = r#"{ "ReverseProxy": {
+        "Listen": [ "nowhere" ],
+        "Routes": { "r1": { "Match": { "Path": "/a" }, "MaxRequestBodySize": -5 } },
+        "Clusters": { "c1": { "LoadBalancingPolicy": "Best",
+                              "Destinations": { "d1": { "Address": "relative/path" } } } } } }"#;
+    let errors = json_errors(text);
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "Listen[0]",
+            "Routes.r1.ClusterId",
+            "Routes.r1.MaxRequestBodySize",
+            "Clusters.c1.LoadBalancingPolicy",
+            "Clusters.c1.Destinations.d1.Address",
+        ]
+    );
+    let shown = errors.to_string();
+    assert!(shown.starts_with("Listen[0]: "), "{shown}");
+}
