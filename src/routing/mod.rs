@@ -2,10 +2,15 @@
 //! request with YARP's semantics.
 
 mod constraint;
+mod header;
+mod host;
 mod inline;
+mod method;
 mod path;
+mod query;
 mod table;
 mod template;
 mod text;
+mod values;
 
 pub use table::RouteTable;
