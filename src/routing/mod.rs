@@ -121,4 +121,7 @@ mod text;
 mod trie;
 mod values;
 
+#[cfg(test)]
+mod tests;
+
 pub use table::RouteTable;
