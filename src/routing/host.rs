@@ -280,6 +280,7 @@ mod tests {
             ("a.com:x", "invalid port"),
             ("a.com:0", "invalid port"),
             ("a.com:70000", "invalid port"),
+            ("a.com:+80", "invalid port"),
             ("a.com:", "invalid port"),
             ("::1", "brackets"),
             ("[::1", "bracketed IPv6"),
