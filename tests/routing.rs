@@ -62,6 +62,17 @@ impl Fixture {
     /// Like `get`, but the path goes on the wire exactly as written (clients normalise
     /// `..` and `%2e%2e` themselves, which would hide what the proxy does).
     async fn get_raw(&self, path: &str) -> Result<String, StatusCode> {
+        let path = self.raw_echo(path).await?;
+        Ok(path
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned())
+    }
+
+    /// The path the backend saw for a raw request.
+    async fn raw_echo(&self, path: &str) -> Result<String, StatusCode> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let text = within("a raw exchange", async {
             let mut s = tokio::net::TcpStream::connect(self.proxy.addr)

@@ -348,6 +348,10 @@ mod tests {
             "r1".into(),
             RouteConfig {
                 cluster_id: Some("nowhere".into()),
+                match_: crate::config::RouteMatch {
+                    path: Some("/{**rest}".into()),
+                    ..Default::default()
+                },
                 ..RouteConfig::default()
             },
         );

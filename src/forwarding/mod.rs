@@ -17,6 +17,7 @@
 mod client;
 mod future;
 pub mod headers;
+mod path;
 mod tls;
 
 use std::convert::Infallible;
@@ -134,12 +135,17 @@ fn outgoing<B>(
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
 
+    let normalized = path::normalize(parts.uri.path());
     let path_and_query = match parts.uri.path_and_query() {
-        Some(pq) if address.path_prefix.is_empty() => pq.clone(),
+        Some(pq) if address.path_prefix.is_empty() && normalized.is_none() => pq.clone(),
         None if address.path_prefix.is_empty() => PathAndQuery::from_static("/"),
         pq => {
-            let pq = pq.map_or("/", |pq| pq.as_str());
-            PathAndQuery::try_from(format!("{}{pq}", address.path_prefix))
+            let path = normalized.as_deref().unwrap_or_else(|| parts.uri.path());
+            let uri = match pq.and_then(|pq| pq.query()) {
+                Some(q) => format!("{}{path}?{q}", address.path_prefix),
+                None => format!("{}{path}", address.path_prefix),
+            };
+            PathAndQuery::try_from(uri)
                 .map_err(|e| ForwardError::new(ForwardErrorKind::Request, e))?
         }
     };
