@@ -46,6 +46,7 @@ pin_project! {
         #[pin]
         idle: Sleep,
         timeout: Duration,
+        deadline: Option<Instant>,
         guard: Option<ExchangeGuard>,
     }
 }
@@ -102,17 +103,39 @@ impl ProxyBody {
     }
 
     /// A body streamed from a destination, holding `guard` until it ends and failing
-    /// with [`ForwardErrorKind::RequestTimedOut`] after `timeout` without a frame.
-    pub(crate) fn upstream(body: Incoming, timeout: Duration, guard: ExchangeGuard) -> Self {
+    /// with [`ForwardErrorKind::RequestTimedOut`] after `timeout` without a frame, or at
+    /// `deadline`.
+    pub(crate) fn upstream(
+        body: Incoming,
+        timeout: Duration,
+        deadline: Option<Instant>,
+        mut guard: ExchangeGuard,
+    ) -> Self {
+        // An empty body is never polled: the exchange is over already.
+        let guard = if body.is_end_stream() {
+            guard.finish(Some(Ok(())));
+            None
+        } else {
+            Some(guard)
+        };
         Kind::Upstream {
             inner: Upstream {
                 body,
-                idle: tokio::time::sleep(timeout),
+                idle: tokio::time::sleep_until(next_deadline(timeout, deadline)),
                 timeout,
-                guard: Some(guard),
+                deadline,
+                guard,
             },
         }
         .into()
+    }
+
+    /// The exchange this body belongs to, while it is streaming from a destination.
+    pub(crate) fn exchange_mut(&mut self) -> Option<&mut ExchangeGuard> {
+        match &mut self.kind {
+            Kind::Upstream { inner } => inner.guard.as_mut(),
+            _ => None,
+        }
     }
 }
 
@@ -155,32 +178,47 @@ impl Body for ProxyBody {
     }
 }
 
+fn next_deadline(timeout: Duration, deadline: Option<Instant>) -> Instant {
+    let idle = Instant::now() + timeout;
+    deadline.map_or(idle, |d| d.min(idle))
+}
+
 impl Upstream {
+    fn finish(guard: &mut Option<ExchangeGuard>, result: Result<(), ForwardErrorKind>) {
+        if let Some(mut g) = guard.take() {
+            g.finish(Some(result));
+        }
+    }
+
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ForwardError>>> {
-        let this = self.project();
-        match this.body.poll_frame(cx) {
+        let mut this = self.project();
+        match this.body.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                let deadline = Instant::now() + *this.timeout;
-                this.idle.reset(deadline);
+                if this.body.is_end_stream() {
+                    Self::finish(this.guard, Ok(()));
+                } else {
+                    this.idle
+                        .reset(next_deadline(*this.timeout, *this.deadline));
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.guard.take();
+                Self::finish(this.guard, Err(ForwardErrorKind::ResponseBodyDestination));
                 Poll::Ready(Some(Err(ForwardError::new(
                     ForwardErrorKind::ResponseBodyDestination,
                     e,
                 ))))
             }
             Poll::Ready(None) => {
-                this.guard.take();
+                Self::finish(this.guard, Ok(()));
                 Poll::Ready(None)
             }
             Poll::Pending => {
                 ready!(this.idle.poll(cx));
-                this.guard.take();
+                Self::finish(this.guard, Err(ForwardErrorKind::RequestTimedOut));
                 Poll::Ready(Some(Err(ForwardError::kind_only(
                     ForwardErrorKind::RequestTimedOut,
                 ))))

@@ -22,3 +22,4 @@ pub use transforms::{
     parse_transforms, ForwardedAction, ForwardedTransform, NodeFormat, ResponseCondition,
     Transform, ValueAction, XForwardedTransform,
 };
+pub use validate::MAX_WEIGHT;

@@ -97,9 +97,17 @@ pub struct RouteConfig {
     /// Largest request body in bytes; `-1` is unlimited; absent is the server default.
     #[serde(default)]
     pub max_request_body_size: Option<i64>,
-    /// Time limit for the whole exchange.
+    /// Time limit for the whole exchange (504 when exceeded before the response starts).
     #[serde(default)]
     pub timeout: Option<ConfigDuration>,
+    /// Most requests of this route in flight at once (fuseway extension); more get 503
+    /// with `Retry-After`.
+    #[serde(default)]
+    pub max_concurrent_requests: Option<u32>,
+    /// Token-bucket rate limit of this route (fuseway extension); over it: 429 with
+    /// `Retry-After`.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitConfig>,
     /// Request and response transforms, in YARP's dictionary form.
     #[serde(default)]
     pub transforms: Vec<BTreeMap<String, String>>,
@@ -118,6 +126,17 @@ pub struct RouteConfig {
     /// Free-form data for custom stages.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+}
+
+/// A token-bucket rate limit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Tokens added per second.
+    pub permits_per_second: f64,
+    /// Bucket size: requests allowed in a burst (default: `PermitsPerSecond`, at least 1).
+    #[serde(default)]
+    pub burst: Option<u32>,
 }
 
 /// The match criteria of a route. All given criteria must match.
@@ -255,6 +274,11 @@ pub struct SessionAffinityConfig {
     /// Cookie attributes.
     #[serde(default)]
     pub cookie: Option<AffinityCookieConfig>,
+    /// Key sealing destination ids for the `Cookie` and `CustomHeader` policies: 32 bytes,
+    /// base64 (fuseway extension; YARP uses ASP.NET Data Protection). Without it a random
+    /// key is generated at start, and keys do not survive a restart.
+    #[serde(default)]
+    pub encryption_key: Option<String>,
 }
 
 /// Attributes of the affinity cookie.
@@ -315,6 +339,10 @@ pub struct PassiveHealthConfig {
     /// How long an unhealthy destination stays out of rotation.
     #[serde(default)]
     pub reactivation_period: Option<ConfigDuration>,
+    /// Also count 5xx responses as failures (fuseway extension; YARP counts transport
+    /// failures only).
+    #[serde(default)]
+    pub count_server_errors: Option<bool>,
 }
 
 /// Active health settings.
@@ -339,6 +367,10 @@ pub struct ActiveHealthConfig {
     /// Probe query string.
     #[serde(default)]
     pub query: Option<String>,
+    /// Consecutive failures that make a destination unhealthy (default 2; YARP's
+    /// `ConsecutiveFailuresHealthPolicy.Threshold` cluster metadata is honoured too).
+    #[serde(default)]
+    pub threshold: Option<u32>,
 }
 
 /// Outgoing request settings of a cluster.
@@ -395,6 +427,9 @@ pub struct DestinationConfig {
     /// `Host` header sent instead of the address' authority.
     #[serde(default)]
     pub host: Option<String>,
+    /// Relative weight for `RoundRobin` and `Random` (fuseway extension; default 1).
+    #[serde(default)]
+    pub weight: Option<u32>,
     /// Free-form data for custom stages.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,

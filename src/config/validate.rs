@@ -91,6 +91,26 @@ fn check_route(
         }
     }
     positive(route.timeout, &format!("{path}.Timeout"), errors);
+    if route.max_concurrent_requests == Some(0) {
+        errors.push(
+            format!("{path}.MaxConcurrentRequests"),
+            "must be greater than 0",
+        );
+    }
+    if let Some(rate) = &route.rate_limit {
+        if !(rate.permits_per_second.is_finite() && rate.permits_per_second > 0.0) {
+            errors.push(
+                format!("{path}.RateLimit.PermitsPerSecond"),
+                format!(
+                    "must be a number greater than 0, not {}",
+                    rate.permits_per_second
+                ),
+            );
+        }
+        if rate.burst == Some(0) {
+            errors.push(format!("{path}.RateLimit.Burst"), "must be greater than 0");
+        }
+    }
     if route.timeout.is_some() && route.timeout_policy.is_some() {
         errors.push(
             format!("{path}.TimeoutPolicy"),
@@ -105,11 +125,15 @@ fn check_cluster(id: &str, cluster: &ClusterConfig, errors: &mut ConfigErrors) {
     if id.trim().is_empty() {
         errors.push(&path, "a cluster id must not be empty");
     }
-    name::<LoadBalancingPolicyName>(
-        cluster.load_balancing_policy.as_deref(),
-        &format!("{path}.LoadBalancingPolicy"),
-        errors,
-    );
+    if let Some(policy) = cluster.load_balancing_policy.as_deref() {
+        if !crate::balancing::is_registered(policy) {
+            name::<LoadBalancingPolicyName>(
+                Some(policy),
+                &format!("{path}.LoadBalancingPolicy"),
+                errors,
+            );
+        }
+    }
     if let Some(affinity) = &cluster.session_affinity {
         check_affinity(affinity, &format!("{path}.SessionAffinity"), errors);
     }
@@ -154,6 +178,11 @@ fn check_affinity(affinity: &SessionAffinityConfig, path: &str, errors: &mut Con
         &format!("{path}.FailurePolicy"),
         errors,
     );
+    if let Some(key) = &affinity.encryption_key {
+        if let Err(message) = crate::affinity::parse_key(key) {
+            errors.push(format!("{path}.EncryptionKey"), message);
+        }
+    }
     if let Some(cookie) = &affinity.cookie {
         name::<CookieSecurePolicy>(
             cookie.secure_policy.as_deref(),
@@ -187,6 +216,9 @@ fn check_health(health: &HealthCheckConfig, path: &str, errors: &mut ConfigError
         name::<ActiveHealthPolicyName>(active.policy.as_deref(), &format!("{path}.Policy"), errors);
         positive(active.interval, &format!("{path}.Interval"), errors);
         positive(active.timeout, &format!("{path}.Timeout"), errors);
+        if active.threshold == Some(0) {
+            errors.push(format!("{path}.Threshold"), "must be greater than 0");
+        }
         if let Some(probe) = &active.path {
             if !probe.starts_with('/') {
                 errors.push(
@@ -237,6 +269,14 @@ fn check_destination(id: &str, dest: &DestinationConfig, path: &str, errors: &mu
     if let Some(host) = &dest.host {
         if let Err(message) = host_header(host) {
             errors.push(format!("{path}.Host"), message);
+        }
+    }
+    if let Some(weight) = dest.weight {
+        if !(1..=MAX_WEIGHT).contains(&weight) {
+            errors.push(
+                format!("{path}.Weight"),
+                format!("must be between 1 and {MAX_WEIGHT}, not {weight}"),
+            );
         }
     }
 }
@@ -291,6 +331,9 @@ fn name<T: FromStr<Err = String>>(value: Option<&str>, path: &str, errors: &mut 
 }
 
 /// Checks that an optional duration is greater than zero.
+/// The largest destination `Weight`.
+pub const MAX_WEIGHT: u32 = 10_000;
+
 fn positive(value: Option<ConfigDuration>, path: &str, errors: &mut ConfigErrors) {
     if value.is_some_and(|d| d.get().is_zero()) {
         errors.push(path, "must be greater than 0");

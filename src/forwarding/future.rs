@@ -1,18 +1,17 @@
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Version;
 use hyper_util::client::legacy;
 use pin_project_lite::pin_project;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
+use super::request_body::{BodyTooLarge, ClientBodyError};
 use super::{headers, ExchangeGuard};
 use crate::body::ProxyBody;
 use crate::request::{ForwardError, ForwardErrorKind, Outcome, ProxyResponse, RouteContext};
-use crate::state::DestinationState;
 
 pin_project! {
     /// The forwarder's future: waits for the destination's response headers within
@@ -21,8 +20,7 @@ pin_project! {
         #[pin]
         timeout: Sleep,
         state: State,
-        context: RouteContext,
-        destination: Arc<DestinationState>,
+        target: Option<(RouteContext, usize)>,
     }
 }
 
@@ -40,7 +38,7 @@ enum State {
 impl std::fmt::Debug for ResponseFuture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("forwarding::ResponseFuture")
-            .field("context", &self.context)
+            .field("target", &self.target)
             .finish_non_exhaustive()
     }
 }
@@ -50,33 +48,29 @@ impl ResponseFuture {
         future: legacy::ResponseFuture,
         guard: ExchangeGuard,
         context: RouteContext,
-        destination: Arc<DestinationState>,
+        destination: usize,
         activity_timeout: Duration,
         client_version: Version,
     ) -> Self {
+        let idle = Instant::now() + activity_timeout;
+        let headers_by = context.limits().deadline.map_or(idle, |d| d.min(idle));
         ResponseFuture {
-            timeout: tokio::time::sleep(activity_timeout),
+            timeout: tokio::time::sleep_until(headers_by),
             state: State::Sending {
                 future,
                 guard,
                 activity_timeout,
                 client_version,
             },
-            context,
-            destination,
+            target: Some((context, destination)),
         }
     }
 
-    pub(super) fn failed(
-        error: ForwardError,
-        context: RouteContext,
-        destination: Arc<DestinationState>,
-    ) -> Self {
+    pub(super) fn failed(error: ForwardError, context: RouteContext, destination: usize) -> Self {
         ResponseFuture {
             timeout: tokio::time::sleep(Duration::ZERO),
             state: State::Failed(Some(error)),
-            context,
-            destination,
+            target: Some((context, destination)),
         }
     }
 }
@@ -101,13 +95,14 @@ impl Future for ResponseFuture {
                     let (mut parts, body) = response.into_parts();
                     headers::remove_hop_by_hop(&mut parts.headers);
                     parts.version = client_version;
-                    let body = ProxyBody::upstream(body, activity_timeout, guard);
+                    let (context, destination) = this.target.take().expect("target");
+                    let deadline = context.limits().deadline;
+                    let body = ProxyBody::upstream(body, activity_timeout, deadline, guard);
+                    let mut outcome = Outcome::default();
+                    outcome.set_target(context, destination);
                     return Poll::Ready(Ok(ProxyResponse {
                         response: http::Response::from_parts(parts, body),
-                        outcome: Outcome {
-                            destination: Some(this.destination.clone()),
-                            error: None,
-                        },
+                        outcome,
                     }));
                 }
                 Poll::Ready(Err(e)) => ForwardError::new(classify(&e), e),
@@ -119,31 +114,35 @@ impl Future for ResponseFuture {
             State::Failed(e) => e.take().expect("polled after completion"),
             State::Done => panic!("forwarding::ResponseFuture polled after completion"),
         };
+        // Release the counters before anyone looks at the outcome.
         *this.state = State::Done;
+        let (context, destination) = this.target.take().expect("target");
+        let dest = &context.cluster().destinations()[destination];
         tracing::warn!(
-            route = this.context.route().id(),
-            cluster = this.destination.cluster_id(),
-            destination = this.destination.id(),
+            route = context.route().id(),
+            cluster = context.cluster().id(),
+            destination = dest.id(),
             status = error.kind().status().as_u16(),
             error = %error,
             "forwarding failed"
         );
-        Poll::Ready(Ok(ProxyResponse::error(
-            error,
-            Some(this.destination.clone()),
-        )))
+        let mut response = ProxyResponse::error(error);
+        response.outcome.set_target(context, destination);
+        Poll::Ready(Ok(response))
     }
 }
 
-/// YARP's error kind for a client error: a failure to read the client's request body
-/// is the client's fault (400), everything else the destination's (502).
+/// YARP's error kind for a send failure: the request body over the route's limit is
+/// 413, a failure reading the client's body is the client's fault (400), everything
+/// else the destination's (502).
 fn classify(error: &legacy::Error) -> ForwardErrorKind {
     let mut source = std::error::Error::source(error);
     while let Some(e) = source {
-        if let Some(h) = e.downcast_ref::<hyper::Error>() {
-            if h.is_user() {
-                return ForwardErrorKind::RequestBodyClient;
-            }
+        if e.is::<BodyTooLarge>() {
+            return ForwardErrorKind::RequestBodyTooLarge;
+        }
+        if e.is::<ClientBodyError>() {
+            return ForwardErrorKind::RequestBodyClient;
         }
         source = e.source();
     }

@@ -18,6 +18,7 @@ mod client;
 mod future;
 pub mod headers;
 mod path;
+mod request_body;
 mod tls;
 
 use std::convert::Infallible;
@@ -31,16 +32,59 @@ use http_body::Body;
 use tower_service::Service;
 
 pub use future::ResponseFuture;
+pub use request_body::RequestBody;
 
+use crate::health::PassiveRecord;
 use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};
 use crate::state::{ConcurrencyGuard, UpstreamVersion};
 use client::Clients;
 
-/// Holds the destination's and the cluster's concurrency counters for one exchange.
+/// Everything that lives exactly as long as one exchange: the destination's and the
+/// cluster's concurrency counters, guards stages asked to hold, and the passive-health
+/// record. When the exchange ends the counters are released first, then the record is
+/// made — exactly once, and never when the client abandoned the response.
 #[derive(Debug)]
 pub struct ExchangeGuard {
-    _destination: ConcurrencyGuard,
-    _cluster: ConcurrencyGuard,
+    destination: Option<ConcurrencyGuard>,
+    cluster: Option<ConcurrencyGuard>,
+    held: Option<ConcurrencyGuard>,
+    passive: Option<PassiveRecord>,
+}
+
+impl ExchangeGuard {
+    fn new(destination: ConcurrencyGuard, cluster: ConcurrencyGuard) -> Self {
+        ExchangeGuard {
+            destination: Some(destination),
+            cluster: Some(cluster),
+            held: None,
+            passive: None,
+        }
+    }
+
+    pub(crate) fn hold(&mut self, guard: ConcurrencyGuard) {
+        self.held = Some(guard);
+    }
+
+    pub(crate) fn on_complete(&mut self, record: PassiveRecord) {
+        self.passive = Some(record);
+    }
+
+    /// The exchange is over: `Some(result)` when the body ended or failed, `None` when
+    /// it was abandoned (client gone).
+    pub(crate) fn finish(&mut self, result: Option<Result<(), ForwardErrorKind>>) {
+        self.destination.take();
+        self.cluster.take();
+        self.held.take();
+        if let (Some(record), Some(result)) = (self.passive.take(), result) {
+            record.complete(result);
+        }
+    }
+}
+
+impl Drop for ExchangeGuard {
+    fn drop(&mut self) {
+        self.finish(None);
+    }
 }
 
 /// The terminal service of every pipeline: forwards a [`Balanced`] request.
@@ -48,7 +92,7 @@ pub struct ExchangeGuard {
 /// `B` is the request body type; the forwarder keeps one pooled client per HTTP
 /// version and certificate policy, shared by all its clones.
 pub struct Forwarder<B> {
-    clients: Arc<Clients<B>>,
+    clients: Arc<Clients<RequestBody<B>>>,
 }
 
 impl<B> Clone for Forwarder<B> {
@@ -92,12 +136,8 @@ where
         let destination = request.destination_index();
         let cluster = request.context.cluster();
         let dest = &cluster.destinations()[destination];
-        let guard = ExchangeGuard {
-            _destination: dest.state().enter(),
-            _cluster: cluster.state().enter(),
-        };
+        let guard = ExchangeGuard::new(dest.state().enter(), cluster.state().enter());
         let http = cluster.http().clone();
-        let dest_state = dest.state().clone();
         let client_version = request.request.version();
         let (req, context, _) = request.into_parts();
         match outgoing(req, &context, destination, http.version) {
@@ -107,12 +147,12 @@ where
                     fut,
                     guard,
                     context,
-                    dest_state,
+                    destination,
                     http.activity_timeout,
                     client_version,
                 )
             }
-            Err(e) => ResponseFuture::failed(e, context, dest_state),
+            Err(e) => ResponseFuture::failed(e, context, destination),
         }
     }
 }
@@ -123,7 +163,7 @@ fn outgoing<B>(
     context: &crate::request::RouteContext,
     destination: usize,
     version: UpstreamVersion,
-) -> Result<Request<B>, ForwardError> {
+) -> Result<Request<RequestBody<B>>, ForwardError> {
     let dest = &context.cluster().destinations()[destination];
     let address = dest.address();
     let (mut parts, body) = request.into_parts();
@@ -173,6 +213,7 @@ fn outgoing<B>(
         UpstreamVersion::Http1 => Version::HTTP_11,
         UpstreamVersion::Http2 => Version::HTTP_2,
     };
+    let body = RequestBody::new(body, context.limits().max_request_body_size);
     Ok(Request::from_parts(parts, body))
 }
 

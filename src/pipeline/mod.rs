@@ -39,15 +39,27 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 
+use crate::affinity::SessionAffinity;
 use crate::balancing::LoadBalancing;
 use crate::forwarding::Forwarder;
+use crate::health::PassiveHealth;
+use crate::limits::Limits;
 use crate::routing::Routing;
 use crate::stage::StageService;
 use crate::state::ProxyState;
 
-/// The default pipeline as separate layers: routing -> load balancing -> forwarding.
-pub type LayeredDefault<B = Incoming> =
-    StageService<Routing, StageService<LoadBalancing, Forwarder<B>>>;
+/// The default pipeline as separate layers: routing -> session affinity -> limits ->
+/// load balancing -> passive health -> forwarding.
+pub type LayeredDefault<B = Incoming> = StageService<
+    Routing,
+    StageService<
+        SessionAffinity,
+        StageService<
+            Limits,
+            StageService<LoadBalancing, StageService<PassiveHealth, Forwarder<B>>>,
+        >,
+    >,
+>;
 
 /// The default pipeline as separate tower layers over a new [`Forwarder`].
 pub fn layered_default(state: Arc<ProxyState>) -> LayeredDefault {
@@ -61,6 +73,15 @@ pub fn layered_default_with<B>(
 ) -> LayeredDefault<B> {
     StageService::new(
         Routing::new(state),
-        StageService::new(LoadBalancing::new(), forwarder),
+        StageService::new(
+            SessionAffinity::new(),
+            StageService::new(
+                Limits::new(),
+                StageService::new(
+                    LoadBalancing::new(),
+                    StageService::new(PassiveHealth::new(), forwarder),
+                ),
+            ),
+        ),
     )
 }

@@ -17,6 +17,8 @@ use http::Request;
 pub use candidates::{Candidates, Iter as CandidatesIter};
 pub use response::{ForwardError, ForwardErrorKind, Outcome, ProxyResponse};
 
+use crate::state::DestinationState;
+
 use crate::state::{Cluster, Destination, Route, Snapshot};
 
 /// Information about the client connection a request arrived on. The server puts it in
@@ -39,6 +41,16 @@ pub struct RouteContext {
     route: usize,
     cluster: usize,
     candidates: Candidates,
+    limits: ExchangeLimits,
+}
+
+/// Limits the forwarder applies to one exchange; set by the limits stage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExchangeLimits {
+    /// Largest request body sent to the destination; past it the exchange fails with 413.
+    pub max_request_body_size: Option<u64>,
+    /// When the whole exchange must be over (504 before the response starts).
+    pub deadline: Option<tokio::time::Instant>,
 }
 
 impl fmt::Debug for RouteContext {
@@ -68,7 +80,18 @@ impl RouteContext {
             route,
             cluster,
             candidates,
+            limits: ExchangeLimits::default(),
         }
+    }
+
+    /// Limits for the forwarder.
+    pub fn limits(&self) -> &ExchangeLimits {
+        &self.limits
+    }
+
+    /// Limits for the forwarder, to set them.
+    pub fn limits_mut(&mut self) -> &mut ExchangeLimits {
+        &mut self.limits
     }
 
     /// The snapshot the decision was made on.
@@ -149,6 +172,11 @@ impl<B> Balanced<B> {
     /// The chosen destination.
     pub fn destination(&self) -> &Destination {
         &self.context.cluster().destinations()[self.destination]
+    }
+
+    /// The chosen destination's runtime state.
+    pub fn destination_state(&self) -> &Arc<DestinationState> {
+        self.destination().state()
     }
 
     /// The chosen destination's index in its cluster.

@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use http::{Response, StatusCode};
 
+use super::RouteContext;
 use crate::body::ProxyBody;
-use crate::state::DestinationState;
+use crate::health::PassiveRecord;
+use crate::state::{Cluster, ConcurrencyGuard, Destination, DestinationState};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -25,6 +27,8 @@ pub enum ForwardErrorKind {
     RequestCanceled,
     /// Reading the request body from the client failed (400).
     RequestBodyClient,
+    /// The request body was larger than the route allows (413).
+    RequestBodyTooLarge,
     /// Sending the request body to the destination failed (502).
     RequestBodyDestination,
     /// Reading the response body from the destination failed (the response is aborted).
@@ -42,6 +46,7 @@ impl ForwardErrorKind {
             ForwardErrorKind::RequestBodyClient | ForwardErrorKind::RequestCanceled => {
                 StatusCode::BAD_REQUEST
             }
+            ForwardErrorKind::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -106,14 +111,42 @@ impl StdError for ForwardError {
     }
 }
 
-/// What forwarding did: the final destination (a stage may have reassigned it) and the
-/// error, if any. Passive health reads this.
+/// What forwarding did: where the request finally went (a stage may have reassigned
+/// it) and the error, if any. Passive health and affinity read this on the way back.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// The destination the request was sent to, if it got that far.
-    pub destination: Option<Arc<DestinationState>>,
+    target: Option<(RouteContext, usize)>,
     /// The forwarding error, if any.
     pub error: Option<ForwardError>,
+}
+
+impl Outcome {
+    /// Record that the request was sent to destination `index` of `context`'s cluster.
+    pub fn set_target(&mut self, context: RouteContext, index: usize) {
+        self.target = Some((context, index));
+    }
+
+    /// The routing context of the forwarded request.
+    pub fn context(&self) -> Option<&RouteContext> {
+        self.target.as_ref().map(|(c, _)| c)
+    }
+
+    /// The cluster the request was sent to.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.context().map(RouteContext::cluster)
+    }
+
+    /// The destination the request was sent to.
+    pub fn destination(&self) -> Option<&Destination> {
+        self.target
+            .as_ref()
+            .map(|(c, i)| &c.cluster().destinations()[*i])
+    }
+
+    /// The destination's runtime state.
+    pub fn destination_state(&self) -> Option<&Arc<DestinationState>> {
+        self.destination().map(Destination::state)
+    }
 }
 
 /// The response a pipeline produces: an HTTP response plus the [`Outcome`] of forwarding.
@@ -138,12 +171,9 @@ impl ProxyResponse {
     }
 
     /// The error response for a forwarding failure (status from its kind, empty body).
-    pub fn error(error: ForwardError, destination: Option<Arc<DestinationState>>) -> Self {
+    pub fn error(error: ForwardError) -> Self {
         let mut r = ProxyResponse::status(error.kind().status());
-        r.outcome = Outcome {
-            destination,
-            error: Some(error),
-        };
+        r.outcome.error = Some(error);
         r
     }
 
@@ -155,5 +185,26 @@ impl ProxyResponse {
     /// The HTTP response, dropping the outcome.
     pub fn into_response(self) -> Response<ProxyBody> {
         self.response
+    }
+
+    /// Keep `guard` until the response body has been sent (or dropped); dropped now when
+    /// the body is not streamed from a destination.
+    pub fn hold_until_complete(&mut self, guard: ConcurrencyGuard) {
+        if let Some(exchange) = self.response.body_mut().exchange_mut() {
+            exchange.hold(guard);
+        }
+    }
+
+    /// Record `record` once the exchange is over: when the streamed body ends or fails,
+    /// after the counters are released (never if the client abandons the body); at
+    /// once when there is no streamed body.
+    pub(crate) fn on_complete(&mut self, record: PassiveRecord) {
+        match self.response.body_mut().exchange_mut() {
+            Some(exchange) => exchange.on_complete(record),
+            None => record.complete(match &self.outcome.error {
+                Some(e) => Err(e.kind()),
+                None => Ok(()),
+            }),
+        }
     }
 }

@@ -3,7 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::affinity::AffinitySettings;
+use crate::balancing::ClusterBalancing;
 use crate::config::{ClusterConfig, RouteConfig};
+use crate::health::ClusterHealth;
+use crate::limits::{RouteLimits, RouteState};
 
 use super::destination::{ClusterState, Destination};
 
@@ -59,6 +63,9 @@ pub struct Cluster {
     pub(crate) destinations: Vec<Destination>,
     pub(crate) state: Arc<ClusterState>,
     pub(crate) http: HttpSettings,
+    pub(crate) balancing: ClusterBalancing,
+    pub(crate) affinity: Option<AffinitySettings>,
+    pub(crate) health: ClusterHealth,
 }
 
 impl Cluster {
@@ -94,6 +101,21 @@ impl Cluster {
     pub fn http(&self) -> &HttpSettings {
         &self.http
     }
+
+    /// Its load-balancing policy.
+    pub fn balancing(&self) -> &ClusterBalancing {
+        &self.balancing
+    }
+
+    /// Its session-affinity settings, when enabled.
+    pub fn affinity(&self) -> Option<&AffinitySettings> {
+        self.affinity.as_ref()
+    }
+
+    /// Its health settings.
+    pub fn health(&self) -> &ClusterHealth {
+        &self.health
+    }
 }
 
 /// A route as the snapshot holds it.
@@ -102,6 +124,8 @@ pub struct Route {
     pub(crate) id: Arc<str>,
     pub(crate) config: RouteConfig,
     pub(crate) cluster: Option<usize>,
+    pub(crate) limits: RouteLimits,
+    pub(crate) state: Arc<RouteState>,
 }
 
 impl Route {
@@ -113,6 +137,16 @@ impl Route {
     /// Its configuration.
     pub fn config(&self) -> &RouteConfig {
         &self.config
+    }
+
+    /// Its limits (body size, timeout, concurrency, rate).
+    pub fn limits(&self) -> &RouteLimits {
+        &self.limits
+    }
+
+    /// Its runtime state (in-flight counter, rate-limit bucket); survives reloads.
+    pub fn state(&self) -> &Arc<RouteState> {
+        &self.state
     }
 
     /// Index of its cluster in the snapshot, if that cluster exists.

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 
+use crate::balancing::BalancerState;
 use crate::config::{ConfigError, DestinationConfig};
+use crate::health::DestinationHealth;
+use crate::limits::RouteState;
 
 /// Runtime state of one destination that outlives configuration reloads for as long
 /// as the destination keeps its id within its cluster.
@@ -16,6 +19,7 @@ pub struct DestinationState {
     cluster_id: Arc<str>,
     id: Arc<str>,
     concurrent: AtomicUsize,
+    health: DestinationHealth,
 }
 
 impl DestinationState {
@@ -24,7 +28,13 @@ impl DestinationState {
             cluster_id,
             id,
             concurrent: AtomicUsize::new(0),
+            health: DestinationHealth::default(),
         }
+    }
+
+    /// Its health (active and passive).
+    pub fn health(&self) -> &DestinationHealth {
+        &self.health
     }
 
     /// The destination's id.
@@ -55,9 +65,15 @@ impl DestinationState {
 #[derive(Debug, Default)]
 pub struct ClusterState {
     concurrent: AtomicUsize,
+    balancer: BalancerState,
 }
 
 impl ClusterState {
+    /// The balancer's runtime state.
+    pub fn balancer(&self) -> &BalancerState {
+        &self.balancer
+    }
+
     /// Requests being forwarded to this cluster right now.
     pub fn concurrent_requests(&self) -> usize {
         self.concurrent.load(Ordering::Relaxed)
@@ -76,6 +92,7 @@ impl ClusterState {
 enum Counter {
     Destination(Arc<DestinationState>),
     Cluster(Arc<ClusterState>),
+    Route(Arc<RouteState>),
 }
 
 /// Holds one unit of a concurrency counter; dropping it gives the unit back, on
@@ -85,11 +102,21 @@ pub struct ConcurrencyGuard {
     counter: Counter,
 }
 
+impl ConcurrencyGuard {
+    /// A guard for a unit the caller already added to `route`'s counter.
+    pub(crate) fn route(route: Arc<RouteState>) -> Self {
+        ConcurrencyGuard {
+            counter: Counter::Route(route),
+        }
+    }
+}
+
 impl Drop for ConcurrencyGuard {
     fn drop(&mut self) {
         match &self.counter {
             Counter::Destination(d) => d.concurrent.fetch_sub(1, Ordering::Relaxed),
             Counter::Cluster(c) => c.concurrent.fetch_sub(1, Ordering::Relaxed),
+            Counter::Route(r) => r.concurrent.fetch_sub(1, Ordering::Relaxed),
         };
     }
 }
@@ -196,6 +223,11 @@ impl Destination {
     /// The `Host` header sent to it: the configured `Host`, else the address' authority.
     pub fn host_header(&self) -> &HeaderValue {
         &self.host
+    }
+
+    /// Its relative weight (`Weight`, default 1).
+    pub fn weight(&self) -> u32 {
+        self.config.weight.unwrap_or(1)
     }
 
     /// The configuration it was built from (metadata included).

@@ -28,7 +28,11 @@ pub use destination::{
     ClusterState, ConcurrencyGuard, Destination, DestinationAddress, DestinationState,
 };
 
+use crate::affinity::AffinitySettings;
+use crate::balancing::ClusterBalancing;
 use crate::config::{ConfigErrors, ProxyConfig};
+use crate::health::ClusterHealth;
+use crate::limits::{RouteLimits, RouteState};
 use crate::routing::RouteTable;
 
 /// An immutable view of the whole configuration, compiled for request handling.
@@ -75,6 +79,7 @@ impl Snapshot {
 
 #[derive(Debug, Default)]
 struct Registry {
+    routes: HashMap<Arc<str>, Arc<RouteState>>,
     clusters: HashMap<Arc<str>, Arc<ClusterState>>,
     destinations: HashMap<(Arc<str>, Arc<str>), Arc<DestinationState>>,
 }
@@ -105,9 +110,12 @@ impl ProxyState {
         let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         let mut next = Registry::default();
         // Seed `next` with the existing states so they are reused, then keep only the used ones.
+        next.routes.clone_from(&registry.routes);
         next.clusters.clone_from(&registry.clusters);
         next.destinations.clone_from(&registry.destinations);
         let snapshot = build(config, &mut next)?;
+        next.routes
+            .retain(|id, _| snapshot.routes.iter().any(|r| r.id == *id));
         next.clusters
             .retain(|id, _| snapshot.cluster_index.contains_key(id));
         next.destinations.retain(|(c, d), _| {
@@ -148,6 +156,19 @@ fn build(config: ProxyConfig, registry: &mut Registry) -> Result<Snapshot, Confi
                 Err(e) => errors.0.push(e),
             }
         }
+        let path = format!("Clusters.{cid}");
+        let balancing = ClusterBalancing::from_config(ccfg, &destinations, &path);
+        let affinity = AffinitySettings::from_config(ccfg.session_affinity.as_ref(), &cid, &path);
+        let health = ClusterHealth::from_config(ccfg, &path);
+        let (balancing, affinity, health) = match (balancing, affinity, health) {
+            (Ok(b), Ok(a), Ok(h)) => (b, a, h),
+            (b, a, h) => {
+                errors
+                    .0
+                    .extend(b.err().into_iter().chain(a.err()).chain(h.err()));
+                continue;
+            }
+        };
         cluster_index.insert(cid.clone(), clusters.len());
         clusters.push(Cluster {
             id: cid,
@@ -155,6 +176,9 @@ fn build(config: ProxyConfig, registry: &mut Registry) -> Result<Snapshot, Confi
             config: ccfg.clone(),
             destinations,
             state,
+            balancing,
+            affinity,
+            health,
         });
     }
     let table = RouteTable::build(config.routes.iter().map(|(id, r)| (id.as_str(), r)));
@@ -165,19 +189,29 @@ fn build(config: ProxyConfig, registry: &mut Registry) -> Result<Snapshot, Confi
             return Err(errors);
         }
     };
-    errors.into_result()?;
-    let routes = config
-        .routes
-        .iter()
-        .map(|(id, r)| Route {
-            id: Arc::from(id.as_str()),
+    let mut routes = Vec::with_capacity(config.routes.len());
+    for (id, r) in &config.routes {
+        let id: Arc<str> = Arc::from(id.as_str());
+        let limits = match RouteLimits::from_config(r, &format!("Routes.{id}")) {
+            Ok(l) => l,
+            Err(e) => {
+                errors.0.push(e);
+                continue;
+            }
+        };
+        let state = registry.routes.entry(id.clone()).or_default().clone();
+        routes.push(Route {
             cluster: r
                 .cluster_id
                 .as_deref()
                 .and_then(|c| cluster_index.get(c).copied()),
             config: r.clone(),
-        })
-        .collect();
+            id,
+            limits,
+            state,
+        });
+    }
+    errors.into_result()?;
     Ok(Snapshot {
         routes,
         clusters,

@@ -1,0 +1,182 @@
+//! Per-route limits: request body size, whole-exchange timeout, concurrent requests and
+//! a token-bucket rate limit.
+//!
+//! | setting | when exceeded |
+//! |---|---|
+//! | `MaxRequestBodySize` (bytes; `-1` unlimited; default 30,000,000 as Kestrel) | `Content-Length` over it: 413 before any destination is contacted; a streamed body is cut at the limit and the exchange fails with 413 if the response has not started |
+//! | `Timeout` | 504 if the response has not started by then; an aborted response after |
+//! | `MaxConcurrentRequests` | 503 with `Retry-After: 1`; a request counts until its response body ends |
+//! | `RateLimit { PermitsPerSecond, Burst }` | 429 with `Retry-After` (seconds until a permit is free) |
+//!
+//! ```
+//! use fuseway::limits::Limits;
+//! use fuseway::stage::StageLayer;
+//! let layer = StageLayer::new(Limits::new());
+//! # let _ = layer;
+//! ```
+
+mod rate;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{CONTENT_LENGTH, RETRY_AFTER};
+use http::{HeaderValue, StatusCode};
+use tokio::time::Instant;
+
+pub use rate::RateLimiter;
+
+use crate::config::{ConfigError, RouteConfig};
+use crate::request::{ProxyResponse, Routed};
+use crate::stage::Stage;
+use crate::state::ConcurrencyGuard;
+
+/// Kestrel's default `MaxRequestBodySize`, used when a route does not set one.
+pub const DEFAULT_MAX_REQUEST_BODY_SIZE: u64 = 30_000_000;
+
+/// A route's limits, resolved from its configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteLimits {
+    /// Largest request body in bytes (`None`: unlimited).
+    pub max_request_body_size: Option<u64>,
+    /// Time allowed for the whole exchange.
+    pub timeout: Option<Duration>,
+    /// Most requests in flight at once.
+    pub max_concurrent_requests: Option<usize>,
+    /// Token bucket: (permits per second, burst).
+    pub rate: Option<(f64, u32)>,
+}
+
+impl RouteLimits {
+    pub(crate) fn from_config(config: &RouteConfig, _path: &str) -> Result<Self, ConfigError> {
+        Ok(RouteLimits {
+            max_request_body_size: match config.max_request_body_size {
+                None => Some(DEFAULT_MAX_REQUEST_BODY_SIZE),
+                Some(-1) => None,
+                Some(n) => Some(n.max(0) as u64),
+            },
+            timeout: config.timeout.map(|d| d.get()),
+            max_concurrent_requests: config.max_concurrent_requests.map(|n| n as usize),
+            rate: config.rate_limit.as_ref().map(|r| {
+                let burst = r
+                    .burst
+                    .unwrap_or_else(|| r.permits_per_second.ceil().max(1.0) as u32);
+                (r.permits_per_second, burst)
+            }),
+        })
+    }
+}
+
+/// A route's runtime state: in-flight requests and its rate limiter. Survives reloads
+/// for routes whose id is unchanged.
+#[derive(Debug, Default)]
+pub struct RouteState {
+    pub(crate) concurrent: AtomicUsize,
+    rate: RateLimiter,
+}
+
+impl RouteState {
+    /// Requests of this route in flight.
+    pub fn concurrent_requests(&self) -> usize {
+        self.concurrent.load(Ordering::Relaxed)
+    }
+
+    fn try_enter(self: &Arc<Self>, max: usize) -> Option<ConcurrencyGuard> {
+        let mut current = self.concurrent.load(Ordering::Relaxed);
+        loop {
+            if current >= max {
+                return None;
+            }
+            match self.concurrent.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(ConcurrencyGuard::route(self.clone())),
+                Err(now) => current = now,
+            }
+        }
+    }
+}
+
+/// The limits stage: enforces the matched route's [`RouteLimits`].
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    _private: (),
+}
+
+impl Limits {
+    /// The limits stage.
+    pub fn new() -> Self {
+        Limits::default()
+    }
+}
+
+fn reject(status: StatusCode, retry_after: Option<u64>) -> ProxyResponse {
+    let mut r = ProxyResponse::status(status);
+    if let Some(secs) = retry_after {
+        r.response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    }
+    r
+}
+
+impl<B> Stage<Routed<B>> for Limits {
+    type Out = Routed<B>;
+    type State = Option<ConcurrencyGuard>;
+
+    fn on_request(
+        &self,
+        mut routed: Routed<B>,
+    ) -> Result<(Routed<B>, Option<ConcurrencyGuard>), ProxyResponse> {
+        let route = routed.context.route();
+        let limits = route.limits();
+        if let Some(max) = limits.max_request_body_size {
+            let declared = routed
+                .request
+                .headers()
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|len| len > max) {
+                tracing::debug!(route = route.id(), max, "request body over the limit: 413");
+                return Err(reject(StatusCode::PAYLOAD_TOO_LARGE, None));
+            }
+        }
+        let now = Instant::now();
+        if let Some((per_second, burst)) = limits.rate {
+            if let Err(wait) = route.state().rate.acquire(now, per_second, burst) {
+                tracing::debug!(route = route.id(), "rate limit: 429");
+                return Err(reject(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Some(wait.as_secs() + u64::from(wait.subsec_nanos() > 0)),
+                ));
+            }
+        }
+        let guard = match limits.max_concurrent_requests {
+            Some(max) => match route.state().try_enter(max) {
+                Some(g) => Some(g),
+                None => {
+                    tracing::debug!(route = route.id(), max, "route concurrency limit: 503");
+                    return Err(reject(StatusCode::SERVICE_UNAVAILABLE, Some(1)));
+                }
+            },
+            None => None,
+        };
+        let body_limit = limits.max_request_body_size;
+        let deadline = limits.timeout.map(|t| now + t);
+        let exchange = routed.context.limits_mut();
+        exchange.max_request_body_size = body_limit;
+        exchange.deadline = deadline;
+        Ok((routed, guard))
+    }
+
+    fn on_response(&self, guard: Option<ConcurrencyGuard>, response: &mut ProxyResponse) {
+        if let Some(guard) = guard {
+            response.hold_until_complete(guard);
+        }
+    }
+}
