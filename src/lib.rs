@@ -2,6 +2,11 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+// Lets the macros' `::fuseway::...` paths resolve inside this crate too.
+extern crate self as fuseway;
+
+pub use fuseway_macros::{default_pipeline, fused_pipeline};
+
 pub mod affinity;
 pub mod balancing;
 pub mod body;
@@ -16,3 +21,32 @@ pub mod routing;
 pub mod server;
 pub mod stage;
 pub mod state;
+
+/// Items the macros' expansions refer to. Not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use http;
+    pub use hyper;
+    pub use pin_project_lite::pin_project;
+    pub use tower_service;
+
+    use crate::request::ProxyResponse;
+    use crate::stage::Stage;
+
+    /// A terminal service of a fused pipeline: a `hyper::service::Service` that answers
+    /// with a [`ProxyResponse`].
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot end a pipeline that hands it `{In}`",
+        label = "this terminal service does not take `{In}`, the output of the last stage",
+        note = "the terminal must implement `hyper::service::Service<{In}, Response = ProxyResponse>`; the forwarder takes `Balanced<B>`, so load balancing must come before it"
+    )]
+    pub trait Terminal<In> {}
+
+    impl<T, In> Terminal<In> for T where T: hyper::service::Service<In, Response = ProxyResponse> {}
+
+    /// Instantiated by the macros at each stage's span to check the chain of types.
+    pub fn assert_stage<S: Stage<In>, In>() {}
+
+    /// Instantiated by the macros at the terminal's span.
+    pub fn assert_terminal<T: Terminal<In>, In>() {}
+}

@@ -50,7 +50,8 @@ async fn streamed_body_over_the_limit_is_413() {
     let b = counting_backend().await;
     let p = proxy(&route_config(&b, r#""MaxRequestBodySize": 1000,"#)).await;
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    let body = reqwest::Body::wrap_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    let body =
+        reqwest::Body::wrap_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
     let send = tokio::spawn(h1_client().post(p.url("/")).body(body).send());
     for _ in 0..3 {
         tx.send(Ok(Bytes::from(vec![0u8; 400]))).await.unwrap();
@@ -87,11 +88,19 @@ async fn rate_limit_answers_429_with_retry_after() {
     let c = h1_client();
     for i in 0..3 {
         let r = c.get(p.url("/")).send().await.unwrap();
-        assert_eq!(r.status(), StatusCode::OK, "request {i} is within the burst");
+        assert_eq!(
+            r.status(),
+            StatusCode::OK,
+            "request {i} is within the burst"
+        );
     }
     let r = c.get(p.url("/")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=2).contains(&retry), "{retry}");
     p.shutdown().await;
 }
@@ -136,7 +145,10 @@ async fn concurrency_limit_answers_503_and_frees_the_slot_after_the_body() {
         .await
         .unwrap();
     release_tx.send(()).await.unwrap();
-    assert_eq!(within("third", third).await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        within("third", third).await.unwrap().unwrap().status(),
+        StatusCode::OK
+    );
     p.shutdown().await;
 }
 

@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use super::{shutdown_signal, BoxError, DEFAULT_LISTEN};
 use crate::config::{parse, Format};
 use crate::pipeline;
-use crate::server::{ProxyService, Server};
+use crate::server::Server;
 use crate::state::ProxyState;
 
 pub(super) async fn run(listen: Vec<SocketAddr>) -> Result<(), BoxError> {
@@ -42,7 +42,7 @@ pub(super) async fn run(listen: Vec<SocketAddr>) -> Result<(), BoxError> {
     println!("  curl -i --http2-prior-knowledge http://{proxy}/hello   # h2c to the proxy");
     println!("  curl -i -H 'Host: api.example.com' http://{proxy}/x    # host route `api`");
     println!("Ctrl-C to stop.");
-    let service = ProxyService::new(pipeline::layered_default(state));
+    let service = pipeline::FusedDefault::from_state(state);
     server.serve(service, shutdown_signal()).await?;
     Ok(())
 }

@@ -10,7 +10,7 @@ use clap::Parser;
 
 use crate::config::{self, ProxyConfig};
 use crate::pipeline;
-use crate::server::{ProxyService, Server};
+use crate::server::Server;
 use crate::state::ProxyState;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -53,7 +53,7 @@ async fn run_config(path: PathBuf, listen: Vec<SocketAddr>) -> Result<(), BoxErr
         tracing::info!(%addr, config = %path.display(), "fuseway listening");
     }
     spawn_reload_on_sighup(path, state.clone());
-    let service = ProxyService::new(pipeline::layered_default(state));
+    let service = pipeline::FusedDefault::from_state(state);
     server.serve(service, shutdown_signal()).await?;
     Ok(())
 }

@@ -217,6 +217,20 @@ fn outgoing<B>(
     Ok(Request::from_parts(parts, body))
 }
 
+impl<B> hyper::service::Service<Balanced<B>> for Forwarder<B>
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = crate::request::ProxyResponse;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn call(&self, request: Balanced<B>) -> ResponseFuture {
+        self.forward(request)
+    }
+}
+
 impl<B> Service<Balanced<B>> for Forwarder<B>
 where
     B: Body<Data = Bytes> + Send + Unpin + 'static,

@@ -35,9 +35,13 @@
 //! # let _ = svc; }
 //! ```
 
+mod fused;
+
 use std::sync::Arc;
 
 use hyper::body::Incoming;
+
+pub use fused::FusedDefault;
 
 use crate::affinity::SessionAffinity;
 use crate::balancing::LoadBalancing;

@@ -36,9 +36,7 @@ where
     type Future = IntoResponse<Oneshot<S, Request<B>>>;
 
     fn call(&self, request: Request<B>) -> Self::Future {
-        IntoResponse {
-            inner: Oneshot::new(self.inner.clone(), request),
-        }
+        IntoResponse::new(Oneshot::new(self.inner.clone(), request))
     }
 }
 
@@ -48,6 +46,13 @@ pin_project! {
     pub struct IntoResponse<F> {
         #[pin]
         inner: F,
+    }
+}
+
+impl<F> IntoResponse<F> {
+    /// Map `inner`'s `ProxyResponse` to its HTTP response.
+    pub fn new(inner: F) -> Self {
+        IntoResponse { inner }
     }
 }
 

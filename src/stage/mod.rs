@@ -50,6 +50,11 @@ use crate::request::ProxyResponse;
 /// keep from the request to the response (a guard, a flag); it is dropped without
 /// `on_response` if the request is cancelled or a later stage panics, so guards in it
 /// are always released.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a stage that takes `{In}`",
+    label = "this stage cannot take `{In}`, the output of the stage before it",
+    note = "stages are typed by what they take and give: routing takes `http::Request<B>` and gives `Routed<B>`, affinity and limits take and give `Routed<B>`, load balancing takes `Routed<B>` and gives `Balanced<B>`, passive health takes and gives `Balanced<B>`"
+)]
 pub trait Stage<In> {
     /// What the stage passes to the next one.
     type Out;

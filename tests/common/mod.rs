@@ -163,8 +163,22 @@ impl Proxy {
     }
 }
 
-/// Start the layered default pipeline on 127.0.0.1:0 with this JSON config.
+/// Which form of the default pipeline a test proxy serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// `default_pipeline!`: one fused service (what the binary serves).
+    Fused,
+    /// The same stages as separate tower layers.
+    Layered,
+}
+
+/// Start the fused default pipeline on 127.0.0.1:0 with this JSON config.
 pub async fn proxy(config_json: &str) -> Proxy {
+    proxy_with(config_json, Form::Fused).await
+}
+
+/// Start the default pipeline in `form` on 127.0.0.1:0 with this JSON config.
+pub async fn proxy_with(config_json: &str, form: Form) -> Proxy {
     let config: fuseway::config::ProxyConfig = serde_json::from_str(config_json).expect("TEMP");
     let _ = (parse, Format::Json);
     let state = Arc::new(ProxyState::new(config).expect("valid state"));
@@ -174,15 +188,19 @@ pub async fn proxy(config_json: &str) -> Proxy {
         .graceful_timeout(Duration::from_secs(5));
     let addr = server.local_addrs()[0];
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let service = ProxyService::new(pipeline::layered_default(state.clone()));
-    let done = tokio::spawn(async move {
-        server
-            .serve(service, async {
-                let _ = stop_rx.await;
-            })
-            .await
-            .unwrap();
-    });
+    let stop = async {
+        let _ = stop_rx.await;
+    };
+    let done = match form {
+        Form::Fused => {
+            let service = pipeline::FusedDefault::from_state(state.clone());
+            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
+        }
+        Form::Layered => {
+            let service = ProxyService::new(pipeline::layered_default(state.clone()));
+            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
+        }
+    };
     Proxy {
         addr,
         state,

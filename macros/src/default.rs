@@ -1,0 +1,176 @@
+//! `default_pipeline!`: the default stage list, with user stages at named points.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use syn::parse::{Parse, ParseStream};
+use syn::{braced, Attribute, Ident, Token, Visibility};
+
+use crate::fused::{self, Entry, FusedInput};
+
+/// The default stages: (field name, insertion-point name, type path).
+const DEFAULT_STAGES: [(&str, &str, &str); 5] = [
+    ("routing", "routing", "routing::Routing"),
+    ("affinity", "affinity", "affinity::SessionAffinity"),
+    ("limits", "limits", "limits::Limits"),
+    ("balancing", "balancing", "balancing::LoadBalancing"),
+    ("passive", "passive", "health::PassiveHealth"),
+];
+
+const POINTS: &str = "routing, affinity, limits, balancing, passive, forwarding";
+
+enum Where {
+    Before,
+    After,
+}
+
+struct Insert {
+    place: Where,
+    point: Ident,
+    entry: Entry,
+}
+
+/// `#[attrs] vis struct Name;` or `... struct Name { after routing: name: Type, ... }`
+pub(crate) struct DefaultInput {
+    attrs: Vec<Attribute>,
+    vis: Visibility,
+    name: Ident,
+    inserts: Vec<Insert>,
+}
+
+impl Parse for DefaultInput {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis: Visibility = input.parse()?;
+        input.parse::<Token![struct]>()?;
+        let name: Ident = input.parse()?;
+        let mut inserts = Vec::new();
+        if input.peek(Token![;]) {
+            input.parse::<Token![;]>()?;
+        } else {
+            let body;
+            braced!(body in input);
+            while !body.is_empty() {
+                let place: Ident = body.parse()?;
+                let place = match place.to_string().as_str() {
+                    "before" => Where::Before,
+                    "after" => Where::After,
+                    _ => {
+                        return Err(syn::Error::new(
+                            place.span(),
+                            "expected `before <point>:` or `after <point>:`",
+                        ))
+                    }
+                };
+                let point: Ident = body.parse()?;
+                body.parse::<Token![:]>()?;
+                let entry: Entry = body.parse()?;
+                inserts.push(Insert {
+                    place,
+                    point,
+                    entry,
+                });
+                if body.is_empty() {
+                    break;
+                }
+                body.parse::<Token![,]>()?;
+            }
+        }
+        Ok(DefaultInput {
+            attrs,
+            vis,
+            name,
+            inserts,
+        })
+    }
+}
+
+/// Position in the default list a user stage goes to: it runs before default stage `i`
+/// (`i == 5`: before forwarding).
+fn position(insert: &Insert) -> syn::Result<usize> {
+    let point = insert.point.to_string();
+    let index = match point.as_str() {
+        "forwarding" => 5,
+        p => DEFAULT_STAGES
+            .iter()
+            .position(|(_, name, _)| *name == p)
+            .ok_or_else(|| {
+                syn::Error::new(
+                    insert.point.span(),
+                    format!("unknown insertion point `{p}`; the points are {POINTS}"),
+                )
+            })?,
+    };
+    match insert.place {
+        Where::Before => Ok(index),
+        Where::After if index == 5 => Err(syn::Error::new(
+            insert.point.span(),
+            "nothing runs after forwarding: use `before forwarding`",
+        )),
+        Where::After => Ok(index + 1),
+    }
+}
+
+pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
+    let DefaultInput {
+        attrs,
+        vis,
+        name,
+        inserts,
+    } = input;
+    let mut slots: Vec<Vec<Entry>> = (0..=5).map(|_| Vec::new()).collect();
+    let mut user_params = Vec::new();
+    for insert in inserts {
+        let at = position(&insert)?;
+        let (n, t) = (&insert.entry.name, &insert.entry.ty);
+        user_params.push(quote!(#n: #t));
+        slots[at].push(insert.entry);
+    }
+    let mut stages = Vec::new();
+    let mut ctor_args = Vec::new();
+    for (i, slot) in slots.into_iter().enumerate() {
+        for entry in slot {
+            let n = &entry.name;
+            ctor_args.push(quote!(#n));
+            stages.push(entry);
+        }
+        if let Some((field, _, path)) = DEFAULT_STAGES.get(i) {
+            let field = format_ident!("{}", field);
+            let ty: syn::Type = syn::parse_str(&format!("::fuseway::{path}"))?;
+            ctor_args.push(if i == 0 {
+                quote!(::fuseway::routing::Routing::new(state))
+            } else {
+                quote!(<#ty as ::core::default::Default>::default())
+            });
+            stages.push(Entry { name: field, ty });
+        }
+    }
+    ctor_args.push(quote!(::fuseway::forwarding::Forwarder::new()));
+    let request: syn::Type = syn::parse_quote!(
+        ::fuseway::__private::http::Request<::fuseway::__private::hyper::body::Incoming>
+    );
+    let terminal = Entry {
+        name: format_ident!("forwarder"),
+        ty: syn::parse_quote!(
+            ::fuseway::forwarding::Forwarder<::fuseway::__private::hyper::body::Incoming>
+        ),
+    };
+    let extra_impl = quote! {
+        /// The default stages over `state` with a new forwarder, and the custom stages
+        /// in the order they were declared.
+        #vis fn from_state(
+            state: ::std::sync::Arc<::fuseway::state::ProxyState>,
+            #(#user_params,)*
+        ) -> Self {
+            Self::new(#(#ctor_args),*)
+        }
+    };
+    Ok(fused::expand(&FusedInput {
+        attrs,
+        vis,
+        name,
+        request,
+        stages,
+        terminal,
+        extra_impl,
+    }))
+}
