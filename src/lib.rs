@@ -27,22 +27,10 @@ pub mod state;
 pub mod __private {
     pub use http;
     pub use hyper;
-    pub use pin_project_lite::pin_project;
     pub use tower_service;
 
-    use crate::request::ProxyResponse;
+    use crate::pipeline::Terminal;
     use crate::stage::Stage;
-
-    /// A terminal service of a fused pipeline: a `hyper::service::Service` that answers
-    /// with a [`ProxyResponse`].
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot end a pipeline that hands it `{In}`",
-        label = "this terminal service does not take `{In}`, the output of the last stage",
-        note = "the terminal must implement `hyper::service::Service<{In}, Response = ProxyResponse>`; the forwarder takes `Balanced<B>`, so load balancing must come before it"
-    )]
-    pub trait Terminal<In> {}
-
-    impl<T, In> Terminal<In> for T where T: hyper::service::Service<In, Response = ProxyResponse> {}
 
     /// Instantiated by the macros at each stage's span to check the chain of types.
     pub fn assert_stage<S: Stage<In>, In>() {}

@@ -109,26 +109,22 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     let n = stages.len();
     let stages_name = format_ident!("{}Stages", name);
     let future_name = format_ident!("{}Future", name);
-    let state_name = format_ident!("__{}State", name);
-    let state_proj = format_ident!("__{}StateProj", name);
 
-    // Type aliases: In{k} is what stage k takes; In{n} what the terminal takes.
+    // In{k}: what stage k takes (In{n}: what the terminal takes). St{k}: stage k's state.
+    // Everything about stage k is spanned at its type, so a type error points there.
     let in_alias: Vec<Ident> = (0..=n)
         .map(|k| format_ident!("__{}In{}", name, k))
         .collect();
     let st_alias: Vec<Ident> = (0..n).map(|k| format_ident!("__{}St{}", name, k)).collect();
-    let mut aliases = Vec::new();
     let in0 = &in_alias[0];
-    aliases.push(quote! {
+    let mut aliases = vec![quote! {
         #[doc(hidden)]
         #[allow(non_camel_case_types)]
         #vis type #in0 = #request;
-    });
+    }];
     for (k, stage) in stages.iter().enumerate() {
         let ty = &stage.ty;
-        let this_in = &in_alias[k];
-        let next_in = &in_alias[k + 1];
-        let st = &st_alias[k];
+        let (this_in, next_in, st) = (&in_alias[k], &in_alias[k + 1], &st_alias[k]);
         aliases.push(quote_spanned! {ty.span()=>
             #[doc(hidden)]
             #[allow(non_camel_case_types)]
@@ -136,15 +132,6 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             #[doc(hidden)]
             #[allow(non_camel_case_types)]
             #vis type #st = <#ty as #fw::stage::Stage<#this_in>>::State;
-        });
-    }
-
-    // Compile-time checks pointing at the offending entry.
-    let mut checks = Vec::new();
-    for (k, stage) in stages.iter().enumerate() {
-        let ty = &stage.ty;
-        let this_in = &in_alias[k];
-        checks.push(quote_spanned! {ty.span()=>
             const _: () = {
                 let _ = #p::assert_stage::<#ty, #this_in>;
             };
@@ -152,7 +139,10 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     }
     let tty = &terminal.ty;
     let last_in = &in_alias[n];
-    checks.push(quote_spanned! {tty.span()=>
+    let terminal_trait = quote_spanned!(tty.span()=> <#tty as #fw::pipeline::Terminal<#last_in>>);
+    let terminal_future = quote_spanned!(tty.span()=> #terminal_trait::Future);
+    let terminal_error = quote_spanned!(tty.span()=> #terminal_trait::Error);
+    aliases.push(quote_spanned! {tty.span()=>
         const _: () = {
             let _ = #p::assert_terminal::<#tty, #last_in>;
         };
@@ -161,59 +151,59 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     let names: Vec<&Ident> = stages.iter().map(|s| &s.name).collect();
     let types: Vec<&Type> = stages.iter().map(|s| &s.ty).collect();
     let tname = &terminal.name;
+    // Uses of the state aliases, spanned at their stage.
+    let st_uses: Vec<TokenStream> = st_alias
+        .iter()
+        .zip(&types)
+        .map(|(st, ty)| quote_spanned!(ty.span()=> #st))
+        .collect();
+
+    // on_response of stage j, spanned at its type.
+    let on_response = |j: usize| {
+        let (sj, nj, inj, ty) = (format_ident!("__s{}", j), names[j], &in_alias[j], types[j]);
+        quote_spanned! {ty.span()=>
+            <#ty as #fw::stage::Stage<#inj>>::on_response(&__stages.#nj, #sj, __response);
+        }
+    };
 
     // call: each stage's on_request in order; an early answer runs the earlier stages'
-    // on_response in reverse and returns a ready future.
-    let xs: Vec<Ident> = (0..=n).map(|k| format_ident!("__x{}", k)).collect();
-    let ss: Vec<Ident> = (0..n).map(|k| format_ident!("__s{}", k)).collect();
+    // on_response (last first) and returns a ready future.
     let mut call_steps = Vec::new();
     for k in 0..n {
-        let stage = names[k];
-        let this_in = &in_alias[k];
-        let x_in = &xs[k];
-        let x_out = &xs[k + 1];
-        let s = &ss[k];
-        let unwind: Vec<TokenStream> = (0..k)
-            .rev()
-            .map(|j| {
-                let sj = &ss[j];
-                let nj = names[j];
-                let inj = &in_alias[j];
-                quote! { #fw::stage::Stage::<#inj>::on_response(&__stages.#nj, #sj, &mut __response); }
-            })
-            .collect();
-        call_steps.push(quote! {
-            let (#x_out, #s) = match #fw::stage::Stage::<#this_in>::on_request(&__stages.#stage, #x_in) {
+        let (stage, ty, this_in) = (names[k], types[k], &in_alias[k]);
+        let (x_in, x_out, s) = (
+            format_ident!("__x{}", k),
+            format_ident!("__x{}", k + 1),
+            format_ident!("__s{}", k),
+        );
+        let unwind: Vec<TokenStream> = (0..k).rev().map(on_response).collect();
+        call_steps.push(quote_spanned! {ty.span()=>
+            let (#x_out, #s) = match <#ty as #fw::stage::Stage<#this_in>>::on_request(&__stages.#stage, #x_in) {
                 ::core::result::Result::Ok(v) => v,
-                ::core::result::Result::Err(mut __response) => {
+                ::core::result::Result::Err(mut __answer) => {
+                    let __response = &mut __answer;
                     #(#unwind)*
-                    return #future_name::answered(__response);
+                    return #fw::pipeline::FusedFuture::answered(__answer);
                 }
             };
         });
     }
-    let x0 = &xs[0];
-    let xn = &xs[n];
-    let unwind_all: Vec<TokenStream> = (0..n)
-        .rev()
-        .map(|j| {
-            let sj = &ss[j];
-            let nj = names[j];
-            let inj = &in_alias[j];
-            quote! { #fw::stage::Stage::<#inj>::on_response(&__stages.#nj, #sj, &mut __response); }
-        })
-        .collect();
+    let unwind_all: Vec<TokenStream> = (0..n).rev().map(on_response).collect();
+    let terminal_call = {
+        let xn = format_ident!("__x{}", n);
+        quote_spanned!(tty.span()=> #terminal_trait::call_terminal(&__stages.#tname, #xn))
+    };
+    let ss: Vec<Ident> = (0..n).map(|k| format_ident!("__s{}", k)).collect();
+    let (x0, xn) = (format_ident!("__x0"), format_ident!("__x{}", n));
 
     let doc_future = format!(
         "The one future of [`{name}`]: the terminal service's future plus the state of every stage."
     );
     let doc_stages = format!("The stages of [`{name}`], in order, and its terminal service.");
-    let doc_new = "Assemble the pipeline from its stages and terminal service, in order.";
     let span = Span::call_site();
 
     quote_spanned! {span=>
         #(#aliases)*
-        #(#checks)*
 
         #(#attrs)*
         #vis struct #name {
@@ -231,6 +221,25 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             pub #tname: #tty,
         }
 
+        #[doc = #doc_future]
+        #vis type #future_name = #fw::pipeline::FusedFuture<#name>;
+
+        impl #fw::pipeline::FusedPipeline for #name {
+            type Stages = #stages_name;
+            type Future = #terminal_future;
+            type Error = #terminal_error;
+            type States = (#(#st_uses,)*);
+
+            #[inline]
+            fn on_responses(
+                __stages: &#stages_name,
+                (#(#ss,)*): Self::States,
+                __response: &mut #fw::request::ProxyResponse,
+            ) {
+                #(#unwind_all)*
+            }
+        }
+
         impl ::core::clone::Clone for #name {
             fn clone(&self) -> Self {
                 #name { stages: ::std::sync::Arc::clone(&self.stages) }
@@ -244,7 +253,7 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
         }
 
         impl #name {
-            #[doc = #doc_new]
+            /// Assemble the pipeline from its stages and terminal service, in order.
             #[allow(clippy::too_many_arguments)]
             #vis fn new(#(#names: #types,)* #tname: #tty) -> Self {
                 #name {
@@ -259,98 +268,24 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
 
             /// Run one request: every stage's `on_request` in order, then the terminal
             /// service; `on_response` runs in reverse order on its result.
+            #[inline]
             #vis fn call_fused(&self, #x0: #in0) -> #future_name {
                 let __stages: &#stages_name = &self.stages;
                 #(#call_steps)*
-                let __future = #p::hyper::service::Service::call(&__stages.#tname, #xn);
-                #future_name {
-                    state: #state_name::Forwarding {
-                        future: __future,
-                        stages: ::std::sync::Arc::clone(&self.stages),
-                        states: ::core::option::Option::Some((#(#ss,)*)),
-                    },
-                }
+                let __future = #terminal_call;
+                #fw::pipeline::FusedFuture::forwarding(
+                    __future,
+                    ::std::sync::Arc::clone(&self.stages),
+                    (#(#ss,)*),
+                )
             }
 
             #extra_impl
         }
 
-        #p::pin_project! {
-            #[doc = #doc_future]
-            #[must_use = "futures do nothing unless polled"]
-            #vis struct #future_name {
-                #[pin]
-                state: #state_name,
-            }
-        }
-
-        #p::pin_project! {
-            #[doc(hidden)]
-            #[project = #state_proj]
-            #vis enum #state_name {
-                Forwarding {
-                    #[pin]
-                    future: <#tty as #p::hyper::service::Service<#last_in>>::Future,
-                    stages: ::std::sync::Arc<#stages_name>,
-                    states: ::core::option::Option<(#(#st_alias,)*)>,
-                },
-                Answered {
-                    response: ::core::option::Option<#fw::request::ProxyResponse>,
-                },
-            }
-        }
-
-        impl ::core::fmt::Debug for #future_name {
-            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-                f.debug_struct(::core::stringify!(#future_name)).finish_non_exhaustive()
-            }
-        }
-
-        impl #future_name {
-            fn answered(response: #fw::request::ProxyResponse) -> Self {
-                #future_name {
-                    state: #state_name::Answered {
-                        response: ::core::option::Option::Some(response),
-                    },
-                }
-            }
-        }
-
-        impl ::core::future::Future for #future_name {
-            type Output = ::core::result::Result<
-                #fw::request::ProxyResponse,
-                <#tty as #p::hyper::service::Service<#last_in>>::Error,
-            >;
-
-            fn poll(
-                self: ::core::pin::Pin<&mut Self>,
-                cx: &mut ::core::task::Context<'_>,
-            ) -> ::core::task::Poll<Self::Output> {
-                match self.project().state.project() {
-                    #state_proj::Answered { response } => ::core::task::Poll::Ready(
-                        ::core::result::Result::Ok(response.take().expect("polled after completion")),
-                    ),
-                    #state_proj::Forwarding { future, stages, states } => {
-                        let mut __response = match ::core::future::Future::poll(future, cx) {
-                            ::core::task::Poll::Pending => return ::core::task::Poll::Pending,
-                            ::core::task::Poll::Ready(::core::result::Result::Ok(r)) => r,
-                            ::core::task::Poll::Ready(::core::result::Result::Err(e)) => {
-                                states.take();
-                                return ::core::task::Poll::Ready(::core::result::Result::Err(e));
-                            }
-                        };
-                        let (#(#ss,)*) = states.take().expect("polled after completion");
-                        let __stages: &#stages_name = &**stages;
-                        #(#unwind_all)*
-                        ::core::task::Poll::Ready(::core::result::Result::Ok(__response))
-                    }
-                }
-            }
-        }
-
         impl #p::tower_service::Service<#in0> for #name {
             type Response = #fw::request::ProxyResponse;
-            type Error = <#tty as #p::hyper::service::Service<#last_in>>::Error;
+            type Error = <#name as #fw::pipeline::FusedPipeline>::Error;
             type Future = #future_name;
 
             fn poll_ready(
@@ -367,7 +302,7 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
 
         impl #p::hyper::service::Service<#in0> for #name {
             type Response = #p::http::Response<#fw::body::ProxyBody>;
-            type Error = <#tty as #p::hyper::service::Service<#last_in>>::Error;
+            type Error = <#name as #fw::pipeline::FusedPipeline>::Error;
             type Future = #fw::server::IntoResponse<#future_name>;
 
             fn call(&self, request: #in0) -> Self::Future {

@@ -217,16 +217,15 @@ fn outgoing<B>(
     Ok(Request::from_parts(parts, body))
 }
 
-impl<B> hyper::service::Service<Balanced<B>> for Forwarder<B>
+impl<B> crate::pipeline::Terminal<Balanced<B>> for Forwarder<B>
 where
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    type Response = crate::request::ProxyResponse;
-    type Error = Infallible;
     type Future = ResponseFuture;
+    type Error = Infallible;
 
-    fn call(&self, request: Balanced<B>) -> ResponseFuture {
+    fn call_terminal(&self, request: Balanced<B>) -> ResponseFuture {
         self.forward(request)
     }
 }

@@ -36,12 +36,14 @@
 //! ```
 
 mod fused;
+mod fused_future;
 
 use std::sync::Arc;
 
 use hyper::body::Incoming;
 
 pub use fused::FusedDefault;
+pub use fused_future::{FusedFuture, FusedPipeline, HyperTerminal, Terminal};
 
 use crate::affinity::SessionAffinity;
 use crate::balancing::LoadBalancing;
