@@ -29,12 +29,15 @@ struct Insert {
     entry: Entry,
 }
 
-/// `#[attrs] vis struct Name;` or `... struct Name { after routing: name: Type, ... }`
+/// `#[attrs] vis struct Name[(RequestType)];` or
+/// `... struct Name[(RequestType)] { after routing: name: Type, ..., [=> name: Terminal] }`
 pub(crate) struct DefaultInput {
     attrs: Vec<Attribute>,
     vis: Visibility,
     name: Ident,
+    request: Option<syn::Type>,
     inserts: Vec<Insert>,
+    terminal: Option<Entry>,
 }
 
 impl Parse for DefaultInput {
@@ -43,13 +46,32 @@ impl Parse for DefaultInput {
         let vis: Visibility = input.parse()?;
         input.parse::<Token![struct]>()?;
         let name: Ident = input.parse()?;
+        let request = if input.peek(syn::token::Paren) {
+            let content;
+            syn::parenthesized!(content in input);
+            Some(content.parse()?)
+        } else {
+            None
+        };
         let mut inserts = Vec::new();
+        let mut terminal = None;
         if input.peek(Token![;]) {
             input.parse::<Token![;]>()?;
         } else {
             let body;
             braced!(body in input);
             while !body.is_empty() {
+                if body.peek(Token![=>]) {
+                    body.parse::<Token![=>]>()?;
+                    terminal = Some(body.parse::<Entry>()?);
+                    if body.peek(Token![,]) {
+                        body.parse::<Token![,]>()?;
+                    }
+                    if !body.is_empty() {
+                        return Err(body.error("the terminal service (`=> name: Type`) must come last"));
+                    }
+                    break;
+                }
                 let place: Ident = body.parse()?;
                 let place = match place.to_string().as_str() {
                     "before" => Where::Before,
@@ -79,7 +101,9 @@ impl Parse for DefaultInput {
             attrs,
             vis,
             name,
+            request,
             inserts,
+            terminal,
         })
     }
 }
@@ -115,7 +139,9 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
         attrs,
         vis,
         name,
+        request,
         inserts,
+        terminal,
     } = input;
     let mut slots: Vec<Vec<Entry>> = (0..=5).map(|_| Vec::new()).collect();
     let mut user_params = Vec::new();
@@ -144,19 +170,31 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             stages.push(Entry { name: field, ty });
         }
     }
-    ctor_args.push(quote!(::fuseway::forwarding::Forwarder::new()));
-    let request: syn::Type = syn::parse_quote!(
-        ::fuseway::__private::http::Request<::fuseway::__private::hyper::body::Incoming>
-    );
-    let terminal = Entry {
-        name: format_ident!("forwarder"),
-        ty: syn::parse_quote!(
-            ::fuseway::forwarding::Forwarder<::fuseway::__private::hyper::body::Incoming>
-        ),
+    let request: syn::Type = request.unwrap_or_else(|| {
+        syn::parse_quote!(
+            ::fuseway::__private::http::Request<::fuseway::__private::hyper::body::Incoming>
+        )
+    });
+    let terminal = match terminal {
+        Some(t) => {
+            let (n, ty) = (&t.name, &t.ty);
+            user_params.push(quote!(#n: #ty));
+            ctor_args.push(quote!(#n));
+            t
+        }
+        None => {
+            ctor_args.push(quote!(::fuseway::forwarding::Forwarder::new()));
+            Entry {
+                name: format_ident!("forwarder"),
+                ty: syn::parse_quote!(
+                    ::fuseway::forwarding::Forwarder<::fuseway::__private::hyper::body::Incoming>
+                ),
+            }
+        }
     };
     let extra_impl = quote! {
-        /// The default stages over `state` with a new forwarder, and the custom stages
-        /// in the order they were declared.
+        /// The default stages over `state`, the custom stages in the order they were
+        /// declared, and the terminal (a new forwarder unless the pipeline names its own).
         #vis fn from_state(
             state: ::std::sync::Arc<::fuseway::state::ProxyState>,
             #(#user_params,)*
