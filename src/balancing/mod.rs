@@ -93,6 +93,8 @@
 
 mod policy;
 mod smooth;
+#[cfg(test)]
+mod tests;
 
 use crate::request::{Balanced, ForwardError, ForwardErrorKind, ProxyResponse, Routed};
 use crate::stage::Stage;
