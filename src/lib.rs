@@ -21,6 +21,7 @@ pub mod routing;
 pub mod server;
 pub mod stage;
 pub mod state;
+pub mod testing;
 
 /// Items the macros' expansions refer to. Not part of the public API.
 #[doc(hidden)]

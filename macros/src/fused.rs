@@ -194,7 +194,7 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
         quote_spanned!(tty.span()=> #terminal_trait::call_terminal(&__stages.#tname, #xn))
     };
     let ss: Vec<Ident> = (0..n).map(|k| format_ident!("__s{}", k)).collect();
-    let (x0, xn) = (format_ident!("__x0"), format_ident!("__x{}", n));
+    let x0 = format_ident!("__x0");
 
     let doc_future = format!(
         "The one future of [`{name}`]: the terminal service's future plus the state of every stage."

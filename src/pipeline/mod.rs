@@ -54,29 +54,27 @@ use crate::routing::Routing;
 use crate::stage::StageService;
 use crate::state::ProxyState;
 
-/// The default pipeline as separate layers: routing -> session affinity -> limits ->
-/// load balancing -> passive health -> forwarding.
-pub type LayeredDefault<B = Incoming> = StageService<
+/// The default stages as separate layers over terminal `T`: routing -> session affinity
+/// -> limits -> load balancing -> passive health -> `T`.
+pub type Layered<T> = StageService<
     Routing,
     StageService<
         SessionAffinity,
-        StageService<
-            Limits,
-            StageService<LoadBalancing, StageService<PassiveHealth, Forwarder<B>>>,
-        >,
+        StageService<Limits, StageService<LoadBalancing, StageService<PassiveHealth, T>>>,
     >,
 >;
+
+/// The default pipeline as separate layers over the [`Forwarder`].
+pub type LayeredDefault<B = Incoming> = Layered<Forwarder<B>>;
 
 /// The default pipeline as separate tower layers over a new [`Forwarder`].
 pub fn layered_default(state: Arc<ProxyState>) -> LayeredDefault {
     layered_default_with(state, Forwarder::new())
 }
 
-/// The default pipeline as separate tower layers over `forwarder`.
-pub fn layered_default_with<B>(
-    state: Arc<ProxyState>,
-    forwarder: Forwarder<B>,
-) -> LayeredDefault<B> {
+/// The default stages as separate tower layers over `terminal` (a [`Forwarder`], or any
+/// tower service taking `Balanced<B>`, such as [`StubForwarder`](crate::testing::StubForwarder)).
+pub fn layered_default_with<T>(state: Arc<ProxyState>, terminal: T) -> Layered<T> {
     StageService::new(
         Routing::new(state),
         StageService::new(
@@ -85,7 +83,7 @@ pub fn layered_default_with<B>(
                 Limits::new(),
                 StageService::new(
                     LoadBalancing::new(),
-                    StageService::new(PassiveHealth::new(), forwarder),
+                    StageService::new(PassiveHealth::new(), terminal),
                 ),
             ),
         ),

@@ -1,0 +1,116 @@
+//! In-process stand-ins for the forwarder, for pipeline benches and tests that measure
+//! or compare the pipeline itself without sockets. Never part of a real proxy.
+//!
+//! [`StubForwarder`] answers every [`Balanced`] request with `200 OK` and an empty body,
+//! recording the destination in the outcome as the real forwarder does, so stages that
+//! look at the outcome (affinity, passive health) behave as in production.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{HeaderMap, Response, StatusCode};
+
+use crate::body::ProxyBody;
+use crate::pipeline::Terminal;
+use crate::request::{Balanced, ProxyResponse};
+
+/// Whether the stub's future is ready at once or pending once first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StubMode {
+    /// Ready on the first poll (the synchronous control).
+    Sync,
+    /// `Pending` once (waking itself), so every frame kept across an await really is kept.
+    Async,
+}
+
+/// A terminal that answers `200 OK` without any I/O. See the [module docs](self).
+#[derive(Debug, Clone, Copy)]
+pub struct StubForwarder {
+    mode: StubMode,
+}
+
+impl StubForwarder {
+    /// A stub in `mode`.
+    pub fn new(mode: StubMode) -> Self {
+        StubForwarder { mode }
+    }
+
+    fn answer<B>(&self, request: Balanced<B>) -> StubFuture {
+        let (request, context, destination) = request.into_parts();
+        drop(request);
+        // Room for the headers stages add on the way back, so they do not allocate.
+        let mut response = Response::new(ProxyBody::empty());
+        *response.headers_mut() = HeaderMap::with_capacity(8);
+        *response.status_mut() = StatusCode::OK;
+        let mut response = ProxyResponse {
+            response,
+            outcome: Default::default(),
+        };
+        response.outcome.set_target(context, destination);
+        StubFuture {
+            pending: self.mode == StubMode::Async,
+            response: Some(response),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The stub's future.
+    #[derive(Debug)]
+    pub struct StubFuture {
+        pending: bool,
+        response: Option<ProxyResponse>,
+    }
+}
+
+impl Future for StubFuture {
+    type Output = Result<ProxyResponse, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if *this.pending {
+            *this.pending = false;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(Ok(this.response.take().expect("polled after completion")))
+    }
+}
+
+impl<B> Terminal<Balanced<B>> for StubForwarder {
+    type Future = StubFuture;
+    type Error = Infallible;
+
+    fn call_terminal(&self, request: Balanced<B>) -> StubFuture {
+        self.answer(request)
+    }
+}
+
+impl<B> tower_service::Service<Balanced<B>> for StubForwarder {
+    type Response = ProxyResponse;
+    type Error = Infallible;
+    type Future = StubFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Balanced<B>) -> StubFuture {
+        self.answer(request)
+    }
+}
+
+/// Drive `future` to completion on the current thread with a no-op waker: no runtime,
+/// no scheduler in the measurement.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let waker = futures_util::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
