@@ -1,5 +1,5 @@
 //! A custom pipeline in code: fuseway's stages as tower layers, a stage of your own,
-//! and an ordinary tower layer mixed in.
+//! a tower-http layer and an ordinary tower layer mixed in.
 //!
 //! ```text
 //! cargo run --example custom_pipeline -- path/to/proxy.json
@@ -14,10 +14,12 @@ use fuseway::routing::Routing;
 use fuseway::server::{ProxyService, Server};
 use fuseway::stage::{Stage, StageLayer};
 use fuseway::state::ProxyState;
-use http::StatusCode;
+use http::{HeaderName, HeaderValue, StatusCode};
 use hyper::body::Incoming;
 use tower::limit::ConcurrencyLimitLayer;
+use tower::util::MapResponseLayer;
 use tower::ServiceBuilder;
+use tower_http::set_header::SetRequestHeaderLayer;
 
 /// Refuses routes whose metadata says `"Internal": "true"` unless the request carries
 /// `x-internal-token`, and tags every response with the route id.
@@ -53,6 +55,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let state = Arc::new(ProxyState::new(config)?);
 
     let pipeline = ServiceBuilder::new()
+        // A tower-http layer on the incoming `http::Request`, before routing.
+        .layer(SetRequestHeaderLayer::overriding(
+            HeaderName::from_static("x-proxied-by"),
+            HeaderValue::from_static("fuseway"),
+        ))
+        // tower-http layers speak `http::Response`: turn the pipeline's `ProxyResponse`
+        // into one below them.
+        .layer(MapResponseLayer::new(ProxyResponse::into_response))
         .layer(StageLayer::new(Routing::new(state)))
         .layer(StageLayer::new(InternalOnly))
         // Any tower layer fits between stages; this one caps in-flight requests.

@@ -161,7 +161,8 @@ fn stub_alone(state: &Arc<ProxyState>, mode: StubMode) -> (u64, u64) {
         .collect();
     let ((), allocs, bytes) = count(|| {
         for b in balanced {
-            let r: ProxyResponse = block_on(fuseway::pipeline::Terminal::call_terminal(&stub, b)).unwrap();
+            let r: ProxyResponse =
+                block_on(fuseway::pipeline::Terminal::call_terminal(&stub, b)).unwrap();
             drop(r);
         }
     });

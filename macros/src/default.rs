@@ -68,7 +68,9 @@ impl Parse for DefaultInput {
                         body.parse::<Token![,]>()?;
                     }
                     if !body.is_empty() {
-                        return Err(body.error("the terminal service (`=> name: Type`) must come last"));
+                        return Err(
+                            body.error("the terminal service (`=> name: Type`) must come last")
+                        );
                     }
                     break;
                 }

@@ -208,3 +208,9 @@ impl ProxyResponse {
         }
     }
 }
+
+impl From<ProxyResponse> for Response<ProxyBody> {
+    fn from(r: ProxyResponse) -> Self {
+        r.response
+    }
+}

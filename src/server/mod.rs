@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use service::WithConnectionInfo;
+use service::Served;
 pub use service::{IntoResponse, ProxyService};
 
 use crate::body::ProxyBody;
@@ -146,7 +146,7 @@ async fn accept_loop<S>(
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
-        let svc = WithConnectionInfo {
+        let svc = Served {
             inner: service.clone(),
             info: ConnectionInfo {
                 remote,

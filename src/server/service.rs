@@ -1,20 +1,23 @@
 //! Adapters between tower pipelines and hyper's `Service`.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use futures_util::future::{CatchUnwind, FutureExt};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower::util::Oneshot;
 use tower_service::Service;
 
 use crate::body::ProxyBody;
-use crate::request::{ConnectionInfo, ProxyResponse};
+use crate::request::ConnectionInfo;
 
-/// Serves a tower pipeline (`Service<Request<B>, Response = ProxyResponse>`) through
-/// hyper: each request gets a clone of the pipeline (as hyper-util's
-/// `TowerToHyperService` does) and the [`ProxyResponse`] becomes a plain response.
+/// Serves a tower pipeline through hyper: each request gets a clone of the pipeline (as
+/// hyper-util's `TowerToHyperService` does). The pipeline answers with a
+/// [`ProxyResponse`] or, when tower-http layers wrap it (after a
+/// `MapResponseLayer::new(ProxyResponse::into_response)`), with `Response<ProxyBody>`.
 #[derive(Debug, Clone)]
 pub struct ProxyService<S> {
     inner: S,
@@ -29,7 +32,8 @@ impl<S> ProxyService<S> {
 
 impl<S, B> hyper::service::Service<Request<B>> for ProxyService<S>
 where
-    S: Service<Request<B>, Response = ProxyResponse> + Clone,
+    S: Service<Request<B>> + Clone,
+    S::Response: Into<Response<ProxyBody>>,
 {
     type Response = Response<ProxyBody>;
     type Error = S::Error;
@@ -56,34 +60,83 @@ impl<F> IntoResponse<F> {
     }
 }
 
-impl<F, E> Future for IntoResponse<F>
+impl<F, R, E> Future for IntoResponse<F>
 where
-    F: Future<Output = Result<ProxyResponse, E>>,
+    F: Future<Output = Result<R, E>>,
+    R: Into<Response<ProxyBody>>,
 {
     type Output = Result<Response<ProxyBody>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Poll::Ready(ready!(self.project().inner.poll(cx)).map(ProxyResponse::into_response))
+        Poll::Ready(ready!(self.project().inner.poll(cx)).map(Into::into))
     }
 }
 
-/// Puts the connection's [`ConnectionInfo`] into each request's extensions.
+/// What the server wraps around every pipeline: puts the connection's
+/// [`ConnectionInfo`] into each request's extensions, and turns a panic anywhere in the
+/// pipeline into a `500` for that request alone (stage guards are released by the
+/// unwinding; the connection and the server keep serving).
 #[derive(Debug, Clone)]
-pub(crate) struct WithConnectionInfo<S> {
+pub(crate) struct Served<S> {
     pub(crate) inner: S,
     pub(crate) info: ConnectionInfo,
 }
 
-impl<S, B> hyper::service::Service<Request<B>> for WithConnectionInfo<S>
+impl<S, B> hyper::service::Service<Request<B>> for Served<S>
 where
-    S: hyper::service::Service<Request<B>>,
+    S: hyper::service::Service<Request<B>, Response = Response<ProxyBody>>,
 {
-    type Response = S::Response;
+    type Response = Response<ProxyBody>;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = ServedFuture<S::Future>;
 
     fn call(&self, mut request: Request<B>) -> Self::Future {
         request.extensions_mut().insert(self.info);
-        self.inner.call(request)
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
+            Ok(future) => ServedFuture::Running {
+                inner: AssertUnwindSafe(future).catch_unwind(),
+            },
+            Err(panic) => ServedFuture::Panicked {
+                message: Some(panic_message(&panic)),
+            },
+        }
     }
+}
+
+pin_project! {
+    /// The future of [`Served`].
+    #[project = ServedProj]
+    pub(crate) enum ServedFuture<F> {
+        Running { #[pin] inner: CatchUnwind<AssertUnwindSafe<F>> },
+        Panicked { message: Option<String> },
+    }
+}
+
+impl<F, E> Future for ServedFuture<F>
+where
+    F: Future<Output = Result<Response<ProxyBody>, E>>,
+{
+    type Output = Result<Response<ProxyBody>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let message = match self.project() {
+            ServedProj::Running { inner } => match ready!(inner.poll(cx)) {
+                Ok(result) => return Poll::Ready(result),
+                Err(panic) => panic_message(&panic),
+            },
+            ServedProj::Panicked { message } => message.take().unwrap_or_default(),
+        };
+        tracing::error!(panic = %message, "the pipeline panicked; answering 500");
+        let mut response = Response::new(ProxyBody::empty());
+        *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+        Poll::Ready(Ok(response))
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
