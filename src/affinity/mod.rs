@@ -48,8 +48,8 @@ mod cookie;
 mod keys;
 mod seal;
 
+use crate::state::Destination;
 use std::fmt;
-use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use base64::Engine;
@@ -87,16 +87,15 @@ enum Carrier {
 
 /// A cluster's affinity settings, resolved from its configuration.
 ///
-/// The destinations' keys are computed once per configuration snapshot, on the
-/// cluster's first request (the settings are built before the cluster's destinations
-/// are known to them); a lookup is then a parse and a binary search, without allocating.
+/// The destinations' keys are computed once, when the configuration is loaded; a lookup
+/// is then a parse and a binary search, without allocating.
 pub struct AffinitySettings {
     policy: SessionAffinityPolicyName,
     failure_policy: AffinityFailurePolicyName,
     key_name: Box<str>,
     carrier: Carrier,
     sealer: Option<Sealer>,
-    keys: OnceLock<Keys>,
+    keys: Keys,
 }
 
 impl fmt::Debug for AffinitySettings {
@@ -114,6 +113,7 @@ impl AffinitySettings {
     pub(crate) fn from_config(
         config: Option<&SessionAffinityConfig>,
         cluster_id: &str,
+        destinations: &[Destination],
         path: &str,
     ) -> Result<Option<Self>, ConfigError> {
         let Some(config) = config.filter(|c| c.enabled == Some(true)) else {
@@ -179,13 +179,15 @@ impl AffinitySettings {
             }
             SessionAffinityPolicyName::HashCookie | SessionAffinityPolicyName::ArrCookie => None,
         };
+        let ids: Vec<&str> = destinations.iter().map(|d| d.id()).collect();
+        let keys = Keys::build(policy, sealer.as_ref(), &carrier, &ids);
         Ok(Some(AffinitySettings {
             policy,
             failure_policy,
             key_name: Box::from(key_name),
             carrier,
             sealer,
-            keys: OnceLock::new(),
+            keys,
         }))
     }
 
@@ -204,55 +206,9 @@ impl AffinitySettings {
         &self.key_name
     }
 
-    /// The keys of `cluster`'s destinations; `cluster` must be the one owning `self`.
-    fn keys(&self, cluster: &Cluster) -> &Keys {
-        self.keys.get_or_init(|| {
-            let ids: Vec<&str> = cluster.destinations().iter().map(|d| d.id()).collect();
-            let (index, values) = match (self.policy, &self.sealer) {
-                (SessionAffinityPolicyName::ArrCookie, _) => Keys::arr(&ids),
-                (_, Some(sealer)) => Keys::sealed(&ids, sealer),
-                _ => Keys::hash(&ids),
-            };
-            let ready = match &self.carrier {
-                Carrier::Cookie(c) if c.has_expires() => None,
-                Carrier::Cookie(c) => Some(
-                    values
-                        .iter()
-                        .map(|v| {
-                            let epoch = SystemTime::UNIX_EPOCH;
-                            [
-                                header_value(c.set_cookie(v, c.is_secure(false), epoch)),
-                                header_value(c.set_cookie(v, c.is_secure(true), epoch)),
-                            ]
-                        })
-                        .collect(),
-                ),
-                Carrier::Header(_) => Some(
-                    values
-                        .iter()
-                        .map(|v| {
-                            let h = header_value(v.to_string());
-                            [h.clone(), h]
-                        })
-                        .collect(),
-                ),
-            };
-            Keys {
-                index,
-                values: values.into_boxed_slice(),
-                ready,
-            }
-        })
-    }
-
-    /// Resolve the key `headers` carry against `cluster`'s destinations, accepting only
+    /// Resolve the key `headers` carry against the cluster's destinations, accepting only
     /// those for which `is_candidate` holds.
-    fn resolve(
-        &self,
-        cluster: &Cluster,
-        headers: &HeaderMap,
-        is_candidate: impl Fn(usize) -> bool,
-    ) -> Resolution {
+    fn resolve(&self, headers: &HeaderMap, is_candidate: impl Fn(usize) -> bool) -> Resolution {
         let raw = match &self.carrier {
             Carrier::Cookie(c) => match cookie::find_cookie(headers, &c.name) {
                 Found::Absent => return Resolution::NotSet,
@@ -274,10 +230,7 @@ impl AffinitySettings {
         if raw.is_empty() && self.sealer.is_some() {
             return Resolution::NotSet;
         }
-        match self
-            .keys(cluster)
-            .lookup(raw, self.sealer.as_ref(), is_candidate)
-        {
+        match self.keys.lookup(raw, self.sealer.as_ref(), is_candidate) {
             Lookup::Found(i) => Resolution::Found(i),
             Lookup::NotFound => {
                 Resolution::Failed("no available destination has the request's affinity key")
@@ -289,12 +242,11 @@ impl AffinitySettings {
     /// The response header carrying destination `index`'s key: its name and value.
     fn response_header(
         &self,
-        cluster: &Cluster,
         index: usize,
         request_secure: bool,
         now: SystemTime,
     ) -> Option<(HeaderName, HeaderValue)> {
-        let keys = self.keys(cluster);
+        let keys = &self.keys;
         let value = keys.values.get(index)?;
         if value.is_empty() {
             return None;
@@ -336,7 +288,7 @@ impl AffinitySettings {
 /// ```
 pub fn destination_key(cluster: &Cluster, index: usize) -> Option<&str> {
     let settings = cluster.affinity()?;
-    let value = settings.keys(cluster).values.get(index)?;
+    let value = settings.keys.values.get(index)?;
     Some(value).filter(|v| !v.is_empty()).map(|v| &**v)
 }
 
@@ -415,9 +367,7 @@ impl<B> Stage<Routed<B>> for SessionAffinity {
         let secure = is_secure(&routed.request);
         let failure_policy = settings.failure_policy;
         let candidates = context.candidates();
-        match settings.resolve(cluster, routed.request.headers(), |i| {
-            candidates.contains(i)
-        }) {
+        match settings.resolve(routed.request.headers(), |i| candidates.contains(i)) {
             Resolution::NotSet => Ok((routed, AffinityState::write(secure))),
             Resolution::Found(i) => {
                 let candidates = routed.context.candidates_mut();
@@ -464,9 +414,7 @@ impl<B> Stage<Routed<B>> for SessionAffinity {
         else {
             return;
         };
-        if let Some((name, value)) =
-            settings.response_header(cluster, index, secure, SystemTime::now())
-        {
+        if let Some((name, value)) = settings.response_header(index, secure, SystemTime::now()) {
             response.response.headers_mut().append(name, value);
         }
     }
@@ -474,3 +422,48 @@ impl<B> Stage<Routed<B>> for SessionAffinity {
 
 #[cfg(test)]
 mod tests;
+
+impl Keys {
+    fn build(
+        policy: SessionAffinityPolicyName,
+        sealer: Option<&Sealer>,
+        carrier: &Carrier,
+        ids: &[&str],
+    ) -> Keys {
+        let ids = ids.to_vec();
+        let (index, values) = match (policy, sealer) {
+            (SessionAffinityPolicyName::ArrCookie, _) => Keys::arr(&ids),
+            (_, Some(sealer)) => Keys::sealed(&ids, sealer),
+            _ => Keys::hash(&ids),
+        };
+        let ready = match carrier {
+            Carrier::Cookie(c) if c.has_expires() => None,
+            Carrier::Cookie(c) => Some(
+                values
+                    .iter()
+                    .map(|v| {
+                        let epoch = SystemTime::UNIX_EPOCH;
+                        [
+                            header_value(c.set_cookie(v, c.is_secure(false), epoch)),
+                            header_value(c.set_cookie(v, c.is_secure(true), epoch)),
+                        ]
+                    })
+                    .collect(),
+            ),
+            Carrier::Header(_) => Some(
+                values
+                    .iter()
+                    .map(|v| {
+                        let h = header_value(v.to_string());
+                        [h.clone(), h]
+                    })
+                    .collect(),
+            ),
+        };
+        Keys {
+            index,
+            values: values.into_boxed_slice(),
+            ready,
+        }
+    }
+}

@@ -293,7 +293,7 @@ fn cookie_expires_is_now_plus_expiration() {
     let settings = cluster.affinity().unwrap();
     // RFC 9110's example date, one day after `now`.
     let now = UNIX_EPOCH + Duration::from_secs(784_111_777 - 86_400);
-    let (name, value) = settings.response_header(cluster, 1, true, now).unwrap();
+    let (name, value) = settings.response_header(1, true, now).unwrap();
     assert_eq!(name, SET_COOKIE);
     assert_eq!(
         value,
@@ -629,7 +629,7 @@ fn settings_are_exposed() {
         affinity_key_name: Some("k".into()),
         ..Default::default()
     };
-    let settings = AffinitySettings::from_config(Some(&defaults), "c", "Clusters.c")
+    let settings = AffinitySettings::from_config(Some(&defaults), "c", &[], "Clusters.c")
         .unwrap()
         .unwrap();
     assert_eq!(settings.policy(), SessionAffinityPolicyName::HashCookie);
@@ -643,7 +643,7 @@ fn settings_are_exposed() {
 
 fn error_of(json: &str) -> ConfigError {
     let config: crate::config::SessionAffinityConfig = serde_json::from_str(json).unwrap();
-    AffinitySettings::from_config(Some(&config), "c1", "Clusters.c1").unwrap_err()
+    AffinitySettings::from_config(Some(&config), "c1", &[], "Clusters.c1").unwrap_err()
 }
 
 #[test]
@@ -705,17 +705,19 @@ fn configuration_errors_name_their_field() {
     let off: crate::config::SessionAffinityConfig =
         serde_json::from_str(r#"{ "AffinityKeyName": "a b" }"#).unwrap();
     assert!(
-        AffinitySettings::from_config(Some(&off), "c1", "Clusters.c1")
+        AffinitySettings::from_config(Some(&off), "c1", &[], "Clusters.c1")
             .unwrap()
             .is_none()
     );
-    assert!(AffinitySettings::from_config(None, "c1", "Clusters.c1")
-        .unwrap()
-        .is_none());
+    assert!(
+        AffinitySettings::from_config(None, "c1", &[], "Clusters.c1")
+            .unwrap()
+            .is_none()
+    );
     // The custom header ignores cookie settings.
     let header: crate::config::SessionAffinityConfig = serde_json::from_str(
         r#"{ "Enabled": true, "Policy": "CustomHeader", "AffinityKeyName": "X-Affinity", "Cookie": { "Path": "/a;b" } }"#,
     )
     .unwrap();
-    assert!(AffinitySettings::from_config(Some(&header), "c1", "Clusters.c1").is_ok());
+    assert!(AffinitySettings::from_config(Some(&header), "c1", &[], "Clusters.c1").is_ok());
 }

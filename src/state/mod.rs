@@ -158,7 +158,12 @@ fn build(config: ProxyConfig, registry: &mut Registry) -> Result<Snapshot, Confi
         }
         let path = format!("Clusters.{cid}");
         let balancing = ClusterBalancing::from_config(ccfg, &destinations, &path);
-        let affinity = AffinitySettings::from_config(ccfg.session_affinity.as_ref(), &cid, &path);
+        let affinity = AffinitySettings::from_config(
+            ccfg.session_affinity.as_ref(),
+            &cid,
+            &destinations,
+            &path,
+        );
         let health = ClusterHealth::from_config(ccfg, &path);
         let (balancing, affinity, health) = match (balancing, affinity, health) {
             (Ok(b), Ok(a), Ok(h)) => (b, a, h),
