@@ -5,13 +5,16 @@
 
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use fuseway::health::{ActiveHealthChecker, DestinationHealth, HealthState};
+use fuseway::health::{available, ActiveHealthChecker, DestinationHealth, HealthState};
+use fuseway::state::ProxyState;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -375,4 +378,53 @@ async fn active_checker_follows_reloads() {
     assert_eq!(active(&p, "good"), HealthState::Healthy);
     checker.shutdown().await;
     p.shutdown().await;
+}
+
+/// Counts the allocations of the current thread.
+struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|a| a.set(a.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+#[test]
+fn available_does_not_allocate_for_128_destinations() {
+    let dests: Vec<String> = (0..128)
+        .map(|i| {
+            format!(
+                r#""d{i:03}": {{ "Address": "http://127.0.0.1:{}" }}"#,
+                2000 + i
+            )
+        })
+        .collect();
+    let json = format!(
+        r#"{{ "Clusters": {{ "c": {{
+             "HealthCheck": {{ "Passive": {{ "Enabled": true }}, "Active": {{ "Enabled": true }} }},
+             "Destinations": {{ {} }} }} }} }}"#,
+        dests.join(", ")
+    );
+    let config = fuseway::config::parse(&json, fuseway::config::Format::Json).unwrap();
+    let state = ProxyState::new(config).unwrap();
+    let snapshot = state.snapshot();
+    let cluster = snapshot.cluster("c").unwrap();
+    assert_eq!(available(cluster).len(), 128);
+    let before = ALLOCATIONS.with(Cell::get);
+    for _ in 0..1000 {
+        std::hint::black_box(available(cluster));
+    }
+    assert_eq!(ALLOCATIONS.with(Cell::get), before);
 }

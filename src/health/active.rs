@@ -179,7 +179,13 @@ async fn supervise(
             // Stopped, or the handle was dropped.
             _ = &mut stopped => break,
             _ = tokio::time::sleep(RELOAD_POLL) => {}
-            Some(_) = tasks.join_next() => {}
+            Some(done) = tasks.join_next() => {
+                if let Err(e) = done {
+                    if e.is_panic() {
+                        tracing::error!(error = %e, "active health: a probing task panicked");
+                    }
+                }
+            }
         }
     }
     tasks.shutdown().await;

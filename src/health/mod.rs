@@ -170,7 +170,8 @@ impl DestinationHealth {
         self.consecutive_failures.load(Ordering::Relaxed)
     }
 
-    /// (failed, total) requests in the passive detection window.
+    /// (failed, total) requests in the passive detection window, as of the last
+    /// record (buckets leave the window when the next request is recorded).
     pub fn passive_counts(&self) -> (u64, u64) {
         self.lock_window().counts()
     }
