@@ -40,7 +40,8 @@
 //! `Interval` (15 s), first right away: `GET {Health ?? Address}{Path}{Query}` within
 //! `Timeout` (10 s). A 2xx answer makes it `Healthy` and resets its failure count; an
 //! error, a timeout or another status counts a failure, and `Threshold` (2) failures in a
-//! row make it `Unhealthy`.
+//! row make it `Unhealthy` (fewer leave the state as it was). The checker runs only
+//! where the application starts it: `ActiveHealthChecker::spawn(state)`.
 
 mod active;
 mod passive;
