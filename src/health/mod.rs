@@ -1,37 +1,196 @@
 //! Destination health: passive (traffic-based) and active (probing), and which
-//! destinations of a cluster are available. (stub: filled in by the health work)
+//! destinations of a cluster are available.
+//!
+//! Each destination has two [`HealthState`]s, active and passive, each `Unknown`,
+//! `Healthy` or `Unhealthy`; they live in its [`DestinationState`] and survive
+//! configuration reloads. A check's state only counts while that check is enabled for
+//! the cluster.
+//!
+//! **Available destinations** ([`available`], used by routing for every request):
+//! destinations whose enabled checks are not `Unhealthy`. With
+//! `AvailableDestinationsPolicy: HealthyOrPanic` (the default) all destinations are
+//! used when none is available; with `HealthyAndUnknown` there is no such fallback
+//! (load balancing then answers 503).
+//!
+//! **Passive health**, `TransportFailureRate` (`HealthCheck.Passive.Enabled`): the
+//! [`PassiveHealth`] stage records every forwarded request once its exchange is over
+//! (response body finished or failed). A request fails when forwarding failed because of
+//! the destination ([`ForwardErrorKind::is_destination_failure`]) or, with
+//! `CountServerErrors: true` (fuseway extension), when the destination answered 5xx.
+//! Nothing is recorded when the client went away, nor for requests that never reached a
+//! destination. After each record, a destination with at least 10 requests in the last
+//! 60 s and a failure rate of at least 0.3 becomes `Unhealthy`, else `Healthy`. An
+//! unhealthy destination goes back to `Unknown` (with an empty window) after
+//! `max(ReactivationPeriod (default 60 s), detection window)`; this is checked lazily,
+//! by the next [`available`] call or record.
+//!
+//! | cluster `Metadata` key | meaning | default |
+//! |---|---|---|
+//! | `TransportFailureRateHealthPolicy.RateLimit` | failure rate limit, in (0, 1] | 0.3 |
+//! | `TransportFailureRateHealthPolicy.DetectionWindowSize` | window (fuseway extension) | 60 s |
+//! | `TransportFailureRateHealthPolicy.MinimalTotalCountThreshold` | fewest requests judged (fuseway extension) | 10 |
+//! | `ConsecutiveFailuresHealthPolicy.Threshold` | active threshold when `Active.Threshold` is absent | 2 |
+//!
+//! The window is made of 1 s buckets (a tenth of the window when it is shorter than
+//! 10 s), so a request leaves it between one window and one window plus a bucket after
+//! it ended.
+//!
+//! **Active health**, `ConsecutiveFailures` (`HealthCheck.Active.Enabled`): an
+//! [`ActiveHealthChecker`] probes every destination of such clusters concurrently every
+//! `Interval` (15 s), first right away: `GET {Health ?? Address}{Path}{Query}` within
+//! `Timeout` (10 s). A 2xx answer makes it `Healthy` and resets its failure count; an
+//! error, a timeout or another status counts a failure, and `Threshold` (2) failures in a
+//! row make it `Unhealthy` (fewer leave the state as it was). The checker runs only
+//! where the application starts it: `ActiveHealthChecker::spawn(state)`.
 
-use std::sync::Arc;
+mod active;
+mod passive;
+mod settings;
 
-use http::StatusCode;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::config::{ClusterConfig, ConfigError};
+use tokio::time::Instant;
+
+use crate::config::AvailableDestinationsPolicyName;
 use crate::request::{Balanced, Candidates, ForwardErrorKind, ProxyResponse};
 use crate::stage::Stage;
 use crate::state::{Cluster, DestinationState};
 
+pub use active::ActiveHealthChecker;
+pub use settings::{
+    ActiveSettings, ClusterHealth, PassiveSettings, DEFAULT_DETECTION_WINDOW,
+    DEFAULT_FAILURE_RATE_LIMIT, DEFAULT_INTERVAL, DEFAULT_MINIMAL_TOTAL_COUNT,
+    DEFAULT_REACTIVATION_PERIOD, DEFAULT_THRESHOLD, DEFAULT_TIMEOUT, DETECTION_WINDOW_METADATA,
+    MINIMAL_TOTAL_COUNT_METADATA, RATE_LIMIT_METADATA, THRESHOLD_METADATA,
+};
+
+use passive::PassiveWindow;
+
 /// The destinations of `cluster` that requests may go to, by its
-/// `AvailableDestinationsPolicy`.
+/// `AvailableDestinationsPolicy`. Does not allocate for clusters of up to 128
+/// destinations; reads the clock only when a destination is passively unhealthy.
 pub fn available(cluster: &Cluster) -> Candidates {
-    Candidates::all(cluster.destinations().len())
+    let destinations = cluster.destinations();
+    let mut candidates = Candidates::all(destinations.len());
+    let health = cluster.health();
+    let (active, passive) = (health.active.is_some(), health.passive.is_some());
+    if !active && !passive {
+        return candidates;
+    }
+    let mut now = None;
+    candidates.retain(|i| {
+        let state = destinations[i].state();
+        if active && state.health().active() == HealthState::Unhealthy {
+            return false;
+        }
+        !(passive
+            && passive::refresh(state, || *now.get_or_insert_with(Instant::now))
+                == HealthState::Unhealthy)
+    });
+    if candidates.is_empty() && health.policy == AvailableDestinationsPolicyName::HealthyOrPanic {
+        tracing::trace!(
+            cluster = cluster.id(),
+            "no healthy destination: using all of them (HealthyOrPanic)"
+        );
+        return Candidates::all(destinations.len());
+    }
+    candidates
+}
+
+/// The health of a destination as one check sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum HealthState {
+    /// Not known yet (or no longer: a passive reactivation).
+    #[default]
+    Unknown,
+    /// Working.
+    Healthy,
+    /// Failing: out of rotation.
+    Unhealthy,
+}
+
+impl HealthState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => HealthState::Healthy,
+            2 => HealthState::Unhealthy,
+            _ => HealthState::Unknown,
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            HealthState::Unknown => 0,
+            HealthState::Healthy => 1,
+            HealthState::Unhealthy => 2,
+        }
+    }
+}
+
+impl fmt::Display for HealthState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
 }
 
 /// Health of one destination; lives in its [`DestinationState`] and survives reloads.
 #[derive(Debug, Default)]
 pub struct DestinationHealth {
-    _private: (),
+    active: AtomicU8,
+    passive: AtomicU8,
+    consecutive_failures: AtomicU32,
+    window: Mutex<PassiveWindow>,
 }
 
-/// A cluster's health settings, resolved from its configuration.
-#[derive(Debug, Default)]
-pub struct ClusterHealth {
-    _private: (),
-}
+impl DestinationHealth {
+    /// Its active (probing) state.
+    pub fn active(&self) -> HealthState {
+        HealthState::from_u8(self.active.load(Ordering::Acquire))
+    }
 
-impl ClusterHealth {
-    /// Resolve from `config`; `path` is the cluster's config path.
-    pub(crate) fn from_config(_config: &ClusterConfig, _path: &str) -> Result<Self, ConfigError> {
-        Ok(ClusterHealth::default())
+    /// Its passive (traffic) state now: `Unknown` once an unhealthy destination's
+    /// reactivation time is over, even before the next request moves it there.
+    pub fn passive(&self) -> HealthState {
+        self.passive_at(Instant::now())
+    }
+
+    /// Its passive state at `now` (see [`passive`](Self::passive)).
+    pub fn passive_at(&self, now: Instant) -> HealthState {
+        match self.passive_raw() {
+            HealthState::Unhealthy if self.lock_window().reactivate_at_due(now) => {
+                HealthState::Unknown
+            }
+            state => state,
+        }
+    }
+
+    /// Failed probes in a row so far.
+    pub fn consecutive_failures(&self) -> u32 {
+        self.consecutive_failures.load(Ordering::Relaxed)
+    }
+
+    /// (failed, total) requests in the passive detection window, as of the last
+    /// record (buckets leave the window when the next request is recorded).
+    pub fn passive_counts(&self) -> (u64, u64) {
+        self.lock_window().counts()
+    }
+
+    fn passive_raw(&self) -> HealthState {
+        HealthState::from_u8(self.passive.load(Ordering::Acquire))
+    }
+
+    fn store_passive(&self, state: HealthState) {
+        self.passive.store(state.to_u8(), Ordering::Release);
+    }
+
+    fn store_active(&self, state: HealthState) {
+        self.active.store(state.to_u8(), Ordering::Release);
+    }
+
+    fn lock_window(&self) -> MutexGuard<'_, PassiveWindow> {
+        self.window.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -41,18 +200,27 @@ impl ClusterHealth {
 #[derive(Debug)]
 pub struct PassiveRecord {
     destination: Arc<DestinationState>,
-    status: StatusCode,
+    settings: PassiveSettings,
+    /// The destination answered 5xx and the cluster counts server errors.
+    server_error: bool,
 }
 
 impl PassiveRecord {
     /// Record the exchange's result: `Ok(())` when the body completed, else the error.
     pub(crate) fn complete(self, result: Result<(), ForwardErrorKind>) {
-        let _ = (self.destination, self.status, result);
+        self.complete_at(Instant::now(), result);
+    }
+
+    fn complete_at(self, now: Instant, result: Result<(), ForwardErrorKind>) {
+        let failed =
+            self.server_error || result.is_err_and(ForwardErrorKind::is_destination_failure);
+        passive::record(&self.destination, now, failed, &self.settings);
     }
 }
 
 /// The passive-health stage: arms a [`PassiveRecord`] on every forwarded response of a
-/// cluster with passive health enabled.
+/// cluster with passive health enabled, for the cluster and destination the request was
+/// finally sent to.
 #[derive(Debug, Clone, Default)]
 pub struct PassiveHealth {
     _private: (),
@@ -62,6 +230,25 @@ impl PassiveHealth {
     /// The passive-health stage.
     pub fn new() -> Self {
         PassiveHealth::default()
+    }
+
+    fn arm(response: &mut ProxyResponse) {
+        let outcome = &response.outcome;
+        let (Some(cluster), Some(destination)) = (outcome.cluster(), outcome.destination_state())
+        else {
+            return; // never sent to a destination
+        };
+        let Some(settings) = cluster.health().passive() else {
+            return;
+        };
+        let record = PassiveRecord {
+            destination: destination.clone(),
+            settings: *settings,
+            server_error: settings.count_server_errors
+                && outcome.error.is_none()
+                && response.response.status().is_server_error(),
+        };
+        response.on_complete(record);
     }
 }
 
@@ -73,5 +260,10 @@ impl<B> Stage<Balanced<B>> for PassiveHealth {
         Ok((request, ()))
     }
 
-    fn on_response(&self, _: (), _response: &mut ProxyResponse) {}
+    fn on_response(&self, _: (), response: &mut ProxyResponse) {
+        PassiveHealth::arm(response);
+    }
 }
+
+#[cfg(test)]
+mod tests;
