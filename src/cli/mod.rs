@@ -9,6 +9,7 @@ use std::sync::Arc;
 use clap::Parser;
 
 use crate::config::{self, ProxyConfig};
+use crate::health::ActiveHealthChecker;
 use crate::pipeline;
 use crate::server::Server;
 use crate::state::ProxyState;
@@ -53,8 +54,10 @@ async fn run_config(path: PathBuf, listen: Vec<SocketAddr>) -> Result<(), BoxErr
         tracing::info!(%addr, config = %path.display(), "fuseway listening");
     }
     spawn_reload_on_sighup(path, state.clone());
+    let health = ActiveHealthChecker::spawn(state.clone());
     let service = pipeline::FusedDefault::from_state(state);
     server.serve(service, shutdown_signal()).await?;
+    health.shutdown().await;
     Ok(())
 }
 

@@ -14,7 +14,7 @@
 //! - The destination's and the cluster's concurrency counters are held for the whole
 //!   exchange, response body included, and released on drop.
 
-mod client;
+pub(crate) mod client;
 mod future;
 pub mod headers;
 mod path;

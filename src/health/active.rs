@@ -4,26 +4,23 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HOST, USER_AGENT};
 use http::{HeaderValue, Request, Uri, Version};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::oneshot;
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::settings::ActiveSettings;
 use super::HealthState;
-use crate::state::{Cluster, Destination, DestinationState, ProxyState, Snapshot, UpstreamVersion};
+use crate::forwarding::client::Clients;
+use crate::state::{
+    Cluster, Destination, DestinationState, HttpSettings, ProxyState, Snapshot, UpstreamVersion,
+};
 
 /// How often the checker looks for a new configuration snapshot.
-const RELOAD_POLL: Duration = Duration::from_millis(250);
 /// Most bytes of a probe's response body read (so that its connection can be reused).
 const DRAIN_LIMIT: usize = 64 * 1024;
 const PROBE_USER_AGENT: &str = concat!(
@@ -113,14 +110,12 @@ pub(crate) fn probe_uri(
 
 /// Runs the active health checks of a [`ProxyState`]: every cluster with
 /// `HealthCheck.Active.Enabled` is probed every `Interval`, the first time right away.
-/// The configuration is re-read continuously: clusters and destinations that appear,
-/// disappear or change their settings are re-planned (and probed at once) within a
-/// fraction of a second of a reload.
+/// On every configuration reload ([`ProxyState::subscribe`]) clusters and destinations
+/// that appear, disappear or change their settings are re-planned, and probed at once.
 ///
 /// Probes go over HTTP/1.1, or HTTP/2 when the cluster's `HttpRequest.Version` is `"2"`;
-/// `https://` addresses are verified against the web PKI roots. Destinations of
-/// clusters with `DangerousAcceptAnyServerCertificate` whose probe address is
-/// `https://` are not probed (their active state stays as it is); a warning says so.
+/// `https://` addresses are verified against the web PKI roots, or not at all for
+/// clusters with `DangerousAcceptAnyServerCertificate`, as the forwarder does.
 ///
 /// The checks stop when the checker is dropped or [`shut down`](Self::shutdown).
 ///
@@ -168,6 +163,7 @@ async fn supervise(
 ) {
     let mut plans: HashMap<Arc<str>, (Arc<ClusterPlan>, AbortHandle)> = HashMap::new();
     let mut tasks = JoinSet::new();
+    let mut reloads = state.subscribe();
     let mut seen: Option<Arc<Snapshot>> = None;
     loop {
         let snapshot = state.snapshot();
@@ -178,7 +174,11 @@ async fn supervise(
         tokio::select! {
             // Stopped, or the handle was dropped.
             _ = &mut stopped => break,
-            _ = tokio::time::sleep(RELOAD_POLL) => {}
+            changed = reloads.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
             Some(done) = tasks.join_next() => {
                 if let Err(e) = done {
                     if e.is_panic() {
@@ -211,26 +211,6 @@ fn replan(
             None => None,
         };
         let entry = kept.unwrap_or_else(|| {
-            let skipped = plan
-                .probes
-                .iter()
-                .filter(|p| matches!(p.target, Target::Skipped))
-                .count();
-            tracing::info!(
-                cluster = cluster.id(),
-                destinations = plan.probes.len(),
-                interval = ?plan.settings.interval,
-                timeout = ?plan.settings.timeout,
-                threshold = plan.settings.threshold,
-                "active health: probing cluster"
-            );
-            if skipped > 0 {
-                tracing::warn!(
-                    cluster = cluster.id(),
-                    skipped,
-                    "active health: https probes of a cluster with DangerousAcceptAnyServerCertificate are not supported yet; those destinations are not probed"
-                );
-            }
             let plan = Arc::new(plan);
             let handle = tasks.spawn(run_cluster(plan.clone(), prober.clone()));
             (plan, handle)
@@ -269,7 +249,7 @@ async fn run_cluster(plan: Arc<ClusterPlan>, prober: Arc<Prober>) {
 struct ClusterPlan {
     cluster: Arc<str>,
     settings: ActiveSettings,
-    http2: bool,
+    http: HttpSettings,
     probes: Vec<Probe>,
 }
 
@@ -285,15 +265,14 @@ enum Target {
     Uri(Uri),
     /// No valid probe URI: every probe fails.
     Invalid(String),
-    /// Not probed (see [`ActiveHealthChecker`]).
-    Skipped,
 }
 
 impl PartialEq for ClusterPlan {
     fn eq(&self, other: &Self) -> bool {
         self.cluster == other.cluster
             && self.settings == other.settings
-            && self.http2 == other.http2
+            && self.http.version == other.http.version
+            && self.http.accept_any_certificate == other.http.accept_any_certificate
             && self.probes.len() == other.probes.len()
             && self.probes.iter().zip(&other.probes).all(|(a, b)| {
                 Arc::ptr_eq(&a.destination, &b.destination)
@@ -307,16 +286,12 @@ impl ClusterPlan {
     /// The plan of `cluster`, if it has active health enabled.
     fn new(cluster: &Cluster) -> Option<Self> {
         let settings = cluster.health().active()?.clone();
-        let accept_any = cluster.http().accept_any_certificate;
         let probes = cluster
             .destinations()
             .iter()
             .map(|d| Probe {
                 destination: d.state().clone(),
                 target: match probe_uri(d, &settings) {
-                    Ok(uri) if accept_any && uri.scheme() == Some(&http::uri::Scheme::HTTPS) => {
-                        Target::Skipped
-                    }
                     Ok(uri) => Target::Uri(uri),
                     Err(e) => Target::Invalid(e),
                 },
@@ -326,25 +301,23 @@ impl ClusterPlan {
         Some(ClusterPlan {
             cluster: cluster.id.clone(),
             settings,
-            http2: cluster.http().version == UpstreamVersion::Http2,
+            http: cluster.http().clone(),
             probes,
         })
     }
 }
 
-type ProbeClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
-
-/// The HTTP clients probes are sent with.
+/// The HTTP clients probes are sent with: the forwarder's kind (HTTP/1.1 or HTTP/2, TLS
+/// with the web PKI roots or, for `DangerousAcceptAnyServerCertificate` clusters, any
+/// certificate), with their own connection pools.
 struct Prober {
-    h1: ProbeClient,
-    h2: ProbeClient,
+    clients: Clients<Empty<Bytes>>,
 }
 
 impl Prober {
     fn new() -> Self {
         Prober {
-            h1: probe_client(false),
-            h2: probe_client(true),
+            clients: Clients::new(),
         }
     }
 
@@ -359,21 +332,19 @@ impl Prober {
                 tracing::debug!(cluster, destination, %error, "active health: no valid probe URI");
                 return Some(false);
             }
-            Target::Skipped => return None,
         };
         let mut request = Request::new(Empty::<Bytes>::new());
         *request.uri_mut() = uri;
-        *request.version_mut() = if plan.http2 {
-            Version::HTTP_2
-        } else {
-            Version::HTTP_11
+        *request.version_mut() = match plan.http.version {
+            UpstreamVersion::Http2 => Version::HTTP_2,
+            UpstreamVersion::Http1 => Version::HTTP_11,
         };
         let headers = request.headers_mut();
         headers.insert(USER_AGENT, HeaderValue::from_static(PROBE_USER_AGENT));
         if let Some(host) = &probe.host {
             headers.insert(HOST, host.clone());
         }
-        let client = if plan.http2 { &self.h2 } else { &self.h1 };
+        let client = self.clients.get(&plan.http);
         let deadline = Instant::now() + plan.settings.timeout;
         match tokio::time::timeout_at(deadline, client.request(request)).await {
             Ok(Ok(response)) => {
@@ -399,35 +370,6 @@ impl Prober {
             }
         }
     }
-}
-
-fn probe_client(h2: bool) -> ProbeClient {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let builder = HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http();
-    let connector = if h2 {
-        builder.enable_http2().wrap_connector(http)
-    } else {
-        builder.enable_http1().wrap_connector(http)
-    };
-    Client::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .http2_only(h2)
-        .build(connector)
 }
 
 #[cfg(test)]
@@ -553,7 +495,7 @@ mod tests {
             .active
             .as_mut()
             .unwrap()
-            .interval = Some(Duration::from_secs(2).into());
+            .interval = Some(std::time::Duration::from_secs(2).into());
         state.update(changed).unwrap();
         assert!(plan(&state).unwrap() != first);
         // Disabled: no plan.
@@ -573,7 +515,7 @@ mod tests {
     }
 
     #[test]
-    fn https_probes_of_accept_any_clusters_are_skipped() {
+    fn https_probes_of_accept_any_clusters_use_the_clusters_tls_policy() {
         let snap = snapshot(
             r#"{ "HealthCheck": { "Active": { "Enabled": true } },
                  "HttpClient": { "DangerousAcceptAnyServerCertificate": true },
@@ -581,7 +523,8 @@ mod tests {
                                    "b": { "Address": "http://127.0.0.1:2" } } }"#,
         );
         let plan = ClusterPlan::new(snap.cluster("c").unwrap()).unwrap();
-        assert_eq!(plan.probes[0].target, Target::Skipped);
+        assert!(plan.http.accept_any_certificate);
+        assert!(matches!(plan.probes[0].target, Target::Uri(_)));
         assert!(matches!(plan.probes[1].target, Target::Uri(_)));
     }
 }

@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use tokio::sync::watch;
 
 pub use cluster::{Cluster, HttpSettings, Route, UpstreamVersion, DEFAULT_ACTIVITY_TIMEOUT};
 pub use destination::{
@@ -90,6 +91,7 @@ struct Registry {
 pub struct ProxyState {
     current: ArcSwap<Snapshot>,
     registry: Mutex<Registry>,
+    generation: watch::Sender<u64>,
 }
 
 impl ProxyState {
@@ -100,6 +102,7 @@ impl ProxyState {
         Ok(ProxyState {
             current: ArcSwap::from_pointee(snapshot),
             registry: Mutex::new(registry),
+            generation: watch::Sender::new(0),
         })
     }
 
@@ -125,7 +128,13 @@ impl ProxyState {
         });
         self.current.store(Arc::new(snapshot));
         *registry = next;
+        self.generation.send_modify(|g| *g += 1);
         Ok(())
+    }
+
+    /// Notified after every successful [`update`](Self::update); the value counts them.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
     }
 
     /// The current snapshot.
