@@ -1,4 +1,54 @@
-//! fuseway: a reverse-proxy framework built from typed tower stages.
+//! fuseway: a reverse-proxy framework built from typed tower stages, fused into one
+//! state machine.
+//!
+//! A request passes **routing -> session affinity -> limits -> load balancing -> passive
+//! health -> forwarding**. Each stage is a [`Stage`](stage::Stage): a synchronous
+//! `on_request` that passes a (possibly transformed) request on or answers it, and an
+//! `on_response` that sees the [`ProxyResponse`](request::ProxyResponse) on the way
+//! back. The request's type records how far it got — `http::Request<B>`, then
+//! [`Routed<B>`](request::Routed), then [`Balanced<B>`](request::Balanced) — so stages
+//! in the wrong order do not compile.
+//!
+//! # Three ways to use it
+//!
+//! - **The default pipeline, fused**: [`default_pipeline!`] (or the ready-made
+//!   [`pipeline::FusedDefault`], which the `fuseway` binary serves), optionally with your
+//!   own stages at named points.
+//! - **Custom pipelines**: [`StageLayer`](stage::StageLayer) turns any stage into a tower
+//!   `Layer`; mix them with any tower or tower-http layer in a `ServiceBuilder` and serve
+//!   with [`ProxyService`](server::ProxyService).
+//! - **New stages**: implement [`Stage`](stage::Stage) once; it works layered and fused.
+//!
+//! # How fusion works
+//!
+//! A layered pipeline is a stack of services, each with its own future: `call` on the
+//! outer layer calls the inner one, and each layer's future wraps the next. Served the
+//! way hyper-util serves tower services, the stack is also cloned per request (one `Arc`
+//! clone per layer) and driven through `Oneshot`.
+//!
+//! [`fused_pipeline!`] instead generates one struct holding all stages and one `call`
+//! that runs every stage's `on_request` in sequence, then calls the terminal service
+//! (the forwarder) — the only real await. The future is one
+//! [`FusedFuture`](pipeline::FusedFuture): the terminal's future plus a tuple of every
+//! stage's `State`. When the terminal's future completes, each stage's `on_response` runs
+//! in reverse order. A stage that answers early ends the request there: the earlier
+//! stages' `on_response` run at once and the future is ready. Nothing is boxed and
+//! nothing is put into `http::Extensions`; the only per-request shared-state traffic is
+//! one `Arc` clone of the pipeline and one of the configuration snapshot. Guards kept in
+//! a stage's `State` (concurrency counters) are released by `Drop` on success, error,
+//! cancellation and panic alike.
+//!
+//! Fused and layered forms are observably identical — same responses, cookies, counters
+//! and passive-health records — which `tests/differential.rs` checks scenario by
+//! scenario; `tests/pipeline_alloc.rs` asserts the fused default pipeline allocates
+//! nothing per request. The compile cost of fusing is measured in the README.
+//!
+//! A type error between adjacent stages is a compile error at the offending stage that
+//! names both types (pinned by trybuild UI tests in `macros/tests/ui`), e.g.:
+//!
+//! ```text
+//! error[E0277]: `LoadBalancing` is not a stage that takes `http::Request<Incoming>`
+//! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 

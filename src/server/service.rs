@@ -16,7 +16,7 @@ use crate::request::ConnectionInfo;
 
 /// Serves a tower pipeline through hyper: each request gets a clone of the pipeline (as
 /// hyper-util's `TowerToHyperService` does). The pipeline answers with a
-/// [`ProxyResponse`] or, when tower-http layers wrap it (after a
+/// [`ProxyResponse`](crate::request::ProxyResponse) or, when tower-http layers wrap it (after a
 /// `MapResponseLayer::new(ProxyResponse::into_response)`), with `Response<ProxyBody>`.
 #[derive(Debug, Clone)]
 pub struct ProxyService<S> {
