@@ -5,6 +5,7 @@ mod service;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -13,7 +14,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use service::Served;
@@ -40,7 +41,39 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug)]
 pub struct Server {
     listeners: Vec<TcpListener>,
-    grace: Duration,
+    options: ServerOptions,
+}
+
+/// Limits of the listening side, applied to every connection.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Most client connections open at once across all listeners; further accepts wait
+    /// until one closes (default 10,000).
+    pub max_connections: usize,
+    /// Most concurrent HTTP/2 streams per connection (default 100).
+    pub max_concurrent_streams: u32,
+    /// Time allowed to receive a request's headers on HTTP/1.1 before the connection is
+    /// closed (slowloris; default 30 s).
+    pub header_read_timeout: Duration,
+    /// Largest request head on HTTP/1.1 (bytes); larger ones get 431 (default 64 KiB).
+    pub max_header_size: usize,
+    /// Largest header list on HTTP/2 (bytes; default 64 KiB).
+    pub max_header_list_size: u32,
+    /// How long in-flight requests may take after shutdown starts (default 30 s).
+    pub graceful_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            max_connections: 10_000,
+            max_concurrent_streams: 100,
+            header_read_timeout: Duration::from_secs(30),
+            max_header_size: 64 * 1024,
+            max_header_list_size: 64 * 1024,
+            graceful_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 impl Server {
@@ -60,13 +93,19 @@ impl Server {
     pub fn from_listeners(listeners: Vec<TcpListener>) -> Server {
         Server {
             listeners,
-            grace: Duration::from_secs(30),
+            options: ServerOptions::default(),
         }
     }
 
     /// How long in-flight requests may take to finish after shutdown starts (default 30 s).
     pub fn graceful_timeout(mut self, grace: Duration) -> Server {
-        self.grace = grace;
+        self.options.graceful_timeout = grace;
+        self
+    }
+
+    /// Replace all limits.
+    pub fn options(mut self, options: ServerOptions) -> Server {
+        self.options = options;
         self
     }
 
@@ -92,12 +131,15 @@ impl Server {
     {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
+        let connections = Arc::new(Semaphore::new(self.options.max_connections));
+        let options = Arc::new(self.options);
         for listener in self.listeners {
             tasks.spawn(accept_loop(
                 listener,
                 service.clone(),
                 stop_rx.clone(),
-                self.grace,
+                options.clone(),
+                connections.clone(),
             ));
         }
         shutdown.await;
@@ -112,7 +154,8 @@ async fn accept_loop<S>(
     listener: TcpListener,
     service: S,
     mut stop: watch::Receiver<bool>,
-    grace: Duration,
+    options: Arc<ServerOptions>,
+    connections: Arc<Semaphore>,
 ) where
     S: hyper::service::Service<Request<Incoming>, Response = Response<ProxyBody>>
         + Clone
@@ -129,10 +172,24 @@ async fn accept_loop<S>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30));
-    builder.http2().timer(TokioTimer::new());
+        .header_read_timeout(options.header_read_timeout)
+        .max_buf_size(options.max_header_size.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .max_header_list_size(options.max_header_list_size);
     let graceful = GracefulShutdown::new();
     loop {
+        // Wait for a free connection slot before accepting: excess clients queue in the
+        // kernel's backlog instead of consuming memory here.
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = stop.changed() => break,
+        };
         let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -162,10 +219,11 @@ async fn accept_loop<S>(
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, %remote, "connection ended with an error");
             }
+            drop(permit);
         });
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown())
+    if tokio::time::timeout(options.graceful_timeout, graceful.shutdown())
         .await
         .is_err()
     {
