@@ -62,16 +62,7 @@ impl Parse for DefaultInput {
             braced!(body in input);
             while !body.is_empty() {
                 if body.peek(Token![=>]) {
-                    body.parse::<Token![=>]>()?;
-                    terminal = Some(body.parse::<Entry>()?);
-                    if body.peek(Token![,]) {
-                        body.parse::<Token![,]>()?;
-                    }
-                    if !body.is_empty() {
-                        return Err(
-                            body.error("the terminal service (`=> name: Type`) must come last")
-                        );
-                    }
+                    terminal = Some(fused::parse_terminal(&body)?);
                     break;
                 }
                 let place: Ident = body.parse()?;

@@ -21,6 +21,19 @@ impl Parse for Entry {
     }
 }
 
+/// After a `=>`: the terminal entry, an optional comma, and nothing more.
+pub(crate) fn parse_terminal(body: ParseStream<'_>) -> syn::Result<Entry> {
+    body.parse::<Token![=>]>()?;
+    let terminal = body.parse::<Entry>()?;
+    if body.peek(Token![,]) {
+        body.parse::<Token![,]>()?;
+    }
+    if !body.is_empty() {
+        return Err(body.error("the terminal service (`=> name: Type`) must come last"));
+    }
+    Ok(terminal)
+}
+
 /// `#[attrs] vis struct Name(RequestType) { a: A, b: B, => t: T }`
 pub(crate) struct FusedInput {
     pub(crate) attrs: Vec<Attribute>,
@@ -54,14 +67,7 @@ impl Parse for FusedInput {
         let mut terminal = None;
         while !body.is_empty() {
             if body.peek(Token![=>]) {
-                body.parse::<Token![=>]>()?;
-                terminal = Some(body.parse::<Entry>()?);
-                if body.peek(Token![,]) {
-                    body.parse::<Token![,]>()?;
-                }
-                if !body.is_empty() {
-                    return Err(body.error("the terminal service (`=> name: Type`) must come last"));
-                }
+                terminal = Some(parse_terminal(&body)?);
                 break;
             }
             stages.push(body.parse::<Entry>()?);
