@@ -714,7 +714,41 @@ fn two_threads(scenario: &Scenario, settings: &Settings) {
     }
 }
 
+/// `FUSEWAY_BENCH_PROFILE="minimal 8d p2c async/fused"`: run only that variant for
+/// `FUSEWAY_BENCH_PROFILE_N` requests (default 100 000), for `valgrind --tool=callgrind`
+/// (each request is one call of the `#[inline(never)]` `run` function: its inclusive
+/// instruction count divided by the calls is instructions per request).
+fn profile(which: &str) {
+    let (scenario, form_name) = which.rsplit_once('/').expect("SCENARIO MODE/FORM");
+    let (scenario, mode) = scenario.rsplit_once(' ').expect("SCENARIO MODE/FORM");
+    let mode = if mode == "sync" {
+        StubMode::Sync
+    } else {
+        StubMode::Async
+    };
+    let s = scenarios()
+        .into_iter()
+        .find(|s| s.name == scenario)
+        .unwrap_or_else(|| panic!("no scenario `{scenario}`"));
+    let n: u64 = std::env::var("FUSEWAY_BENCH_PROFILE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let v = variants(&s, mode);
+    let m = form(&v, form_name);
+    m.time(1024);
+    let d = m.time(n);
+    println!(
+        "{which}: {n} requests, {:.0} ns/op (gross)",
+        d.as_nanos() as f64 / n as f64
+    );
+}
+
 fn main() {
+    if let Ok(which) = std::env::var("FUSEWAY_BENCH_PROFILE") {
+        profile(&which);
+        return;
+    }
     let settings = Settings::from_env();
     let mut criterion = Criterion::default()
         .warm_up_time(settings.warm_up)
