@@ -9,9 +9,114 @@ async fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
+    #[cfg(feature = "count-allocs")]
+    count_allocs::report_on_sigusr1();
     let args = fuseway::cli::Args::parse();
-    if let Err(e) = fuseway::cli::run(args).await {
+    let result = fuseway::cli::run(args).await;
+    #[cfg(feature = "count-allocs")]
+    count_allocs::report("exit");
+    if let Err(e) = result {
         eprintln!("fuseway: {e}");
         std::process::exit(1);
     }
+}
+
+/// `--features count-allocs`: a counting global allocator. The totals since start go to
+/// stderr as `fuseway-allocs: allocations=N bytes=M at=WHEN` at exit (Ctrl-C, SIGTERM)
+/// and on every SIGUSR1, so a bench can take the difference over its window.
+#[cfg(feature = "count-allocs")]
+mod count_allocs {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    /// One counter pair per cache line; each thread counts in its own slot, so counting
+    /// adds no cache-line traffic between the runtime's worker threads.
+    #[repr(align(128))]
+    struct Slot {
+        allocations: AtomicU64,
+        bytes: AtomicU64,
+    }
+
+    const SLOTS: usize = 64;
+
+    static COUNTS: [Slot; SLOTS] = [const {
+        Slot {
+            allocations: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
+    }; SLOTS];
+    static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+    thread_local! {
+        static MY_SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+
+    fn count(bytes: usize) {
+        let slot = MY_SLOT
+            .try_with(|s| {
+                if s.get() == usize::MAX {
+                    s.set(NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SLOTS);
+                }
+                s.get()
+            })
+            .unwrap_or(0);
+        let slot = &COUNTS[slot];
+        slot.allocations.fetch_add(1, Ordering::Relaxed);
+        slot.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    struct Counting;
+
+    // SAFETY: every call is forwarded unchanged to the system allocator.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            count(layout.size());
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            count(layout.size());
+            unsafe { System.alloc_zeroed(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            count(new_size);
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    /// Print the totals so far.
+    pub(crate) fn report(at: &str) {
+        let (mut allocations, mut bytes) = (0, 0);
+        for slot in &COUNTS {
+            allocations += slot.allocations.load(Ordering::Relaxed);
+            bytes += slot.bytes.load(Ordering::Relaxed);
+        }
+        eprintln!("fuseway-allocs: allocations={allocations} bytes={bytes} at={at}");
+    }
+
+    /// Print the totals on every SIGUSR1.
+    #[cfg(unix)]
+    pub(crate) fn report_on_sigusr1() {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
+            return;
+        };
+        tokio::spawn(async move {
+            while usr1.recv().await.is_some() {
+                report("sigusr1");
+            }
+        });
+    }
+
+    #[cfg(not(unix))]
+    pub(crate) fn report_on_sigusr1() {}
 }

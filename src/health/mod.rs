@@ -80,15 +80,18 @@ pub fn available(cluster: &Cluster) -> Candidates {
         return candidates;
     }
     let mut now = None;
-    candidates.retain(|i| {
-        let state = destinations[i].state();
-        if active && state.health().active() == HealthState::Unhealthy {
-            return false;
+    // One pass over the destinations (not `Candidates::retain`, which searches the set
+    // for each next member): two relaxed atomic loads per destination when all is well.
+    for (i, destination) in destinations.iter().enumerate() {
+        let state = destination.state();
+        let out = (active && state.health().active() == HealthState::Unhealthy)
+            || (passive
+                && passive::refresh(state, || *now.get_or_insert_with(Instant::now))
+                    == HealthState::Unhealthy);
+        if out {
+            candidates.remove(i);
         }
-        !(passive
-            && passive::refresh(state, || *now.get_or_insert_with(Instant::now))
-                == HealthState::Unhealthy)
-    });
+    }
     if candidates.is_empty() && health.policy == AvailableDestinationsPolicyName::HealthyOrPanic {
         tracing::trace!(
             cluster = cluster.id(),

@@ -146,8 +146,9 @@ impl<B> Stage<Routed<B>> for Limits {
                 return Err(reject(StatusCode::PAYLOAD_TOO_LARGE, None));
             }
         }
-        let now = Instant::now();
-        if let Some((per_second, burst)) = limits.rate {
+        // The clock is read only for a route that needs it (rate limit, timeout).
+        let now = (limits.rate.is_some() || limits.timeout.is_some()).then(Instant::now);
+        if let (Some((per_second, burst)), Some(now)) = (limits.rate, now) {
             if let Err(wait) = route.state().rate.acquire(now, per_second, burst) {
                 tracing::debug!(route = route.id(), "rate limit: 429");
                 return Err(reject(
@@ -167,7 +168,7 @@ impl<B> Stage<Routed<B>> for Limits {
             None => None,
         };
         let body_limit = limits.max_request_body_size;
-        let deadline = limits.timeout.map(|t| now + t);
+        let deadline = limits.timeout.zip(now).map(|(t, now)| now + t);
         let exchange = routed.context.limits_mut();
         exchange.max_request_body_size = body_limit;
         exchange.deadline = deadline;

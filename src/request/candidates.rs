@@ -141,7 +141,28 @@ impl Candidates {
 
     /// The `k`-th smallest index in the set (0-based).
     pub fn nth(&self, k: usize) -> Option<usize> {
-        self.iter().nth(k)
+        match &self.bits {
+            Bits::Inline(b) => {
+                // Clear the k lowest members, then take the lowest left: no scan.
+                if k >= b.count_ones() as usize {
+                    return None;
+                }
+                let (mut lo, mut hi, mut k) = (*b as u64, (*b >> 64) as u64, k);
+                let lo_count = lo.count_ones() as usize;
+                if k >= lo_count {
+                    k -= lo_count;
+                    for _ in 0..k {
+                        hi &= hi - 1;
+                    }
+                    return Some(64 + hi.trailing_zeros() as usize);
+                }
+                for _ in 0..k {
+                    lo &= lo - 1;
+                }
+                Some(lo.trailing_zeros() as usize)
+            }
+            Bits::Heap(_) => self.iter().nth(k),
+        }
     }
 
     /// The indices in ascending order.
@@ -209,6 +230,10 @@ mod tests {
             let expected: Vec<usize> = (0..n).filter(|i| i % 3 == 0).collect();
             assert_eq!(c.iter().collect::<Vec<_>>(), expected, "n={n}");
             assert_eq!(c.len(), expected.len());
+            for (k, want) in expected.iter().enumerate() {
+                assert_eq!(c.nth(k), Some(*want), "n={n} k={k}");
+            }
+            assert_eq!(c.nth(expected.len()), None, "n={n}");
             if n > 0 {
                 assert!(c.contains(0));
                 assert_eq!(c.first(), Some(0));

@@ -11,22 +11,42 @@ const INLINE_SEGMENTS: usize = 32;
 
 /// A normalised request path: segments as spans into one buffer.
 #[derive(Debug)]
-pub(super) struct RequestPath {
-    bytes: InlineVec<u8, INLINE_BYTES>,
-    /// `(start, end)` of each segment in `bytes`.
+pub(super) struct RequestPath<'a> {
+    text: Text<'a>,
+    /// `(start, end)` of each segment in the text.
     spans: InlineVec<(u32, u32), INLINE_SEGMENTS>,
 }
 
-impl RequestPath {
+/// The text the spans point into.
+// Both variants live on the stack on purpose: boxing the decoded one would allocate.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Text<'a> {
+    /// The raw path itself, when it is already normal (the common case): no copy.
+    Raw(&'a [u8]),
+    /// The decoded, lower-cased path.
+    Decoded(InlineVec<u8, INLINE_BYTES>),
+}
+
+impl<'a> RequestPath<'a> {
     /// Normalise a raw (still percent-encoded) request path: percent-decode each segment
     /// on its own (so `%2F` never splits), fold ASCII case, drop empty segments (repeated
     /// or trailing slashes) and `.` segments, and let `..` remove the segment before it.
-    pub(super) fn parse(raw: &str) -> RequestPath {
+    pub(super) fn parse(raw: &'a str) -> RequestPath<'a> {
+        let raw = raw.as_bytes();
+        // Most paths are already normal (no escape, no upper case, no dot segment): then
+        // the segments are spans of the raw path and nothing is copied.
+        if let Some(spans) = Self::normal_spans(raw) {
+            return RequestPath {
+                text: Text::Raw(raw),
+                spans,
+            };
+        }
         let mut path = RequestPath {
-            bytes: InlineVec::new(),
+            text: Text::Decoded(InlineVec::new()),
             spans: InlineVec::new(),
         };
-        for raw_segment in raw.as_bytes().split(|&b| b == b'/') {
+        for raw_segment in raw.split(|&b| b == b'/') {
             if !raw_segment.is_empty() {
                 path.push_segment(raw_segment);
             }
@@ -34,30 +54,61 @@ impl RequestPath {
         path
     }
 
+    /// The segment spans of `raw` if it needs no normalisation beyond dropping empty
+    /// segments.
+    fn normal_spans(raw: &[u8]) -> Option<InlineVec<(u32, u32), INLINE_SEGMENTS>> {
+        if raw.len() > u32::MAX as usize || raw.iter().any(|&b| b == b'%' || b.is_ascii_uppercase())
+        {
+            return None;
+        }
+        let mut spans = InlineVec::new();
+        let mut start = 0;
+        for (i, &b) in raw.iter().chain(std::iter::once(&b'/')).enumerate() {
+            if b == b'/' {
+                if i > start {
+                    if raw[start] == b'.' {
+                        return None; // maybe a dot segment
+                    }
+                    spans.push((start as u32, i as u32));
+                }
+                start = i + 1;
+            }
+        }
+        Some(spans)
+    }
+
+    fn bytes(&mut self) -> &mut InlineVec<u8, INLINE_BYTES> {
+        match &mut self.text {
+            Text::Decoded(bytes) => bytes,
+            Text::Raw(_) => unreachable!("only decoded paths are built segment by segment"),
+        }
+    }
+
     fn push_segment(&mut self, raw: &[u8]) {
-        let start = self.bytes.len();
+        let bytes = self.bytes();
+        let start = bytes.len();
         if raw.contains(&b'%') {
             let mut i = 0;
             while i < raw.len() {
                 if let Some(b) = escape_at(&raw[i..]) {
-                    self.bytes.push(b.to_ascii_lowercase());
+                    bytes.push(b.to_ascii_lowercase());
                     i += 3;
                 } else {
-                    self.bytes.push(raw[i].to_ascii_lowercase());
+                    bytes.push(raw[i].to_ascii_lowercase());
                     i += 1;
                 }
             }
         } else {
-            self.bytes.extend_from_slice(raw);
-            self.bytes.as_mut_slice()[start..].make_ascii_lowercase();
+            bytes.extend_from_slice(raw);
+            bytes.as_mut_slice()[start..].make_ascii_lowercase();
         }
-        let end = self.bytes.len();
-        match &self.bytes.as_slice()[start..end] {
-            b"." => self.bytes.truncate(start),
+        let end = bytes.len();
+        match &bytes.as_slice()[start..end] {
+            b"." => bytes.truncate(start),
             b".." => {
-                self.bytes.truncate(start);
+                bytes.truncate(start);
                 if let Some((previous_start, _)) = self.spans.pop() {
-                    self.bytes.truncate(previous_start as usize);
+                    self.bytes().truncate(previous_start as usize);
                 }
             }
             _ => self.spans.push((start as u32, end as u32)),
@@ -72,7 +123,11 @@ impl RequestPath {
     /// Segment `i` (decoded, ASCII lower case, never empty).
     pub(super) fn segment(&self, i: usize) -> &[u8] {
         let (start, end) = self.spans.as_slice()[i];
-        &self.bytes.as_slice()[start as usize..end as usize]
+        let text = match &self.text {
+            Text::Raw(raw) => raw,
+            Text::Decoded(bytes) => bytes.as_slice(),
+        };
+        &text[start as usize..end as usize]
     }
 }
 
@@ -85,6 +140,27 @@ mod tests {
         (0..path.len())
             .map(|i| String::from_utf8_lossy(path.segment(i)).into_owned())
             .collect()
+    }
+
+    #[test]
+    fn normal_paths_are_not_copied() {
+        assert!(matches!(
+            RequestPath::parse("/api/users/42").text,
+            Text::Raw(_)
+        ));
+        assert!(matches!(RequestPath::parse("//api//x/").text, Text::Raw(_)));
+        assert!(matches!(RequestPath::parse("/Api").text, Text::Decoded(_)));
+        assert!(matches!(
+            RequestPath::parse("/a/../b").text,
+            Text::Decoded(_)
+        ));
+        assert!(matches!(
+            RequestPath::parse("/a%20b").text,
+            Text::Decoded(_)
+        ));
+        assert_eq!(segments("//api//x/"), ["api", "x"]);
+        assert_eq!(segments("/.well-known/x"), [".well-known", "x"]);
+        assert_eq!(segments("/a/.b/c"), ["a", ".b", "c"]);
     }
 
     #[test]

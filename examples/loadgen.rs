@@ -1,0 +1,252 @@
+//! The end-to-end bench's load generator: `N` keep-alive connections to one URL, each
+//! sending one request at a time (HTTP/1.1, or HTTP/2 cleartext with prior knowledge
+//! and `--streams` requests in flight per connection), for a warm-up and then a fixed
+//! measurement window. Latency goes into an HDR histogram (µs).
+//!
+//! ```text
+//! cargo run --release --example loadgen -- --url http://127.0.0.1:8080/ --http 2 \
+//!     --connections 32 --warmup 5 --duration 10
+//! ```
+//!
+//! Prints `MEASURE start` and `MEASURE end` on stdout as the window opens and closes
+//! (the e2e bench samples the proxy's counters then), and at the end one line
+//! `LOADGEN requests=N errors=E duration_s=D rps=R p50_us=.. p90_us=.. p99_us=.. p999_us=..`.
+//! Only 127.0.0.1 / localhost targets are accepted.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser;
+use hdrhistogram::Histogram;
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Target URL (http://127.0.0.1:PORT/path).
+    #[arg(long)]
+    url: Uri,
+    /// Keep-alive connections.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// HTTP version: 1 (HTTP/1.1) or 2 (h2c, prior knowledge).
+    #[arg(long, default_value_t = 1)]
+    http: u8,
+    /// Requests in flight per HTTP/2 connection.
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
+    /// Warm-up seconds (not counted).
+    #[arg(long, default_value_t = 5.0)]
+    warmup: f64,
+    /// Measurement seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Runtime worker threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+const WARMUP: u8 = 0;
+const MEASURE: u8 = 1;
+const DONE: u8 = 2;
+
+type Hist = Histogram<u64>;
+
+struct Tally {
+    latency: Hist,
+    errors: u64,
+}
+
+fn new_hist() -> Hist {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
+}
+
+fn main() {
+    let args = Args::parse();
+    let host = args.url.host().unwrap_or_default();
+    assert!(
+        host == "127.0.0.1" || host == "localhost" || host == "[::1]",
+        "loadgen only targets this machine (127.0.0.1 / localhost), not `{host}`"
+    );
+    assert!(args.http == 1 || args.http == 2, "--http is 1 or 2");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run(args));
+}
+
+async fn run(args: Args) {
+    let phase = Arc::new(AtomicU8::new(WARMUP));
+    let args = Arc::new(args);
+    let per_conn = if args.http == 2 {
+        args.streams.max(1)
+    } else {
+        1
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..args.connections {
+        tasks.push(tokio::spawn(connection(
+            args.clone(),
+            phase.clone(),
+            per_conn,
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
+    phase.store(MEASURE, Ordering::SeqCst);
+    let started = Instant::now();
+    println!("MEASURE start");
+    tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
+    phase.store(DONE, Ordering::SeqCst);
+    let elapsed = started.elapsed().as_secs_f64();
+    println!("MEASURE end");
+    let mut all = new_hist();
+    let mut errors = 0;
+    for t in tasks {
+        let tally = t.await.expect("connection task");
+        all.add(&tally.latency).expect("same bounds");
+        errors += tally.errors;
+    }
+    let requests = all.len();
+    println!(
+        "LOADGEN requests={requests} errors={errors} duration_s={elapsed:.3} rps={:.0} p50_us={} p90_us={} p99_us={} p999_us={}",
+        requests as f64 / elapsed,
+        all.value_at_quantile(0.5),
+        all.value_at_quantile(0.9),
+        all.value_at_quantile(0.99),
+        all.value_at_quantile(0.999),
+    );
+}
+
+/// One connection (re-opened after an error), `streams` request loops on it.
+async fn connection(args: Arc<Args>, phase: Arc<AtomicU8>, streams: usize) -> Tally {
+    let mut tally = Tally {
+        latency: new_hist(),
+        errors: 0,
+    };
+    let authority = args.url.authority().expect("url has host:port").clone();
+    let addr = authority.as_str().to_owned();
+    while phase.load(Ordering::Relaxed) != DONE {
+        let stream = match TcpStream::connect(&addr).await {
+            Ok(s) => s,
+            Err(_) => {
+                count_error(&phase, &mut tally);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let io = TokioIo::new(stream);
+        if args.http == 2 {
+            let Ok((send, conn)) = hyper::client::conn::http2::handshake::<_, _, Empty<Bytes>>(
+                TokioExecutor::new(),
+                io,
+            )
+            .await
+            else {
+                count_error(&phase, &mut tally);
+                continue;
+            };
+            tokio::spawn(conn);
+            let loops: Vec<_> = (0..streams)
+                .map(|_| {
+                    let mut send = send.clone();
+                    let (args, phase) = (args.clone(), phase.clone());
+                    tokio::spawn(async move {
+                        let mut t = Tally {
+                            latency: new_hist(),
+                            errors: 0,
+                        };
+                        while phase.load(Ordering::Relaxed) != DONE {
+                            if send.ready().await.is_err() {
+                                count_error(&phase, &mut t);
+                                break;
+                            }
+                            let request = Request::get(args.url.clone())
+                                .body(Empty::new())
+                                .expect("request");
+                            let started = Instant::now();
+                            let ok = match send.send_request(request).await {
+                                Ok(r) => {
+                                    let ok = r.status().is_success();
+                                    ok && r.into_body().collect().await.is_ok()
+                                }
+                                Err(_) => false,
+                            };
+                            record(&phase, &mut t, started, ok);
+                            if !ok {
+                                break;
+                            }
+                        }
+                        t
+                    })
+                })
+                .collect();
+            for l in loops {
+                let t = l.await.expect("stream loop");
+                tally.latency.add(&t.latency).expect("same bounds");
+                tally.errors += t.errors;
+            }
+        } else {
+            let Ok((mut send, conn)) =
+                hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(io).await
+            else {
+                count_error(&phase, &mut tally);
+                continue;
+            };
+            tokio::spawn(conn);
+            let path = args
+                .url
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/")
+                .to_owned();
+            while phase.load(Ordering::Relaxed) != DONE {
+                if send.ready().await.is_err() {
+                    count_error(&phase, &mut tally);
+                    break;
+                }
+                let request = Request::get(path.as_str())
+                    .header("host", authority.as_str())
+                    .body(Empty::new())
+                    .expect("request");
+                let started = Instant::now();
+                let ok = match send.send_request(request).await {
+                    Ok(r) => {
+                        let ok = r.status().is_success();
+                        ok && r.into_body().collect().await.is_ok()
+                    }
+                    Err(_) => false,
+                };
+                record(&phase, &mut tally, started, ok);
+                if !ok {
+                    break;
+                }
+            }
+        }
+    }
+    tally
+}
+
+fn record(phase: &AtomicU8, tally: &mut Tally, started: Instant, ok: bool) {
+    if phase.load(Ordering::Relaxed) != MEASURE {
+        return;
+    }
+    if ok {
+        let us = started.elapsed().as_micros().max(1) as u64;
+        let _ = tally.latency.record(us.min(60_000_000));
+    } else {
+        tally.errors += 1;
+    }
+}
+
+fn count_error(phase: &AtomicU8, tally: &mut Tally) {
+    if phase.load(Ordering::Relaxed) == MEASURE {
+        tally.errors += 1;
+    }
+}
