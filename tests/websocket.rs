@@ -270,3 +270,68 @@ async fn upgrade_to_an_http2_cluster_goes_over_http1() {
         proxy.shutdown().await;
     }
 }
+
+/// RFC 8441: an HTTP/2 client opens a WebSocket with extended CONNECT; the proxy
+/// translates it into an HTTP/1.1 upgrade towards the destination.
+#[tokio::test]
+async fn http2_extended_connect_is_translated_to_an_http1_upgrade() {
+    use hyper::ext::Protocol;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    for form in FORMS {
+        let (proxy, mut paths) = ws_proxy(form, "").await;
+        let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        // A first request so that the server's SETTINGS (ENABLE_CONNECT_PROTOCOL)
+        // have been received before the extended CONNECT is sent.
+        let warmup = Request::builder()
+            .uri(format!("http://{}/warmup", proxy.addr))
+            .version(http::Version::HTTP_2)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let _ = within("the warm-up request", send.send_request(warmup)).await;
+
+        let mut connect = Request::builder()
+            .method(http::Method::CONNECT)
+            .uri(format!("http://{}/h2-chat", proxy.addr))
+            .version(http::Version::HTTP_2)
+            .header("sec-websocket-version", "13")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        connect
+            .extensions_mut()
+            .insert(Protocol::from_static("websocket"));
+        let mut response = within("the CONNECT response", send.send_request(connect))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{form:?}");
+        assert!(!response.headers().contains_key("sec-websocket-accept"));
+        assert_eq!(
+            within("the upgrade path", paths.recv()).await.unwrap(),
+            "/h2-chat"
+        );
+        let upgraded = within("the upgrade", hyper::upgrade::on(&mut response))
+            .await
+            .unwrap();
+        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(upgraded),
+            Role::Client,
+            None,
+        )
+        .await;
+        assert_eq!(proxy.concurrency("c", "d1"), 1, "{form:?}");
+        ws.send(Message::text("over h2")).await.unwrap();
+        let echoed = within("the echo", ws.next()).await.unwrap().unwrap();
+        assert_eq!(echoed, Message::text("over h2"), "{form:?}");
+        ws.close(None).await.unwrap();
+        while let Some(Ok(_)) = within("close", ws.next()).await {}
+        drop(ws);
+        proxy.wait_idle("c", "d1").await;
+        proxy.shutdown().await;
+    }
+}

@@ -125,7 +125,7 @@ impl Future for ResponseFuture {
                         (true, Some(client)) => {
                             let upstream = hyper::upgrade::on(&mut response);
                             let (mut parts, _) = response.into_parts();
-                            client.response_headers(&mut parts.headers);
+                            client.response_head(&mut parts);
                             parts.version = client_version;
                             let (context, destination) = this.target.take().expect("target");
                             let handoff = upgrade::spawn_tunnel(

@@ -6,6 +6,11 @@
 //! hyper, copies bytes both ways until both directions are closed. Any other answer
 //! (`400`, `426`, ...) is forwarded as an ordinary response and nothing is upgraded.
 //!
+//! HTTP/2 clients use RFC 8441's extended CONNECT (`:method CONNECT`, `:protocol
+//! websocket`): the request is translated into an HTTP/1.1 upgrade towards the
+//! destination (`GET`, `Upgrade`, `Connection: upgrade`, a fresh `Sec-WebSocket-Key`),
+//! and the destination's `101` into `200` for the client.
+//!
 //! The exchange's [`ExchangeGuard`] (concurrency counters, guards held by stages, the
 //! passive-health record) travels from the `101` response's body into the tunnel and
 //! is released when the tunnel ends. The cluster's `ActivityTimeout` is the tunnel's
@@ -20,7 +25,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, Version};
+use http::{Method, Request, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -53,6 +58,8 @@ pub(crate) fn is_upgrade_request<B>(request: &Request<B>) -> bool {
 pub(crate) struct ClientUpgrade {
     on_upgrade: OnUpgrade,
     protocol: HeaderValue,
+    /// The client used HTTP/2 extended CONNECT (answered `200`, not `101`).
+    extended_connect: bool,
 }
 
 impl std::fmt::Debug for ClientUpgrade {
@@ -65,30 +72,71 @@ impl std::fmt::Debug for ClientUpgrade {
 
 impl ClientUpgrade {
     /// Take the upgrade from `request` if it is an upgrade request served by hyper
-    /// (requests built in process have nothing to upgrade).
+    /// (requests built in process have nothing to upgrade). An HTTP/2 extended
+    /// CONNECT is rewritten in place into the HTTP/1.1 upgrade request to forward.
     pub(crate) fn take<B>(request: &mut Request<B>) -> Option<ClientUpgrade> {
-        if !is_upgrade_request(request) || request.extensions().get::<OnUpgrade>().is_none() {
+        request.extensions().get::<OnUpgrade>()?;
+        if is_upgrade_request(request) {
+            let protocol = request.headers().get(header::UPGRADE)?.clone();
+            return Some(ClientUpgrade {
+                on_upgrade: hyper::upgrade::on(request),
+                protocol,
+                extended_connect: false,
+            });
+        }
+        if request.version() != Version::HTTP_2 || request.method() != Method::CONNECT {
             return None;
         }
-        let protocol = request.headers().get(header::UPGRADE)?.clone();
+        let protocol = request.extensions().get::<hyper::ext::Protocol>()?;
+        let protocol = HeaderValue::from_str(protocol.as_str()).ok()?;
+        let on_upgrade = hyper::upgrade::on(&mut *request);
+        *request.method_mut() = Method::GET;
+        *request.version_mut() = Version::HTTP_11;
+        let headers = request.headers_mut();
+        headers.insert(header::UPGRADE, protocol.clone());
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        if protocol.as_bytes().eq_ignore_ascii_case(b"websocket")
+            && !headers.contains_key(header::SEC_WEBSOCKET_KEY)
+        {
+            headers.insert(header::SEC_WEBSOCKET_KEY, websocket_key());
+        }
         Some(ClientUpgrade {
-            on_upgrade: hyper::upgrade::on(request),
+            on_upgrade,
             protocol,
+            extended_connect: true,
         })
     }
 
-    /// The headers of the `101` sent to the client: the destination's end-to-end
-    /// headers plus `Upgrade` (the destination's, else the one asked for) and
-    /// `Connection: upgrade`.
-    pub(crate) fn response_headers(&self, headers: &mut HeaderMap) {
-        let protocol = headers
+    /// The response sent to the client for the destination's `101`: `101` with the
+    /// destination's end-to-end headers plus `Upgrade` (the destination's, else the
+    /// one asked for) and `Connection: upgrade`; for an HTTP/2 extended CONNECT, `200`
+    /// without the HTTP/1.1 handshake headers.
+    pub(crate) fn response_head(&self, parts: &mut http::response::Parts) {
+        let protocol = parts
+            .headers
             .get(header::UPGRADE)
             .cloned()
             .unwrap_or_else(|| self.protocol.clone());
-        super::headers::remove_hop_by_hop(headers);
-        headers.insert(header::UPGRADE, protocol);
-        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        super::headers::remove_hop_by_hop(&mut parts.headers);
+        if self.extended_connect {
+            parts.status = http::StatusCode::OK;
+            parts.headers.remove(header::SEC_WEBSOCKET_ACCEPT);
+        } else {
+            parts.headers.insert(header::UPGRADE, protocol);
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
     }
+}
+
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes, base64.
+fn websocket_key() -> HeaderValue {
+    use base64::Engine;
+    let mut key = [0u8; 16];
+    fastrand::fill(&mut key);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(key);
+    HeaderValue::try_from(encoded).expect("base64 is a valid header value")
 }
 
 /// Carries the exchange from the `101` response's body to the tunnel: stages reach

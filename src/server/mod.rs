@@ -253,7 +253,9 @@ async fn accept_loop<S>(
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(options.max_concurrent_streams)
-        .max_header_list_size(options.max_header_list_size);
+        .max_header_list_size(options.max_header_list_size)
+        // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
+        .enable_connect_protocol();
     let graceful = GracefulShutdown::new();
     loop {
         // Wait for a free connection slot before accepting: excess clients queue in the
