@@ -273,44 +273,51 @@ async fn upgrade_to_an_http2_cluster_goes_over_http1() {
     }
 }
 
+/// Open an HTTP/2 connection to `addr` and send an extended CONNECT for `path`
+/// (`:protocol websocket`).
+async fn h2_connect(addr: SocketAddr, path: &str) -> Response<Incoming> {
+    use hyper::ext::Protocol;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    // A first request so that the server's SETTINGS (ENABLE_CONNECT_PROTOCOL) have
+    // been received before the extended CONNECT is sent.
+    let warmup = Request::builder()
+        .uri(format!("http://{addr}/warmup"))
+        .version(http::Version::HTTP_2)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let _ = within("the warm-up request", send.send_request(warmup)).await;
+    let mut connect = Request::builder()
+        .method(http::Method::CONNECT)
+        .uri(format!("http://{addr}{path}"))
+        .version(http::Version::HTTP_2)
+        .header("sec-websocket-version", "13")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    connect
+        .extensions_mut()
+        .insert(Protocol::from_static("websocket"));
+    within("the CONNECT response", send.send_request(connect))
+        .await
+        .unwrap()
+}
+
 /// RFC 8441: an HTTP/2 client opens a WebSocket with extended CONNECT; the proxy
 /// translates it into an HTTP/1.1 upgrade towards the destination.
 #[tokio::test]
 async fn http2_extended_connect_is_translated_to_an_http1_upgrade() {
-    use hyper::ext::Protocol;
-    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::rt::TokioIo;
     use tokio_tungstenite::tungstenite::protocol::Role;
 
     for form in FORMS {
         let (proxy, mut paths) = ws_proxy(form, "").await;
-        let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-        let (mut send, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        // A first request so that the server's SETTINGS (ENABLE_CONNECT_PROTOCOL)
-        // have been received before the extended CONNECT is sent.
-        let warmup = Request::builder()
-            .uri(format!("http://{}/warmup", proxy.addr))
-            .version(http::Version::HTTP_2)
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap();
-        let _ = within("the warm-up request", send.send_request(warmup)).await;
-
-        let mut connect = Request::builder()
-            .method(http::Method::CONNECT)
-            .uri(format!("http://{}/h2-chat", proxy.addr))
-            .version(http::Version::HTTP_2)
-            .header("sec-websocket-version", "13")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap();
-        connect
-            .extensions_mut()
-            .insert(Protocol::from_static("websocket"));
-        let mut response = within("the CONNECT response", send.send_request(connect))
-            .await
-            .unwrap();
+        let mut response = h2_connect(proxy.addr, "/h2-chat").await;
         assert_eq!(response.status(), StatusCode::OK, "{form:?}");
         assert!(!response.headers().contains_key("sec-websocket-accept"));
         assert_eq!(
@@ -333,6 +340,37 @@ async fn http2_extended_connect_is_translated_to_an_http1_upgrade() {
         ws.close(None).await.unwrap();
         while let Some(Ok(_)) = within("close", ws.next()).await {}
         drop(ws);
+        proxy.wait_idle("c", "d1").await;
+        proxy.shutdown().await;
+    }
+}
+
+/// An extended CONNECT the destination refuses gets the refusal; one it "accepts"
+/// without switching protocols gets 502 (a 2xx would open a tunnel to nothing).
+#[tokio::test]
+async fn http2_extended_connect_refusals() {
+    let destination = backend(|req: Request<Incoming>| async move {
+        let status = match req.uri().path() {
+            "/refuse" => StatusCode::UPGRADE_REQUIRED,
+            _ => StatusCode::OK,
+        };
+        Response::builder()
+            .status(status)
+            .body(full("no websocket here"))
+            .unwrap()
+    })
+    .await;
+    for form in FORMS {
+        let proxy = proxy_with(&simple_config(&[("d1", &destination.url())], ""), form).await;
+        let refused = h2_connect(proxy.addr, "/refuse").await;
+        assert_eq!(refused.status(), StatusCode::UPGRADE_REQUIRED, "{form:?}");
+        let body = http_body_util::BodyExt::collect(refused.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(body, "no websocket here");
+        let ok = h2_connect(proxy.addr, "/ok").await;
+        assert_eq!(ok.status(), StatusCode::BAD_GATEWAY, "{form:?}");
         proxy.wait_idle("c", "d1").await;
         proxy.shutdown().await;
     }

@@ -113,6 +113,16 @@ impl Future for ResponseFuture {
                     }
                     let switching = response.status() == http::StatusCode::SWITCHING_PROTOCOLS;
                     match (switching, exchange.upgrade) {
+                        // An HTTP/2 client would take a 2xx to its CONNECT as the
+                        // tunnel being open.
+                        (false, Some(ref client))
+                            if client.is_extended_connect() && response.status().is_success() =>
+                        {
+                            ForwardError::new(
+                                ForwardErrorKind::Request,
+                                "the destination accepted an extended CONNECT without switching protocols",
+                            )
+                        }
                         (false, _) => {
                             let (mut parts, body) = response.into_parts();
                             headers::remove_hop_by_hop(&mut parts.headers);

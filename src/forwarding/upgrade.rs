@@ -107,6 +107,11 @@ impl ClientUpgrade {
         })
     }
 
+    /// Whether the client used HTTP/2 extended CONNECT.
+    pub(crate) fn is_extended_connect(&self) -> bool {
+        self.extended_connect
+    }
+
     /// The response sent to the client for the destination's `101`: `101` with the
     /// destination's end-to-end headers plus `Upgrade` (the destination's, else the
     /// one asked for) and `Connection: upgrade`; for an HTTP/2 extended CONNECT, `200`
