@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use crate::forwarding::upgrade::Handoff;
 use crate::forwarding::ExchangeGuard;
 use crate::request::{ForwardError, ForwardErrorKind};
 
@@ -34,6 +35,7 @@ pin_project! {
         Empty,
         Full { data: Option<Bytes> },
         Upstream { #[pin] inner: Upstream },
+        Upgraded { handoff: Handoff },
         Boxed { #[pin] inner: UnsyncBoxBody<Bytes, BoxError> },
     }
 }
@@ -57,6 +59,9 @@ impl std::fmt::Debug for ProxyBody {
             Kind::Empty => f.write_str("ProxyBody::Empty"),
             Kind::Full { data } => f.debug_tuple("ProxyBody::Full").field(data).finish(),
             Kind::Upstream { inner } => f.debug_tuple("ProxyBody::Upstream").field(inner).finish(),
+            Kind::Upgraded { handoff } => {
+                f.debug_tuple("ProxyBody::Upgraded").field(handoff).finish()
+            }
             Kind::Boxed { .. } => f.write_str("ProxyBody::Boxed"),
         }
     }
@@ -130,10 +135,19 @@ impl ProxyBody {
         .into()
     }
 
-    /// The exchange this body belongs to, while it is streaming from a destination.
+    /// The (empty) body of a `101 Switching Protocols`: holds the exchange until hyper
+    /// has written the response head, then hands it to the upgraded connection's
+    /// tunnel, which releases it when the tunnel closes.
+    pub(crate) fn upgraded(handoff: Handoff) -> Self {
+        Kind::Upgraded { handoff }.into()
+    }
+
+    /// The exchange this body belongs to, while it is streaming from a destination
+    /// (or, for an upgrade, until the tunnel closes).
     pub(crate) fn exchange_mut(&mut self) -> Option<&mut ExchangeGuard> {
         match &mut self.kind {
             Kind::Upstream { inner } => inner.guard.as_mut(),
+            Kind::Upgraded { handoff } => handoff.guard_mut(),
             _ => None,
         }
     }
@@ -148,7 +162,7 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ForwardError>>> {
         match self.project().kind.project() {
-            KindProj::Empty => Poll::Ready(None),
+            KindProj::Empty | KindProj::Upgraded { .. } => Poll::Ready(None),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             KindProj::Upstream { inner } => inner.poll_frame(cx),
             KindProj::Boxed { inner } => inner
@@ -159,7 +173,7 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Empty => true,
+            Kind::Empty | Kind::Upgraded { .. } => true,
             Kind::Full { data } => data.is_none(),
             Kind::Upstream { inner } => inner.body.is_end_stream(),
             Kind::Boxed { inner } => inner.is_end_stream(),
@@ -168,7 +182,7 @@ impl Body for ProxyBody {
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Empty => SizeHint::with_exact(0),
+            Kind::Empty | Kind::Upgraded { .. } => SizeHint::with_exact(0),
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }

@@ -47,9 +47,13 @@ pub async fn run(args: Args) -> Result<(), BoxError> {
 async fn run_config(path: PathBuf, listen: Vec<SocketAddr>) -> Result<(), BoxError> {
     let config = config::load_file(&path)
         .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?;
-    let addrs = listen_addrs(&listen, &config)?;
+    // The config's `Listen` entries may terminate TLS; `--listen` addresses are plain.
+    let server = if listen.is_empty() && !config.listen.is_empty() {
+        Server::bind_config(&config.listen).await?
+    } else {
+        Server::bind(&listen_addrs(&listen, &config)?).await?
+    };
     let state = Arc::new(ProxyState::new(config)?);
-    let server = Server::bind(&addrs).await?;
     for addr in server.local_addrs() {
         tracing::info!(%addr, config = %path.display(), "fuseway listening");
     }

@@ -42,6 +42,15 @@ pub enum ListenConfig {
 pub struct ListenEntry {
     /// `ip:port` to bind.
     pub address: String,
+    /// PEM file with the certificate chain (leaf first): the listener terminates TLS
+    /// (ALPN `h2`, `http/1.1`). Requires `Key`. Relative paths are relative to the
+    /// working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<String>,
+    /// PEM file with the certificate's private key (PKCS#8, PKCS#1 or SEC1). Requires
+    /// `Certificate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 // By hand rather than `#[serde(untagged)]`, so that errors say what was expected and
@@ -54,7 +63,9 @@ impl<'de> Deserialize<'de> for ListenConfig {
             type Value = ListenConfig;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an `ip:port` string or an object with `Address`")
+                f.write_str(
+                    "an `ip:port` string or an object with `Address` (and `Certificate`, `Key`)",
+                )
             }
 
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ListenConfig, E> {
@@ -77,6 +88,18 @@ impl ListenConfig {
         match self {
             ListenConfig::Address(a) => a,
             ListenConfig::Full(e) => &e.address,
+        }
+    }
+
+    /// The certificate and key files, when this listener terminates TLS.
+    pub fn tls_files(&self) -> Option<(&std::path::Path, &std::path::Path)> {
+        match self {
+            ListenConfig::Full(ListenEntry {
+                certificate: Some(c),
+                key: Some(k),
+                ..
+            }) => Some((std::path::Path::new(c), std::path::Path::new(k))),
+            _ => None,
         }
     }
 }

@@ -61,6 +61,30 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
             format!("`{address}` is not an `ip:port` socket address ({e})"),
         );
     }
+    let ListenConfig::Full(entry) = listen else {
+        return;
+    };
+    match (&entry.certificate, &entry.key) {
+        (None, None) => {}
+        (Some(_), None) => errors.push(
+            format!("Listen[{i}].Key"),
+            "a listener with a Certificate needs its Key",
+        ),
+        (None, Some(_)) => errors.push(
+            format!("Listen[{i}].Certificate"),
+            "a listener with a Key needs its Certificate",
+        ),
+        (Some(_), Some(_)) => {
+            let (cert, key) = listen.tls_files().expect("both set");
+            if let Err(e) = crate::server::tls_config_from_files(cert, key) {
+                let part = match e.part {
+                    crate::server::TlsPart::Certificate => "Certificate",
+                    crate::server::TlsPart::Key => "Key",
+                };
+                errors.push(format!("Listen[{i}].{part}"), e.message);
+            }
+        }
+    }
 }
 
 fn check_route(

@@ -37,7 +37,17 @@ where
     }
 
     pub(crate) fn get(&self, http: &HttpSettings) -> &Client<Connector, B> {
-        match (http.version, http.accept_any_certificate) {
+        self.for_version(http.version, http.accept_any_certificate)
+    }
+
+    /// The client for `version` and this certificate policy (upgrades use HTTP/1.1
+    /// whatever the cluster's version).
+    pub(crate) fn for_version(
+        &self,
+        version: UpstreamVersion,
+        accept_any: bool,
+    ) -> &Client<Connector, B> {
+        match (version, accept_any) {
             (UpstreamVersion::Http1, false) => &self.h1,
             (UpstreamVersion::Http2, false) => &self.h2,
             (UpstreamVersion::Http1, true) => &self.h1_any_cert,

@@ -1,5 +1,6 @@
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -8,7 +9,9 @@ use hyper_util::client::legacy;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use super::expect::Gate;
 use super::request_body::{BodyTooLarge, ClientBodyError};
+use super::upgrade::{self, ClientUpgrade};
 use super::{headers, ExchangeGuard};
 use crate::body::ProxyBody;
 use crate::request::{ForwardError, ForwardErrorKind, Outcome, ProxyResponse, RouteContext};
@@ -30,9 +33,18 @@ enum State {
         guard: ExchangeGuard,
         activity_timeout: Duration,
         client_version: Version,
+        exchange: Exchange,
     },
     Failed(Option<ForwardError>),
     Done,
+}
+
+/// What the forwarder's future needs beyond the response: the client's side of an
+/// upgrade request, and the gate of a held-back `Expect: 100-continue` body.
+#[derive(Debug, Default)]
+pub(super) struct Exchange {
+    pub(super) upgrade: Option<ClientUpgrade>,
+    pub(super) gate: Option<Arc<Gate>>,
 }
 
 impl std::fmt::Debug for ResponseFuture {
@@ -51,6 +63,7 @@ impl ResponseFuture {
         destination: usize,
         activity_timeout: Duration,
         client_version: Version,
+        exchange: Exchange,
     ) -> Self {
         let idle = Instant::now() + activity_timeout;
         let headers_by = context.limits().deadline.map_or(idle, |d| d.min(idle));
@@ -61,6 +74,7 @@ impl ResponseFuture {
                 guard,
                 activity_timeout,
                 client_version,
+                exchange,
             },
             target: Some((context, destination)),
         }
@@ -82,28 +96,64 @@ impl Future for ResponseFuture {
         let this = self.project();
         let error = match this.state {
             State::Sending { future, .. } => match Pin::new(future).poll(cx) {
-                Poll::Ready(Ok(response)) => {
+                Poll::Ready(Ok(mut response)) => {
                     let State::Sending {
-                        guard,
+                        mut guard,
                         activity_timeout,
                         client_version,
+                        exchange,
                         ..
                     } = std::mem::replace(this.state, State::Done)
                     else {
                         unreachable!()
                     };
-                    let (mut parts, body) = response.into_parts();
-                    headers::remove_hop_by_hop(&mut parts.headers);
-                    parts.version = client_version;
-                    let (context, destination) = this.target.take().expect("target");
-                    let deadline = context.limits().deadline;
-                    let body = ProxyBody::upstream(body, activity_timeout, deadline, guard);
-                    let mut outcome = Outcome::default();
-                    outcome.set_target(context, destination);
-                    return Poll::Ready(Ok(ProxyResponse {
-                        response: http::Response::from_parts(parts, body),
-                        outcome,
-                    }));
+                    if let Some(closer) = exchange.gate.as_ref().and_then(|g| g.final_response()) {
+                        // Answered before `100 Continue`: the body stays unsent.
+                        guard.close_on_finish(closer);
+                    }
+                    let switching = response.status() == http::StatusCode::SWITCHING_PROTOCOLS;
+                    match (switching, exchange.upgrade) {
+                        // An HTTP/2 client would take a 2xx to its CONNECT as the
+                        // tunnel being open.
+                        (false, Some(ref client))
+                            if client.is_extended_connect() && response.status().is_success() =>
+                        {
+                            ForwardError::new(
+                                ForwardErrorKind::Request,
+                                "the destination accepted an extended CONNECT without switching protocols",
+                            )
+                        }
+                        (false, _) => {
+                            let (mut parts, body) = response.into_parts();
+                            headers::remove_hop_by_hop(&mut parts.headers);
+                            parts.version = client_version;
+                            let (context, destination) = this.target.take().expect("target");
+                            let deadline = context.limits().deadline;
+                            let body = ProxyBody::upstream(body, activity_timeout, deadline, guard);
+                            return Poll::Ready(Ok(respond(parts, body, context, destination)));
+                        }
+                        (true, Some(client)) => {
+                            let upstream = hyper::upgrade::on(&mut response);
+                            let (mut parts, _) = response.into_parts();
+                            client.response_head(&mut parts);
+                            parts.version = client_version;
+                            let (context, destination) = this.target.take().expect("target");
+                            let handoff = upgrade::spawn_tunnel(
+                                client,
+                                upstream,
+                                guard,
+                                activity_timeout,
+                                context.clone(),
+                                destination,
+                            );
+                            let body = ProxyBody::upgraded(handoff);
+                            return Poll::Ready(Ok(respond(parts, body, context, destination)));
+                        }
+                        (true, None) => ForwardError::new(
+                            ForwardErrorKind::Request,
+                            "the destination switched protocols on a request that asked for no upgrade",
+                        ),
+                    }
                 }
                 Poll::Ready(Err(e)) => ForwardError::new(classify(&e), e),
                 Poll::Pending => match this.timeout.poll(cx) {
@@ -129,6 +179,20 @@ impl Future for ResponseFuture {
         let mut response = ProxyResponse::error(error);
         response.outcome.set_target(context, destination);
         Poll::Ready(Ok(response))
+    }
+}
+
+fn respond(
+    parts: http::response::Parts,
+    body: ProxyBody,
+    context: RouteContext,
+    destination: usize,
+) -> ProxyResponse {
+    let mut outcome = Outcome::default();
+    outcome.set_target(context, destination);
+    ProxyResponse {
+        response: http::Response::from_parts(parts, body),
+        outcome,
     }
 }
 

@@ -54,7 +54,8 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
 /// Prepare request headers for the destination.
 ///
 /// - hop-by-hop and `Connection`-named headers removed; `TE: trailers` kept for
-///   HTTP/2 clients (gRPC);
+///   HTTP/2 clients (gRPC); `Upgrade` and `Connection: upgrade` kept for HTTP/1.1
+///   upgrade requests (WebSockets);
 /// - `Content-Length` dropped when `Transfer-Encoding` was present;
 /// - `Host` set to `host` (`None`: removed, so the URI authority is used);
 /// - `X-Forwarded-For/Proto/Host` set (incoming values replaced),
@@ -72,12 +73,21 @@ pub(crate) fn prepare_request(
             .get_all(header::TE)
             .iter()
             .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+    // An HTTP/1.1 upgrade (WebSocket) keeps `Upgrade` and `Connection: upgrade`.
+    let upgrade = (version == Version::HTTP_11)
+        .then(|| headers.get(header::UPGRADE).cloned())
+        .flatten()
+        .filter(|_| super::upgrade::connection_has(headers, "upgrade"));
     if headers.contains_key(header::TRANSFER_ENCODING) {
         headers.remove(header::CONTENT_LENGTH);
     }
     remove_hop_by_hop(headers);
     if keep_te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    if let Some(protocol) = upgrade {
+        headers.insert(header::UPGRADE, protocol);
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
 
     match host {
@@ -149,6 +159,29 @@ mod tests {
             h.insert(header::TE, "trailers".parse().unwrap());
             prepare_request(&mut h, version, None, false, None, None);
             assert_eq!(h.contains_key(header::TE), kept, "{version:?}");
+        }
+    }
+
+    #[test]
+    fn upgrade_kept_only_for_h1_upgrade_requests() {
+        for (version, conn, kept) in [
+            (Version::HTTP_11, "keep-alive, Upgrade", true),
+            (Version::HTTP_11, "keep-alive", false),
+            (Version::HTTP_2, "upgrade", false),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONNECTION, conn.parse().unwrap());
+            h.insert(header::UPGRADE, "websocket".parse().unwrap());
+            h.insert("keep-alive", "timeout=5".parse().unwrap());
+            prepare_request(&mut h, version, None, false, None, None);
+            assert_eq!(h.contains_key(header::UPGRADE), kept, "{version:?} {conn}");
+            assert!(!h.contains_key("keep-alive"));
+            if kept {
+                assert_eq!(h[header::UPGRADE], "websocket");
+                assert_eq!(h[header::CONNECTION], "upgrade");
+            } else {
+                assert!(!h.contains_key(header::CONNECTION));
+            }
         }
     }
 

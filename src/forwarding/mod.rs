@@ -13,13 +13,18 @@
 //!   request.
 //! - The destination's and the cluster's concurrency counters are held for the whole
 //!   exchange, response body included, and released on drop.
+//! - HTTP/1.1 upgrades (WebSockets) become a bidirectional tunnel on `101` (see
+//!   `upgrade`); `Expect: 100-continue` holds the body back until the destination asks
+//!   for it (see [`CONTINUE_TIMEOUT`]); response trailers (gRPC) are forwarded.
 
 pub(crate) mod client;
+mod expect;
 mod future;
 pub mod headers;
 mod path;
 mod request_body;
 mod tls;
+pub(crate) mod upgrade;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -31,6 +36,7 @@ use http::{header, HeaderValue, Request, Version};
 use http_body::Body;
 use tower_service::Service;
 
+pub use expect::CONTINUE_TIMEOUT;
 pub use future::ResponseFuture;
 pub use request_body::RequestBody;
 
@@ -38,6 +44,7 @@ use crate::health::PassiveRecord;
 use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};
 use crate::state::{ConcurrencyGuard, UpstreamVersion};
 use client::Clients;
+use expect::UpstreamBody;
 
 /// Everything that lives exactly as long as one exchange: the destination's and the
 /// cluster's concurrency counters, guards stages asked to hold, and the passive-health
@@ -49,6 +56,7 @@ pub struct ExchangeGuard {
     cluster: Option<ConcurrencyGuard>,
     held: Option<ConcurrencyGuard>,
     passive: Option<PassiveRecord>,
+    continue_closer: Option<expect::Closer>,
 }
 
 impl ExchangeGuard {
@@ -58,6 +66,7 @@ impl ExchangeGuard {
             cluster: Some(cluster),
             held: None,
             passive: None,
+            continue_closer: None,
         }
     }
 
@@ -69,12 +78,19 @@ impl ExchangeGuard {
         self.passive = Some(record);
     }
 
+    /// Close the upstream connection of a rejected `Expect: 100-continue` when the
+    /// exchange ends.
+    fn close_on_finish(&mut self, closer: expect::Closer) {
+        self.continue_closer = Some(closer);
+    }
+
     /// The exchange is over: `Some(result)` when the body ended or failed, `None` when
     /// it was abandoned (client gone).
     pub(crate) fn finish(&mut self, result: Option<Result<(), ForwardErrorKind>>) {
         self.destination.take();
         self.cluster.take();
         self.held.take();
+        self.continue_closer.take();
         if let (Some(record), Some(result)) = (self.passive.take(), result) {
             record.complete(result);
         }
@@ -92,7 +108,7 @@ impl Drop for ExchangeGuard {
 /// `B` is the request body type; the forwarder keeps one pooled client per HTTP
 /// version and certificate policy, shared by all its clones.
 pub struct Forwarder<B> {
-    clients: Arc<Clients<RequestBody<B>>>,
+    clients: Arc<Clients<UpstreamBody<RequestBody<B>>>>,
 }
 
 impl<B> Clone for Forwarder<B> {
@@ -132,17 +148,31 @@ where
     }
 
     /// Forward `request` (the body of [`Service::call`], usable through `&self`).
-    pub fn forward(&self, request: Balanced<B>) -> ResponseFuture {
+    pub fn forward(&self, mut request: Balanced<B>) -> ResponseFuture {
         let destination = request.destination_index();
         let cluster = request.context.cluster();
         let dest = &cluster.destinations()[destination];
         let guard = ExchangeGuard::new(dest.state().enter(), cluster.state().enter());
         let http = cluster.http().clone();
         let client_version = request.request.version();
+        // Upgrades need HTTP/1.1 to the destination, whatever the cluster's version.
+        let upgrade = upgrade::ClientUpgrade::take(&mut request.request);
+        let version = match upgrade {
+            Some(_) => UpstreamVersion::Http1,
+            None => http.version,
+        };
         let (req, context, _) = request.into_parts();
-        match outgoing(req, &context, destination, http.version) {
-            Ok(outgoing) => {
-                let fut = self.clients.get(&http).request(outgoing);
+        match outgoing(req, &context, destination, version) {
+            Ok(mut outgoing) => {
+                let gate = match version {
+                    UpstreamVersion::Http1 => expect::hold_back(&mut outgoing),
+                    UpstreamVersion::Http2 => None,
+                };
+                let outgoing = outgoing.map(|body| UpstreamBody::new(body, gate.clone()));
+                let fut = self
+                    .clients
+                    .for_version(version, http.accept_any_certificate)
+                    .request(outgoing);
                 ResponseFuture::sending(
                     fut,
                     guard,
@@ -150,6 +180,7 @@ where
                     destination,
                     http.activity_timeout,
                     client_version,
+                    future::Exchange { upgrade, gate },
                 )
             }
             Err(e) => ResponseFuture::failed(e, context, destination),

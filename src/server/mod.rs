@@ -1,6 +1,8 @@
-//! The server: listeners speaking HTTP/1.1 and h2c on one port, graceful shutdown.
+//! The server: listeners speaking HTTP/1.1 and HTTP/2 (h2c in clear, ALPN over TLS),
+//! graceful shutdown.
 
 mod service;
+mod tls;
 
 use std::future::Future;
 use std::io;
@@ -16,17 +18,22 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 use service::Served;
 pub use service::{IntoResponse, ProxyService};
+pub use tls::{tls_config_from_files, tls_config_from_pem, TlsError, TlsPart};
 
 use crate::body::ProxyBody;
+use crate::config::ListenConfig;
 use crate::request::ConnectionInfo;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Listens on one or more sockets and serves a hyper service on each connection
-/// (HTTP/1.1 and HTTP/2 cleartext detected per connection).
+/// (HTTP/1.1 and HTTP/2 detected per connection); a listener may terminate TLS
+/// (rustls, ALPN `h2` and `http/1.1`), in which case requests carry
+/// [`ConnectionInfo`] with `tls: true`.
 ///
 /// ```no_run
 /// # use fuseway::server::Server;
@@ -40,8 +47,22 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// ```
 #[derive(Debug)]
 pub struct Server {
-    listeners: Vec<TcpListener>,
+    listeners: Vec<Listener>,
     options: ServerOptions,
+}
+
+struct Listener {
+    tcp: TcpListener,
+    tls: Option<TlsAcceptor>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("addr", &self.tcp.local_addr().ok())
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 /// Limits of the listening side, applied to every connection.
@@ -77,24 +98,71 @@ impl Default for ServerOptions {
 }
 
 impl Server {
-    /// Bind every address.
+    /// Bind every address (plain TCP).
     pub async fn bind(addrs: &[SocketAddr]) -> io::Result<Server> {
         let mut listeners = Vec::with_capacity(addrs.len());
         for addr in addrs {
-            let listener = TcpListener::bind(addr)
-                .await
-                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-            listeners.push(listener);
+            listeners.push(bind(addr).await?);
         }
         Ok(Server::from_listeners(listeners))
     }
 
-    /// Serve on already bound listeners.
+    /// Bind a configuration's `Listen` entries: TLS where an entry names a
+    /// `Certificate` and a `Key` (PEM files, read now), plain TCP otherwise.
+    pub async fn bind_config(listen: &[ListenConfig]) -> io::Result<Server> {
+        let mut server = Server::from_listeners(Vec::new());
+        for (i, entry) in listen.iter().enumerate() {
+            let addr: SocketAddr = entry.address().parse().map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("Listen[{i}]: `{}`: {e}", entry.address()),
+                )
+            })?;
+            let tls = match entry.tls_files() {
+                Some((cert, key)) => Some(tls_config_from_files(cert, key).map_err(|e| {
+                    let part = match e.part {
+                        TlsPart::Certificate => "Certificate",
+                        TlsPart::Key => "Key",
+                    };
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("Listen[{i}].{part}: {e}"),
+                    )
+                })?),
+                None => None,
+            };
+            let tcp = bind(&addr).await?;
+            server.listeners.push(Listener {
+                tcp,
+                tls: tls.map(TlsAcceptor::from),
+            });
+        }
+        Ok(server)
+    }
+
+    /// Serve on already bound listeners (plain TCP).
     pub fn from_listeners(listeners: Vec<TcpListener>) -> Server {
         Server {
-            listeners,
+            listeners: listeners
+                .into_iter()
+                .map(|tcp| Listener { tcp, tls: None })
+                .collect(),
             options: ServerOptions::default(),
         }
+    }
+
+    /// Also serve on `listener`, terminating TLS with `tls` (see
+    /// [`tls_config_from_files`]; its ALPN list decides whether HTTP/2 is offered).
+    pub fn with_tls_listener(
+        mut self,
+        listener: TcpListener,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> Server {
+        self.listeners.push(Listener {
+            tcp: listener,
+            tls: Some(TlsAcceptor::from(tls)),
+        });
+        self
     }
 
     /// How long in-flight requests may take to finish after shutdown starts (default 30 s).
@@ -109,11 +177,11 @@ impl Server {
         self
     }
 
-    /// The bound addresses.
+    /// The bound addresses, in the order the listeners were added.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.listeners
             .iter()
-            .filter_map(|l| l.local_addr().ok())
+            .filter_map(|l| l.tcp.local_addr().ok())
             .collect()
     }
 
@@ -150,8 +218,14 @@ impl Server {
     }
 }
 
+async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}
+
 async fn accept_loop<S>(
-    listener: TcpListener,
+    listener: Listener,
     service: S,
     mut stop: watch::Receiver<bool>,
     options: Arc<ServerOptions>,
@@ -165,6 +239,7 @@ async fn accept_loop<S>(
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
 {
+    let Listener { tcp: listener, tls } = listener;
     let local = listener
         .local_addr()
         .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
@@ -178,7 +253,9 @@ async fn accept_loop<S>(
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(options.max_concurrent_streams)
-        .max_header_list_size(options.max_header_list_size);
+        .max_header_list_size(options.max_header_list_size)
+        // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
+        .enable_connect_protocol();
     let graceful = GracefulShutdown::new();
     loop {
         // Wait for a free connection slot before accepting: excess clients queue in the
@@ -208,19 +285,50 @@ async fn accept_loop<S>(
             info: ConnectionInfo {
                 remote,
                 local,
-                tls: false,
+                tls: tls.is_some(),
             },
         };
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %remote, "connection ended with an error");
+        match &tls {
+            None => {
+                let conn = builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                    .into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, %remote, "connection ended with an error");
+                    }
+                    drop(permit);
+                });
             }
-            drop(permit);
-        });
+            Some(acceptor) => {
+                // The handshake runs on the connection's task, bounded like a request head.
+                let handshake =
+                    tokio::time::timeout(options.header_read_timeout, acceptor.accept(stream));
+                let watcher = graceful.watcher();
+                let builder = builder.clone();
+                tokio::spawn(async move {
+                    let stream = match handshake.await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, %remote, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%remote, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let conn = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                        .into_owned();
+                    if let Err(e) = watcher.watch(conn).await {
+                        tracing::debug!(error = %e, %remote, "connection ended with an error");
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(options.graceful_timeout, graceful.shutdown())

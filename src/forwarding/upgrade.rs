@@ -1,0 +1,431 @@
+//! HTTP/1.1 upgrades (WebSockets and any other `Upgrade` protocol).
+//!
+//! An upgrade request is forwarded over HTTP/1.1 whatever the cluster's version, with
+//! its `Upgrade` and `Connection: upgrade` headers. When the destination answers `101`,
+//! the proxy answers `101` too and, once both connections have been handed over by
+//! hyper, copies bytes both ways until both directions are closed. Any other answer
+//! (`400`, `426`, ...) is forwarded as an ordinary response and nothing is upgraded.
+//!
+//! HTTP/2 clients use RFC 8441's extended CONNECT (`:method CONNECT`, `:protocol
+//! websocket`): the request is translated into an HTTP/1.1 upgrade towards the
+//! destination (`GET`, `Upgrade`, `Connection: upgrade`, a fresh `Sec-WebSocket-Key`),
+//! and the destination's `101` into `200` for the client.
+//!
+//! The exchange's [`ExchangeGuard`] (concurrency counters, guards held by stages, the
+//! passive-health record) travels from the `101` response's body into the tunnel and
+//! is released when the tunnel ends. The cluster's `ActivityTimeout` is the tunnel's
+//! idle timeout: when no byte has moved in either direction for that long, both
+//! connections are closed.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Version};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::ExchangeGuard;
+use crate::request::{ForwardErrorKind, RouteContext};
+
+/// Whether `headers` name `token` in `Connection` (comma-separated, case-insensitive).
+pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// Whether `request` asks for an HTTP/1.1 protocol upgrade (`Connection: upgrade` and
+/// an `Upgrade` header).
+pub(crate) fn is_upgrade_request<B>(request: &Request<B>) -> bool {
+    request.version() == Version::HTTP_11
+        && request.headers().contains_key(header::UPGRADE)
+        && connection_has(request.headers(), "upgrade")
+}
+
+/// The client's side of an upgrade request, taken from the request before it is
+/// forwarded.
+pub(crate) struct ClientUpgrade {
+    on_upgrade: OnUpgrade,
+    protocol: HeaderValue,
+    /// The client used HTTP/2 extended CONNECT (answered `200`, not `101`).
+    extended_connect: bool,
+}
+
+impl std::fmt::Debug for ClientUpgrade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientUpgrade")
+            .field("protocol", &self.protocol)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientUpgrade {
+    /// Take the upgrade from `request` if it is an upgrade request served by hyper
+    /// (requests built in process have nothing to upgrade). An HTTP/2 extended
+    /// CONNECT is rewritten in place into the HTTP/1.1 upgrade request to forward.
+    pub(crate) fn take<B>(request: &mut Request<B>) -> Option<ClientUpgrade> {
+        request.extensions().get::<OnUpgrade>()?;
+        if is_upgrade_request(request) {
+            let protocol = request.headers().get(header::UPGRADE)?.clone();
+            return Some(ClientUpgrade {
+                on_upgrade: hyper::upgrade::on(request),
+                protocol,
+                extended_connect: false,
+            });
+        }
+        if request.version() != Version::HTTP_2 || request.method() != Method::CONNECT {
+            return None;
+        }
+        let protocol = request.extensions().get::<hyper::ext::Protocol>()?;
+        let protocol = HeaderValue::from_str(protocol.as_str()).ok()?;
+        let on_upgrade = hyper::upgrade::on(&mut *request);
+        *request.method_mut() = Method::GET;
+        *request.version_mut() = Version::HTTP_11;
+        let headers = request.headers_mut();
+        headers.insert(header::UPGRADE, protocol.clone());
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        if protocol.as_bytes().eq_ignore_ascii_case(b"websocket")
+            && !headers.contains_key(header::SEC_WEBSOCKET_KEY)
+        {
+            headers.insert(header::SEC_WEBSOCKET_KEY, websocket_key());
+        }
+        Some(ClientUpgrade {
+            on_upgrade,
+            protocol,
+            extended_connect: true,
+        })
+    }
+
+    /// Whether the client used HTTP/2 extended CONNECT.
+    pub(crate) fn is_extended_connect(&self) -> bool {
+        self.extended_connect
+    }
+
+    /// The response sent to the client for the destination's `101`: `101` with the
+    /// destination's end-to-end headers plus `Upgrade` (the destination's, else the
+    /// one asked for) and `Connection: upgrade`; for an HTTP/2 extended CONNECT, `200`
+    /// without the HTTP/1.1 handshake headers.
+    pub(crate) fn response_head(&self, parts: &mut http::response::Parts) {
+        let protocol = parts
+            .headers
+            .get(header::UPGRADE)
+            .cloned()
+            .unwrap_or_else(|| self.protocol.clone());
+        super::headers::remove_hop_by_hop(&mut parts.headers);
+        if self.extended_connect {
+            parts.status = http::StatusCode::OK;
+            parts.headers.remove(header::SEC_WEBSOCKET_ACCEPT);
+        } else {
+            parts.headers.insert(header::UPGRADE, protocol);
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+    }
+}
+
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes, base64.
+fn websocket_key() -> HeaderValue {
+    use base64::Engine;
+    let mut key = [0u8; 16];
+    fastrand::fill(&mut key);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(key);
+    HeaderValue::try_from(encoded).expect("base64 is a valid header value")
+}
+
+/// Carries the exchange from the `101` response's body to the tunnel: stages reach
+/// the guard through the body while the response travels back through the pipeline;
+/// when hyper drops the body (having written the `101`), the guard moves on to the
+/// tunnel task.
+#[derive(Debug)]
+pub(crate) struct Handoff {
+    guard: Option<ExchangeGuard>,
+    to_tunnel: Option<oneshot::Sender<ExchangeGuard>>,
+}
+
+impl Handoff {
+    pub(crate) fn guard_mut(&mut self) -> Option<&mut ExchangeGuard> {
+        self.guard.as_mut()
+    }
+}
+
+impl Drop for Handoff {
+    fn drop(&mut self) {
+        if let (Some(guard), Some(tx)) = (self.guard.take(), self.to_tunnel.take()) {
+            // The tunnel task is gone only if the runtime is shutting down; the guard
+            // is then released here.
+            let _ = tx.send(guard);
+        }
+    }
+}
+
+/// Start the tunnel of an accepted upgrade: returns the handoff to put in the `101`
+/// response's body. The tunnel waits for both sides to be handed over by hyper.
+pub(crate) fn spawn_tunnel(
+    client: ClientUpgrade,
+    upstream: OnUpgrade,
+    guard: ExchangeGuard,
+    idle_timeout: Duration,
+    context: RouteContext,
+    destination: usize,
+) -> Handoff {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(tunnel(
+        client.on_upgrade,
+        upstream,
+        rx,
+        idle_timeout,
+        context,
+        destination,
+    ));
+    Handoff {
+        guard: Some(guard),
+        to_tunnel: Some(tx),
+    }
+}
+
+/// How a tunnel ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Both directions closed.
+    Closed,
+    /// Nothing moved for the idle timeout.
+    Idle,
+    /// The client's side failed (not the destination's fault).
+    Client,
+    /// The destination's side failed.
+    Destination,
+}
+
+async fn tunnel(
+    client: OnUpgrade,
+    upstream: OnUpgrade,
+    guard: oneshot::Receiver<ExchangeGuard>,
+    idle_timeout: Duration,
+    context: RouteContext,
+    destination: usize,
+) {
+    // The body is dropped once hyper has taken the `101` head: from then on, the
+    // tunnel owns the exchange.
+    let mut guard = guard.await.ok();
+    let (end, bytes) = match (client.await, upstream.await) {
+        (Ok(client), Ok(upstream)) => copy(client, upstream, idle_timeout).await,
+        (Err(e), _) => {
+            tracing::debug!(error = %e, "the client's connection was not upgraded");
+            (End::Client, (0, 0))
+        }
+        (_, Err(e)) => {
+            tracing::debug!(error = %e, "the destination's connection was not upgraded");
+            (End::Destination, (0, 0))
+        }
+    };
+    let dest = &context.cluster().destinations()[destination];
+    tracing::debug!(
+        route = context.route().id(),
+        cluster = context.cluster().id(),
+        destination = dest.id(),
+        end = ?end,
+        to_destination = bytes.0,
+        to_client = bytes.1,
+        "upgraded connection closed"
+    );
+    if let Some(guard) = guard.as_mut() {
+        guard.finish(match end {
+            // A silent socket timing out is the client's choice, not a failure.
+            End::Closed | End::Idle => Some(Ok(())),
+            End::Client => None,
+            End::Destination => Some(Err(ForwardErrorKind::ResponseBodyDestination)),
+        });
+    }
+}
+
+/// Copy both ways until both directions are closed, a side fails, or nothing moved
+/// for `idle_timeout`. Returns how it ended and the bytes sent (to the destination,
+/// to the client).
+async fn copy(
+    client: hyper::upgrade::Upgraded,
+    upstream: hyper::upgrade::Upgraded,
+    idle_timeout: Duration,
+) -> (End, (u64, u64)) {
+    let activity = Arc::new(Activity::new());
+    let mut client = Tracked::new(client, Side::Client, activity.clone());
+    let mut upstream = Tracked::new(upstream, Side::Destination, activity.clone());
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut upstream);
+    tokio::pin!(copy);
+    let idle = tokio::time::sleep(idle_timeout);
+    tokio::pin!(idle);
+    loop {
+        tokio::select! {
+            result = &mut copy => {
+                return match result {
+                    Ok(bytes) => (End::Closed, bytes),
+                    Err(e) => {
+                        let side = activity.failed_side();
+                        tracing::debug!(error = %e, side = ?side, "upgraded connection failed");
+                        (if side == Some(Side::Destination) { End::Destination } else { End::Client }, (0, 0))
+                    }
+                };
+            }
+            () = &mut idle => {
+                let last = activity.last();
+                if last.elapsed() >= idle_timeout {
+                    return (End::Idle, (0, 0));
+                }
+                idle.as_mut().reset(last + idle_timeout);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client = 1,
+    Destination = 2,
+}
+
+/// What both halves of a tunnel share: when a byte last moved, and which side failed
+/// first.
+struct Activity {
+    start: Instant,
+    /// Milliseconds from `start` to the last read.
+    last_ms: AtomicU64,
+    failed: AtomicU8,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            failed: AtomicU8::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+
+    fn fail(&self, side: Side) {
+        let _ = self
+            .failed
+            .compare_exchange(0, side as u8, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn failed_side(&self) -> Option<Side> {
+        match self.failed.load(Ordering::Relaxed) {
+            1 => Some(Side::Client),
+            2 => Some(Side::Destination),
+            _ => None,
+        }
+    }
+}
+
+/// One side of a tunnel: records reads as activity and failures by side.
+struct Tracked {
+    io: TokioIo<hyper::upgrade::Upgraded>,
+    side: Side,
+    activity: Arc<Activity>,
+}
+
+impl Tracked {
+    fn new(io: hyper::upgrade::Upgraded, side: Side, activity: Arc<Activity>) -> Self {
+        Tracked {
+            io: TokioIo::new(io),
+            side,
+            activity,
+        }
+    }
+
+    fn note<T>(&self, result: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if let Poll::Ready(Err(_)) = &result {
+            self.activity.fail(self.side);
+        }
+        result
+    }
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        self.note(result)
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.note(result)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let result = Pin::new(&mut self.io).poll_flush(cx);
+        self.note(result)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let result = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.note(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_upgrade_requests() {
+        let req = |version, conn: &str, upgrade: Option<&str>| {
+            let mut b = Request::builder()
+                .version(version)
+                .header("connection", conn);
+            if let Some(u) = upgrade {
+                b = b.header("upgrade", u);
+            }
+            b.body(()).unwrap()
+        };
+        assert!(is_upgrade_request(&req(
+            Version::HTTP_11,
+            "keep-alive, Upgrade",
+            Some("websocket")
+        )));
+        assert!(!is_upgrade_request(&req(
+            Version::HTTP_11,
+            "keep-alive",
+            Some("websocket")
+        )));
+        assert!(!is_upgrade_request(&req(Version::HTTP_11, "upgrade", None)));
+        assert!(!is_upgrade_request(&req(
+            Version::HTTP_10,
+            "upgrade",
+            Some("websocket")
+        )));
+    }
+}

@@ -1,0 +1,366 @@
+//! TLS: an HTTPS front (certificate generated with rcgen, listeners from the config's
+//! long `Listen` form) reached by HTTP/1.1 and HTTP/2 clients, fused and layered;
+//! validation of the certificate and key; HTTPS destinations; the binary binding a TLS
+//! listener from its config file.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{within, Form};
+use fuseway::config::ProxyConfig;
+use fuseway::pipeline;
+use fuseway::server::{ProxyService, Server};
+use fuseway::state::ProxyState;
+use http::{Request, Response, Version};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+const FORMS: [Form; 2] = [Form::Fused, Form::Layered];
+
+/// A self-signed certificate for `localhost` and `127.0.0.1`: (certificate PEM, key PEM).
+fn self_signed() -> (String, String) {
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap();
+    (ck.cert.pem(), ck.signing_key.serialize_pem())
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "fuseway-tls-{what}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn json_path(p: &Path) -> String {
+    serde_json::to_string(p.to_str().unwrap()).unwrap()
+}
+
+struct TlsProxy {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl TlsProxy {
+    async fn shutdown(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        within("the proxy to stop", self.done).await.unwrap();
+    }
+}
+
+/// The proxy with its listeners bound from the config's `Listen` (as the binary does).
+async fn tls_proxy(config_json: &str, form: Form) -> TlsProxy {
+    let config: ProxyConfig = serde_json::from_str(config_json).unwrap();
+    config.validate().expect("valid config");
+    let server = Server::bind_config(&config.listen).await.unwrap();
+    let addr = server.local_addrs()[0];
+    let state = Arc::new(ProxyState::new(config).unwrap());
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let stop = async {
+        let _ = stop_rx.await;
+    };
+    let server = server.graceful_timeout(Duration::from_secs(5));
+    let done = match form {
+        Form::Fused => {
+            let service = pipeline::FusedDefault::from_state(state);
+            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
+        }
+        Form::Layered => {
+            let service = ProxyService::new(pipeline::layered_default(state));
+            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
+        }
+    };
+    TlsProxy {
+        addr,
+        stop: Some(stop_tx),
+        done,
+    }
+}
+
+fn front_config(cert: &Path, key: &Path, destination: &str, cluster_extra: &str) -> String {
+    format!(
+        r#"{{
+  "Listen": [ {{ "Address": "127.0.0.1:0", "Certificate": {}, "Key": {} }} ],
+  "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+  "Clusters": {{ "c": {{ {cluster_extra} "Destinations": {{ "d1": {{ "Address": "{destination}" }} }} }} }}
+}}"#,
+        json_path(cert),
+        json_path(key)
+    )
+}
+
+fn https_client(cert_pem: &str, version: Option<Version>) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(cert_pem.as_bytes()).unwrap())
+        .timeout(common::LIMIT)
+        .no_proxy();
+    match version {
+        Some(Version::HTTP_11) => b = b.http1_only(),
+        Some(Version::HTTP_2) => b = b.http2_prior_knowledge(),
+        _ => {}
+    }
+    b.build().unwrap()
+}
+
+#[tokio::test]
+async fn https_front_serves_http1_and_http2_with_forwarded_proto_https() {
+    let (cert, key) = self_signed();
+    let dir = TempDir::new("front");
+    let cert_file = dir.write("cert.pem", &cert);
+    let key_file = dir.write("key.pem", &key);
+    let backend = common::echo_backend().await;
+    for form in FORMS {
+        let proxy = tls_proxy(
+            &front_config(&cert_file, &key_file, &backend.url(), ""),
+            form,
+        )
+        .await;
+        let url = format!("https://127.0.0.1:{}/secure?q=1", proxy.addr.port());
+        // ALPN: a client offering both gets HTTP/2; an HTTP/1.1-only client gets 1.1.
+        for (client_version, expected) in [
+            (None, Version::HTTP_2),
+            (Some(Version::HTTP_11), Version::HTTP_11),
+            (Some(Version::HTTP_2), Version::HTTP_2),
+        ] {
+            let r = https_client(&cert, client_version)
+                .get(&url)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{form:?} {client_version:?}");
+            assert_eq!(r.version(), expected, "{form:?} {client_version:?}");
+            assert_eq!(r.headers()["x-echo-x-forwarded-proto"], "https", "{form:?}");
+            assert_eq!(r.text().await.unwrap(), "GET /secure?q=1");
+        }
+        // A client that does not trust the certificate cannot connect.
+        let untrusting = reqwest::Client::builder()
+            .use_rustls_tls()
+            .timeout(common::LIMIT)
+            .build()
+            .unwrap();
+        assert!(untrusting.get(&url).send().await.is_err(), "{form:?}");
+        // Plain HTTP on the TLS port is not served.
+        assert!(common::h1_client()
+            .get(format!("http://127.0.0.1:{}/", proxy.addr.port()))
+            .send()
+            .await
+            .is_err());
+        proxy.shutdown().await;
+    }
+}
+
+#[test]
+fn listen_certificate_and_key_are_validated() {
+    let (cert, key) = self_signed();
+    let (_, other_key) = self_signed();
+    let dir = TempDir::new("validate");
+    let cert_file = dir.write("cert.pem", &cert);
+    let key_file = dir.write("key.pem", &key);
+    let garbage = dir.write("garbage.pem", "not a certificate");
+    let other_key_file = dir.write("other-key.pem", &other_key);
+    let missing = dir.0.join("missing.pem");
+
+    let errors = |listen: String| -> Vec<String> {
+        let config: ProxyConfig =
+            serde_json::from_str(&format!(r#"{{ "Listen": [ "127.0.0.1:1", {listen} ] }}"#))
+                .unwrap();
+        match config.validate() {
+            Ok(()) => Vec::new(),
+            Err(e) => e.0.iter().map(ToString::to_string).collect(),
+        }
+    };
+    let entry = |c: Option<&Path>, k: Option<&Path>| {
+        let mut s = r#"{ "Address": "127.0.0.1:8443""#.to_string();
+        if let Some(c) = c {
+            s += &format!(r#", "Certificate": {}"#, json_path(c));
+        }
+        if let Some(k) = k {
+            s += &format!(r#", "Key": {}"#, json_path(k));
+        }
+        s + " }"
+    };
+
+    assert_eq!(
+        errors(entry(Some(&cert_file), Some(&key_file))),
+        Vec::<String>::new()
+    );
+    let e = errors(entry(Some(&missing), Some(&key_file)));
+    assert!(
+        e.len() == 1 && e[0].starts_with("Listen[1].Certificate: ") && e[0].contains("missing.pem"),
+        "{e:?}"
+    );
+    let e = errors(entry(Some(&garbage), Some(&key_file)));
+    assert!(
+        e.len() == 1 && e[0].starts_with("Listen[1].Certificate: "),
+        "{e:?}"
+    );
+    let e = errors(entry(Some(&cert_file), Some(&garbage)));
+    assert!(e.len() == 1 && e[0].starts_with("Listen[1].Key: "), "{e:?}");
+    let e = errors(entry(Some(&cert_file), Some(&other_key_file)));
+    assert!(e.len() == 1 && e[0].starts_with("Listen[1].Key: "), "{e:?}");
+    let e = errors(entry(Some(&cert_file), None));
+    assert!(e.len() == 1 && e[0].starts_with("Listen[1].Key: "), "{e:?}");
+    let e = errors(entry(None, Some(&key_file)));
+    assert!(
+        e.len() == 1 && e[0].starts_with("Listen[1].Certificate: "),
+        "{e:?}"
+    );
+    // Unknown keys in the long form are still rejected by the parser.
+    assert!(serde_json::from_str::<ProxyConfig>(
+        r#"{ "Listen": [ { "Address": "127.0.0.1:1", "Cert": "x" } ] }"#
+    )
+    .is_err());
+}
+
+/// An HTTPS echo backend (HTTP/1.1 and HTTP/2 by ALPN) with `cert`/`key`.
+async fn https_backend(cert: &str, key: &str) -> SocketAddr {
+    let tls = fuseway::server::tls_config_from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let svc = service_fn(|req: Request<Incoming>| async move {
+                    let body = format!("{:?} {}", req.version(), req.uri().path());
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(bytes::Bytes::from(
+                        body,
+                    ))))
+                });
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn https_destinations_over_http1_and_http2() {
+    let (cert, key) = self_signed();
+    let backend = https_backend(&cert, &key).await;
+    for form in FORMS {
+        for (version, expected) in [("1.1", "HTTP/1.1"), ("2", "HTTP/2.0")] {
+            let config = common::simple_config(
+                &[("d1", &format!("https://127.0.0.1:{}", backend.port()))],
+                &format!(
+                    r#""HttpRequest": {{ "Version": "{version}" }}, "HttpClient": {{ "DangerousAcceptAnyServerCertificate": true }},"#
+                ),
+            );
+            let proxy = common::proxy_with(&config, form).await;
+            let r = common::h1_client()
+                .get(proxy.url("/over-tls"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{form:?} {version}");
+            assert_eq!(
+                r.text().await.unwrap(),
+                format!("{expected} /over-tls"),
+                "{form:?}"
+            );
+            proxy.shutdown().await;
+        }
+        // Without the test-only switch the self-signed certificate is refused: 502.
+        let config = common::simple_config(
+            &[("d1", &format!("https://127.0.0.1:{}", backend.port()))],
+            "",
+        );
+        let proxy = common::proxy_with(&config, form).await;
+        let r = common::h1_client()
+            .get(proxy.url("/over-tls"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502, "{form:?}");
+        proxy.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn the_binary_binds_tls_listeners_from_its_config() {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let (cert, key) = self_signed();
+    let dir = TempDir::new("binary");
+    let cert_file = dir.write("cert.pem", &cert);
+    let key_file = dir.write("key.pem", &key);
+    let backend = common::echo_backend().await;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let config = front_config(&cert_file, &key_file, &backend.url(), "")
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    let file = dir.write("proxy.json", &config);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"))
+        .arg("--config")
+        .arg(&file)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+    within("the listening log line", async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if line.contains("fuseway listening") {
+                return;
+            }
+        }
+        panic!("fuseway exited before listening");
+    })
+    .await;
+    let r = https_client(&cert, None)
+        .get(format!("https://127.0.0.1:{port}/from-binary"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.version(), Version::HTTP_2);
+    assert_eq!(r.headers()["x-echo-x-forwarded-proto"], "https");
+    assert_eq!(r.text().await.unwrap(), "GET /from-binary");
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+}
