@@ -14,6 +14,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::forwarding::ExchangeGuard;
 use crate::request::{ForwardError, ForwardErrorKind};
+use crate::transforms::TrailerTransforms;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -48,6 +49,7 @@ pin_project! {
         timeout: Duration,
         deadline: Option<Instant>,
         guard: Option<ExchangeGuard>,
+        trailers: Option<TrailerTransforms>,
     }
 }
 
@@ -125,9 +127,18 @@ impl ProxyBody {
                 timeout,
                 deadline,
                 guard,
+                trailers: None,
             },
         }
         .into()
+    }
+
+    /// Apply a route's response trailer transforms to this upstream body (to its
+    /// trailers, or as trailers at its end); no effect on other bodies.
+    pub(crate) fn set_trailer_transforms(&mut self, trailers: TrailerTransforms) {
+        if let Kind::Upstream { inner } = &mut self.kind {
+            inner.trailers = Some(trailers);
+        }
     }
 
     /// The exchange this body belongs to, while it is streaming from a destination.
@@ -161,7 +172,9 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Empty => true,
             Kind::Full { data } => data.is_none(),
-            Kind::Upstream { inner } => inner.body.is_end_stream(),
+            Kind::Upstream { inner } => {
+                inner.body.is_end_stream() && !inner.trailers.as_ref().is_some_and(|t| t.pending())
+            }
             Kind::Boxed { inner } => inner.is_end_stream(),
         }
     }
@@ -196,7 +209,10 @@ impl Upstream {
     ) -> Poll<Option<Result<Frame<Bytes>, ForwardError>>> {
         let mut this = self.project();
         match this.body.as_mut().poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
+            Poll::Ready(Some(Ok(mut frame))) => {
+                if let (Some(t), Some(trailers)) = (this.trailers.as_mut(), frame.trailers_mut()) {
+                    t.apply(trailers);
+                }
                 if this.body.is_end_stream() {
                     Self::finish(this.guard, Ok(()));
                 } else {
@@ -214,7 +230,10 @@ impl Upstream {
             }
             Poll::Ready(None) => {
                 Self::finish(this.guard, Ok(()));
-                Poll::Ready(None)
+                match this.trailers.as_mut().and_then(TrailerTransforms::at_end) {
+                    Some(trailers) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+                    None => Poll::Ready(None),
+                }
             }
             Poll::Pending => {
                 ready!(this.idle.poll(cx));

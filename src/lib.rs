@@ -72,6 +72,7 @@ pub mod server;
 pub mod stage;
 pub mod state;
 pub mod testing;
+pub mod transforms;
 
 /// Items the macros' expansions refer to. Not part of the public API.
 #[doc(hidden)]

@@ -8,6 +8,7 @@ use crate::balancing::ClusterBalancing;
 use crate::config::{ClusterConfig, RouteConfig};
 use crate::health::ClusterHealth;
 use crate::limits::{RouteLimits, RouteState};
+use crate::transforms::RouteTransforms;
 
 use super::destination::{ClusterState, Destination};
 
@@ -126,6 +127,7 @@ pub struct Route {
     pub(crate) cluster: Option<usize>,
     pub(crate) limits: RouteLimits,
     pub(crate) state: Arc<RouteState>,
+    pub(crate) transforms: Arc<RouteTransforms>,
 }
 
 impl Route {
@@ -147,6 +149,11 @@ impl Route {
     /// Its runtime state (in-flight counter, rate-limit bucket); survives reloads.
     pub fn state(&self) -> &Arc<RouteState> {
         &self.state
+    }
+
+    /// Its transforms, compiled at configuration load.
+    pub fn transforms(&self) -> &Arc<RouteTransforms> {
+        &self.transforms
     }
 
     /// Index of its cluster in the snapshot, if that cluster exists.

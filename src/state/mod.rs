@@ -35,6 +35,7 @@ use crate::config::{ConfigErrors, ProxyConfig};
 use crate::health::ClusterHealth;
 use crate::limits::{RouteLimits, RouteState};
 use crate::routing::RouteTable;
+use crate::transforms::RouteTransforms;
 
 /// An immutable view of the whole configuration, compiled for request handling.
 #[derive(Debug)]
@@ -213,6 +214,13 @@ fn build(config: ProxyConfig, registry: &mut Registry) -> Result<Snapshot, Confi
                 continue;
             }
         };
+        let transforms = match RouteTransforms::from_config(r, &format!("Routes.{id}")) {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                errors.0.extend(e.0);
+                continue;
+            }
+        };
         let state = registry.routes.entry(id.clone()).or_default().clone();
         routes.push(Route {
             cluster: r
@@ -223,6 +231,7 @@ fn build(config: ProxyConfig, registry: &mut Registry) -> Result<Snapshot, Confi
             id,
             limits,
             state,
+            transforms,
         });
     }
     errors.into_result()?;
