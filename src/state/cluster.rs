@@ -8,6 +8,7 @@ use crate::balancing::ClusterBalancing;
 use crate::config::{ClusterConfig, RouteConfig};
 use crate::health::ClusterHealth;
 use crate::limits::{RouteLimits, RouteState};
+use crate::telemetry::RouteTelemetry;
 use crate::transforms::RouteTransforms;
 
 use super::destination::{ClusterState, Destination};
@@ -128,6 +129,7 @@ pub struct Route {
     pub(crate) limits: RouteLimits,
     pub(crate) state: Arc<RouteState>,
     pub(crate) transforms: Arc<RouteTransforms>,
+    pub(crate) telemetry: RouteTelemetry,
 }
 
 impl Route {
@@ -154,6 +156,11 @@ impl Route {
     /// Its transforms, compiled at configuration load.
     pub fn transforms(&self) -> &Arc<RouteTransforms> {
         &self.transforms
+    }
+
+    /// Its metric handles, created at configuration load.
+    pub fn telemetry(&self) -> &RouteTelemetry {
+        &self.telemetry
     }
 
     /// Index of its cluster in the snapshot, if that cluster exists.
