@@ -128,3 +128,84 @@ impl<B> Stage<http::Request<B>> for Telemetry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use crate::config::{parse, Format};
+    use crate::state::ProxyState;
+    use crate::testing::{block_on, StubForwarder, StubMode};
+
+    crate::default_pipeline! {
+        struct Stubbed(http::Request<http_body_util::Empty<bytes::Bytes>>) {
+            => stub: crate::testing::StubForwarder,
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_span_has_route_cluster_destination_status_and_duration() {
+        let config = parse(
+            r#"{ "Routes": { "r": { "ClusterId": "c", "Match": { "Path": "/x" } } },
+                 "Clusters": { "c": { "Destinations": { "d1": { "Address": "http://127.0.0.1:9" } } } } }"#,
+            Format::Json,
+        )
+        .unwrap();
+        let state = Arc::new(ProxyState::new(config).unwrap());
+        let pipeline = Stubbed::from_state(state.clone(), StubForwarder::new(StubMode::Async));
+        let buffer = Buffer::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer({
+                let b = buffer.clone();
+                move || b.clone()
+            })
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            for path in ["/x", "/nowhere"] {
+                let request = http::Request::get(path)
+                    .body(http_body_util::Empty::new())
+                    .unwrap();
+                drop(block_on(pipeline.call_fused(request)).unwrap());
+            }
+        });
+        let out = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("request finished"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        for field in [
+            "method=GET",
+            "path=\"/x\"",
+            "route=\"r\"",
+            "cluster=\"c\"",
+            "destination=\"d1\"",
+            "status=200",
+            "duration_ms=",
+        ] {
+            assert!(lines[0].contains(field), "{field} missing: {}", lines[0]);
+        }
+        assert!(
+            lines[1].contains("status=404") && !lines[1].contains("route="),
+            "{}",
+            lines[1]
+        );
+        assert_eq!(state.metrics().in_flight(), 0);
+    }
+}
