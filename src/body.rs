@@ -15,6 +15,7 @@ use tokio::time::{Instant, Sleep};
 use crate::forwarding::upgrade::Handoff;
 use crate::forwarding::ExchangeGuard;
 use crate::request::{ForwardError, ForwardErrorKind};
+use crate::transforms::TrailerTransforms;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -50,6 +51,7 @@ pin_project! {
         timeout: Duration,
         deadline: Option<Instant>,
         guard: Option<ExchangeGuard>,
+        trailers: Option<TrailerTransforms>,
     }
 }
 
@@ -130,6 +132,7 @@ impl ProxyBody {
                 timeout,
                 deadline,
                 guard,
+                trailers: None,
             },
         }
         .into()
@@ -140,6 +143,14 @@ impl ProxyBody {
     /// tunnel, which releases it when the tunnel closes.
     pub(crate) fn upgraded(handoff: Handoff) -> Self {
         Kind::Upgraded { handoff }.into()
+    }
+
+    /// Apply a route's response trailer transforms to this upstream body (to its
+    /// trailers, or as trailers at its end); no effect on other bodies.
+    pub(crate) fn set_trailer_transforms(&mut self, trailers: TrailerTransforms) {
+        if let Kind::Upstream { inner } = &mut self.kind {
+            inner.trailers = Some(trailers);
+        }
     }
 
     /// The exchange this body belongs to, while it is streaming from a destination
@@ -175,7 +186,9 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Empty | Kind::Upgraded { .. } => true,
             Kind::Full { data } => data.is_none(),
-            Kind::Upstream { inner } => inner.body.is_end_stream(),
+            Kind::Upstream { inner } => {
+                inner.body.is_end_stream() && !inner.trailers.as_ref().is_some_and(|t| t.pending())
+            }
             Kind::Boxed { inner } => inner.is_end_stream(),
         }
     }
@@ -210,7 +223,10 @@ impl Upstream {
     ) -> Poll<Option<Result<Frame<Bytes>, ForwardError>>> {
         let mut this = self.project();
         match this.body.as_mut().poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
+            Poll::Ready(Some(Ok(mut frame))) => {
+                if let (Some(t), Some(trailers)) = (this.trailers.as_mut(), frame.trailers_mut()) {
+                    t.apply(trailers);
+                }
                 if this.body.is_end_stream() {
                     Self::finish(this.guard, Ok(()));
                 } else {
@@ -228,7 +244,10 @@ impl Upstream {
             }
             Poll::Ready(None) => {
                 Self::finish(this.guard, Ok(()));
-                Poll::Ready(None)
+                match this.trailers.as_mut().and_then(TrailerTransforms::at_end) {
+                    Some(trailers) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+                    None => Poll::Ready(None),
+                }
             }
             Poll::Pending => {
                 ready!(this.idle.poll(cx));

@@ -1,8 +1,8 @@
 //! fuseway: a reverse-proxy framework built from typed tower stages, fused into one
 //! state machine.
 //!
-//! A request passes **routing -> session affinity -> limits -> load balancing -> passive
-//! health -> forwarding**. Each stage is a [`Stage`](stage::Stage): a synchronous
+//! A request passes **telemetry -> routing -> session affinity -> limits -> load
+//! balancing -> passive health -> forwarding**. Each stage is a [`Stage`](stage::Stage): a synchronous
 //! `on_request` that passes a (possibly transformed) request on or answers it, and an
 //! `on_response` that sees the [`ProxyResponse`](request::ProxyResponse) on the way
 //! back. The request's type records how far it got — `http::Request<B>`, then
@@ -57,6 +57,7 @@ extern crate self as fuseway;
 
 pub use fuseway_macros::{default_pipeline, fused_pipeline};
 
+pub mod admin;
 pub mod affinity;
 pub mod balancing;
 pub mod body;
@@ -71,7 +72,9 @@ pub mod routing;
 pub mod server;
 pub mod stage;
 pub mod state;
+pub mod telemetry;
 pub mod testing;
+pub mod transforms;
 
 /// Items the macros' expansions refer to. Not part of the public API.
 #[doc(hidden)]

@@ -8,7 +8,8 @@ use syn::{braced, Attribute, Ident, Token, Visibility};
 use crate::fused::{self, Entry, FusedInput};
 
 /// The default stages: (field name, insertion-point name, type path).
-const DEFAULT_STAGES: [(&str, &str, &str); 5] = [
+const DEFAULT_STAGES: [(&str, &str, &str); 6] = [
+    ("telemetry", "telemetry", "telemetry::Telemetry"),
     ("routing", "routing", "routing::Routing"),
     ("affinity", "affinity", "affinity::SessionAffinity"),
     ("limits", "limits", "limits::Limits"),
@@ -16,7 +17,10 @@ const DEFAULT_STAGES: [(&str, &str, &str); 5] = [
     ("passive", "passive", "health::PassiveHealth"),
 ];
 
-const POINTS: &str = "routing, affinity, limits, balancing, passive, forwarding";
+const POINTS: &str = "telemetry, routing, affinity, limits, balancing, passive, forwarding";
+
+/// Index of the forwarding point: after every default stage.
+const FORWARDING: usize = DEFAULT_STAGES.len();
 
 enum Where {
     Before,
@@ -102,11 +106,11 @@ impl Parse for DefaultInput {
 }
 
 /// Position in the default list a user stage goes to: it runs before default stage `i`
-/// (`i == 5`: before forwarding).
+/// (`i == FORWARDING`: before forwarding).
 fn position(insert: &Insert) -> syn::Result<usize> {
     let point = insert.point.to_string();
     let index = match point.as_str() {
-        "forwarding" => 5,
+        "forwarding" => FORWARDING,
         p => DEFAULT_STAGES
             .iter()
             .position(|(_, name, _)| *name == p)
@@ -119,7 +123,7 @@ fn position(insert: &Insert) -> syn::Result<usize> {
     };
     match insert.place {
         Where::Before => Ok(index),
-        Where::After if index == 5 => Err(syn::Error::new(
+        Where::After if index == FORWARDING => Err(syn::Error::new(
             insert.point.span(),
             "nothing runs after forwarding: use `before forwarding`",
         )),
@@ -136,7 +140,7 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
         inserts,
         terminal,
     } = input;
-    let mut slots: Vec<Vec<Entry>> = (0..=5).map(|_| Vec::new()).collect();
+    let mut slots: Vec<Vec<Entry>> = (0..=FORWARDING).map(|_| Vec::new()).collect();
     let mut user_params = Vec::new();
     for insert in inserts {
         let at = position(&insert)?;
@@ -155,7 +159,9 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
         if let Some((field, _, path)) = DEFAULT_STAGES.get(i) {
             let field = format_ident!("{}", field);
             let ty: syn::Type = syn::parse_str(&format!("::fuseway::{path}"))?;
-            ctor_args.push(if i == 0 {
+            ctor_args.push(if field == "telemetry" {
+                quote!(::fuseway::telemetry::Telemetry::new(&state))
+            } else if field == "routing" {
                 quote!(::fuseway::routing::Routing::new(state))
             } else {
                 quote!(<#ty as ::core::default::Default>::default())

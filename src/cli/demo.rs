@@ -19,7 +19,10 @@ use crate::pipeline;
 use crate::server::Server;
 use crate::state::ProxyState;
 
-pub(super) async fn run(listen: Vec<SocketAddr>) -> Result<(), BoxError> {
+pub(super) async fn run(
+    listen: Vec<SocketAddr>,
+    admin: Option<SocketAddr>,
+) -> Result<(), BoxError> {
     let a = spawn_backend("backend-a").await?;
     let b = spawn_backend("backend-b").await?;
     let config = parse(&demo_config(a, b), Format::Json)?;
@@ -31,6 +34,7 @@ pub(super) async fn run(listen: Vec<SocketAddr>) -> Result<(), BoxError> {
     };
     let server = Server::bind(&addrs).await?;
     let proxy = server.local_addrs()[0];
+    let admin_task = super::spawn_admin(admin, &state).await?;
     println!("fuseway demo: proxy on http://{proxy}, backends on http://{a} and http://{b}");
     println!("Try:");
     println!(
@@ -41,9 +45,13 @@ pub(super) async fn run(listen: Vec<SocketAddr>) -> Result<(), BoxError> {
     );
     println!("  curl -i --http2-prior-knowledge http://{proxy}/hello   # h2c to the proxy");
     println!("  curl -i -H 'Host: api.example.com' http://{proxy}/x    # host route `api`");
+    for addr in admin_task.addrs() {
+        println!("Status page: http://{addr}/ (also /status.json, /metrics)");
+    }
     println!("Ctrl-C to stop.");
     let service = pipeline::FusedDefault::from_state(state);
     server.serve(service, shutdown_signal()).await?;
+    admin_task.stop().await;
     Ok(())
 }
 

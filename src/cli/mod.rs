@@ -1,6 +1,7 @@
 //! The `fuseway` command line: run a configuration file, or the embedded demo.
 
 mod demo;
+mod reload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +9,9 @@ use std::sync::Arc;
 
 use clap::Parser;
 
+pub use reload::{ConfigWatcher, Reloader, DEBOUNCE};
+
+use crate::admin::Admin;
 use crate::config::{self, ProxyConfig};
 use crate::health::ActiveHealthChecker;
 use crate::pipeline;
@@ -31,6 +35,10 @@ pub struct Args {
     /// Address to listen on (repeatable). Default: the config's `Listen`, else 127.0.0.1:8080.
     #[arg(long, short)]
     pub listen: Vec<SocketAddr>,
+    /// Address of the admin listener: `/` status page, `/status.json`, `/metrics`
+    /// (Prometheus). Off unless given; it has no authentication.
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
 }
 
 /// The listen address used when neither the command line nor the config names one.
@@ -39,12 +47,16 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Run the binary with these arguments until Ctrl-C / SIGTERM.
 pub async fn run(args: Args) -> Result<(), BoxError> {
     match &args.config {
-        Some(path) => run_config(path.clone(), args.listen).await,
-        None => demo::run(args.listen).await,
+        Some(path) => run_config(path.clone(), args.listen, args.admin).await,
+        None => demo::run(args.listen, args.admin).await,
     }
 }
 
-async fn run_config(path: PathBuf, listen: Vec<SocketAddr>) -> Result<(), BoxError> {
+async fn run_config(
+    path: PathBuf,
+    listen: Vec<SocketAddr>,
+    admin: Option<SocketAddr>,
+) -> Result<(), BoxError> {
     let config = config::load_file(&path)
         .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?;
     // The config's `Listen` entries may terminate TLS; `--listen` addresses are plain.
@@ -57,12 +69,70 @@ async fn run_config(path: PathBuf, listen: Vec<SocketAddr>) -> Result<(), BoxErr
     for addr in server.local_addrs() {
         tracing::info!(%addr, config = %path.display(), "fuseway listening");
     }
-    spawn_reload_on_sighup(path, state.clone());
+    let admin = spawn_admin(admin, &state).await?;
+    let reloader = Arc::new(Reloader::new(path, state.clone()));
+    spawn_reload_on_sighup(reloader.clone());
+    let _watcher = ConfigWatcher::spawn(reloader)
+        .map_err(|e| tracing::warn!(error = %e, "cannot watch the configuration file; SIGHUP still reloads it"))
+        .ok();
     let health = ActiveHealthChecker::spawn(state.clone());
     let service = pipeline::FusedDefault::from_state(state);
     server.serve(service, shutdown_signal()).await?;
     health.shutdown().await;
+    admin.stop().await;
     Ok(())
+}
+
+/// The admin listener, while it runs.
+pub(crate) struct AdminTask(
+    Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    )>,
+    Vec<SocketAddr>,
+);
+
+impl AdminTask {
+    /// The addresses it listens on.
+    pub(crate) fn addrs(&self) -> &[SocketAddr] {
+        &self.1
+    }
+
+    pub(crate) async fn stop(self) {
+        if let Some((stop, task)) = self.0 {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
+    }
+}
+
+/// Start the admin listener on `addr`, if given.
+pub(crate) async fn spawn_admin(
+    addr: Option<SocketAddr>,
+    state: &Arc<ProxyState>,
+) -> Result<AdminTask, BoxError> {
+    let Some(addr) = addr else {
+        return Ok(AdminTask(None, Vec::new()));
+    };
+    let server = Server::bind(&[addr])
+        .await
+        .map_err(|e| format!("--admin {addr}: {e}"))?
+        .graceful_timeout(std::time::Duration::from_secs(1));
+    let addrs = server.local_addrs();
+    for addr in &addrs {
+        tracing::info!(%addr, "fuseway admin listening (/ status page, /status.json, /metrics)");
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin = Admin::new(state.clone());
+    let task = tokio::spawn(async move {
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        if let Err(e) = server.serve(admin, stopped).await {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    });
+    Ok(AdminTask(Some((stop, task)), addrs))
 }
 
 /// Addresses to listen on: the command line's, else the config's, else the default.
@@ -85,27 +155,21 @@ pub fn listen_addrs(cli: &[SocketAddr], config: &ProxyConfig) -> Result<Vec<Sock
 }
 
 #[cfg(unix)]
-fn spawn_reload_on_sighup(path: PathBuf, state: Arc<ProxyState>) {
+fn spawn_reload_on_sighup(reloader: Arc<Reloader>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         return;
     };
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            match config::load_file(&path).and_then(|c| state.update(c)) {
-                Ok(()) => tracing::info!(config = %path.display(), "configuration reloaded"),
-                Err(e) => tracing::error!(
-                    config = %path.display(),
-                    error = %e,
-                    "configuration rejected; the previous one keeps serving"
-                ),
-            }
+            let r = reloader.clone();
+            let _ = tokio::task::spawn_blocking(move || r.reload()).await;
         }
     });
 }
 
 #[cfg(not(unix))]
-fn spawn_reload_on_sighup(_path: PathBuf, _state: Arc<ProxyState>) {}
+fn spawn_reload_on_sighup(_reloader: Arc<Reloader>) {}
 
 /// Completes on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {

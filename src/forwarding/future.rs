@@ -128,8 +128,15 @@ impl Future for ResponseFuture {
                             headers::remove_hop_by_hop(&mut parts.headers);
                             parts.version = client_version;
                             let (context, destination) = this.target.take().expect("target");
+                            let transforms = context.route().transforms();
+                            transforms.apply_response(&mut parts.headers, parts.status, true);
+                            let trailers = transforms.trailers_for(parts.status);
                             let deadline = context.limits().deadline;
-                            let body = ProxyBody::upstream(body, activity_timeout, deadline, guard);
+                            let mut body =
+                                ProxyBody::upstream(body, activity_timeout, deadline, guard);
+                            if let Some(trailers) = trailers {
+                                body.set_trailer_transforms(trailers);
+                            }
                             return Poll::Ready(Ok(respond(parts, body, context, destination)));
                         }
                         (true, Some(client)) => {
@@ -177,6 +184,11 @@ impl Future for ResponseFuture {
             "forwarding failed"
         );
         let mut response = ProxyResponse::error(error);
+        let status = response.status_code();
+        context
+            .route()
+            .transforms()
+            .apply_response(response.response.headers_mut(), status, false);
         response.outcome.set_target(context, destination);
         Poll::Ready(Ok(response))
     }

@@ -1,10 +1,9 @@
 //! Header rules of the forwarder: hop-by-hop removal (YARP's list and every token
-//! named in `Connection`), `X-Forwarded-*`, `Host`.
+//! named in `Connection`). `X-Forwarded-*`, `Forwarded` and the other header
+//! transforms are the route's [`RouteTransforms`](crate::transforms::RouteTransforms).
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Version;
-
-use crate::request::ConnectionInfo;
 
 /// Headers that never cross the proxy, in either direction (YARP's list).
 static HOP_BY_HOP: [HeaderName; 17] = [
@@ -27,11 +26,6 @@ static HOP_BY_HOP: [HeaderName; 17] = [
     HeaderName::from_static("alt-svc"),
 ];
 
-pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-pub(crate) static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-pub(crate) static X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
-
 /// Remove hop-by-hop headers and every header named by a `Connection` token.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     if headers.contains_key(header::CONNECTION) {
@@ -51,23 +45,15 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Prepare request headers for the destination.
+/// Prepare the client's request headers for the destination, before the route's
+/// transforms run (they handle `X-Forwarded-*`, `Forwarded` and the rest; the
+/// forwarder sets `Host`):
 ///
 /// - hop-by-hop and `Connection`-named headers removed; `TE: trailers` kept for
 ///   HTTP/2 clients (gRPC); `Upgrade` and `Connection: upgrade` kept for HTTP/1.1
 ///   upgrade requests (WebSockets);
-/// - `Content-Length` dropped when `Transfer-Encoding` was present;
-/// - `Host` set to `host` (`None`: removed, so the URI authority is used);
-/// - `X-Forwarded-For/Proto/Host` set (incoming values replaced),
-///   `X-Forwarded-Prefix` and `Forwarded` removed.
-pub(crate) fn prepare_request(
-    headers: &mut HeaderMap,
-    version: Version,
-    conn: Option<&ConnectionInfo>,
-    scheme_https: bool,
-    host: Option<&HeaderValue>,
-    original_host: Option<HeaderValue>,
-) {
+/// - `Content-Length` dropped when `Transfer-Encoding` was present.
+pub(crate) fn prepare_request(headers: &mut HeaderMap, version: Version) {
     let keep_te_trailers = version == Version::HTTP_2
         && headers
             .get_all(header::TE)
@@ -90,49 +76,6 @@ pub(crate) fn prepare_request(
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
 
-    match host {
-        Some(h) => {
-            headers.insert(header::HOST, h.clone());
-        }
-        None => {
-            headers.remove(header::HOST);
-        }
-    }
-
-    headers.remove(header::FORWARDED);
-    headers.remove(&X_FORWARDED_PREFIX);
-    match conn {
-        Some(c) => {
-            headers.insert(X_FORWARDED_FOR.clone(), ip_header(c.remote.ip()));
-        }
-        None => {
-            headers.remove(&X_FORWARDED_FOR);
-        }
-    }
-    let proto = if scheme_https || conn.is_some_and(|c| c.tls) {
-        "https"
-    } else {
-        "http"
-    };
-    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
-    match original_host {
-        Some(h) => {
-            headers.insert(X_FORWARDED_HOST.clone(), h);
-        }
-        None => {
-            headers.remove(&X_FORWARDED_HOST);
-        }
-    }
-}
-
-fn ip_header(ip: std::net::IpAddr) -> HeaderValue {
-    let ip = match ip {
-        std::net::IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
-        v4 => v4,
-    };
-    HeaderValue::try_from(ip.to_string()).expect("an IP address is a valid header value")
 }
 
 #[cfg(test)]
@@ -157,7 +100,7 @@ mod tests {
         for (version, kept) in [(Version::HTTP_2, true), (Version::HTTP_11, false)] {
             let mut h = HeaderMap::new();
             h.insert(header::TE, "trailers".parse().unwrap());
-            prepare_request(&mut h, version, None, false, None, None);
+            prepare_request(&mut h, version);
             assert_eq!(h.contains_key(header::TE), kept, "{version:?}");
         }
     }
@@ -173,7 +116,7 @@ mod tests {
             h.insert(header::CONNECTION, conn.parse().unwrap());
             h.insert(header::UPGRADE, "websocket".parse().unwrap());
             h.insert("keep-alive", "timeout=5".parse().unwrap());
-            prepare_request(&mut h, version, None, false, None, None);
+            prepare_request(&mut h, version);
             assert_eq!(h.contains_key(header::UPGRADE), kept, "{version:?} {conn}");
             assert!(!h.contains_key("keep-alive"));
             if kept {
@@ -185,32 +128,4 @@ mod tests {
         }
     }
 
-    #[test]
-    fn forwarded_headers_replaced() {
-        let mut h = HeaderMap::new();
-        h.append(&X_FORWARDED_FOR, "6.6.6.6".parse().unwrap());
-        h.append(&X_FORWARDED_FOR, "7.7.7.7".parse().unwrap());
-        h.insert(header::FORWARDED, "for=6.6.6.6".parse().unwrap());
-        h.insert(&X_FORWARDED_PROTO, "gopher".parse().unwrap());
-        let conn = ConnectionInfo {
-            remote: "[::ffff:10.1.2.3]:5555".parse().unwrap(),
-            local: "127.0.0.1:80".parse().unwrap(),
-            tls: false,
-        };
-        let host = HeaderValue::from_static("backend:81");
-        prepare_request(
-            &mut h,
-            Version::HTTP_11,
-            Some(&conn),
-            false,
-            Some(&host),
-            Some(HeaderValue::from_static("front.example")),
-        );
-        assert_eq!(h.get_all(&X_FORWARDED_FOR).iter().count(), 1);
-        assert_eq!(h[&X_FORWARDED_FOR], "10.1.2.3");
-        assert_eq!(h[&X_FORWARDED_PROTO], "http");
-        assert_eq!(h[&X_FORWARDED_HOST], "front.example");
-        assert_eq!(h[header::HOST], "backend:81");
-        assert!(!h.contains_key(header::FORWARDED));
-    }
 }

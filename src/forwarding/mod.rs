@@ -6,7 +6,9 @@
 //! - HTTP/1.1 by default; HTTP/2 when the cluster's `HttpRequest.Version` is `"2"`
 //!   (prior knowledge on `http://`, ALPN on `https://`); rustls for `https://`.
 //! - Bodies are streamed both ways, never buffered whole.
-//! - Headers: see [`headers`] (hop-by-hop removal both ways, `X-Forwarded-*`, `Host`).
+//! - Headers: see [`headers`] (hop-by-hop removal both ways) and the route's
+//!   [`transforms`](crate::transforms) (`X-Forwarded-*`, `Forwarded`, header, path and
+//!   query rewrites, response headers and trailers); `Host` as YARP sets it.
 //! - Errors as YARP maps them: connect/send failure 502, no answer within the
 //!   cluster's `ActivityTimeout` 504; each logged with route, cluster, destination and
 //!   cause. A client that goes away drops the future, which cancels the upstream
@@ -31,7 +33,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::uri::{PathAndQuery, Uri};
+use http::uri::{PathAndQuery, Scheme, Uri};
 use http::{header, HeaderValue, Request, Version};
 use http_body::Body;
 use tower_service::Service;
@@ -43,6 +45,7 @@ pub use request_body::RequestBody;
 use crate::health::PassiveRecord;
 use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};
 use crate::state::{ConcurrencyGuard, UpstreamVersion};
+use crate::transforms::ClientRequest;
 use client::Clients;
 use expect::UpstreamBody;
 
@@ -188,7 +191,8 @@ where
     }
 }
 
-/// Build the request for the destination.
+/// Build the request for the destination: the route's transforms (method, path,
+/// query, headers, `X-Forwarded-*`), then the destination's address and `Host`.
 fn outgoing<B>(
     request: Request<B>,
     context: &crate::request::RouteContext,
@@ -197,6 +201,7 @@ fn outgoing<B>(
 ) -> Result<Request<RequestBody<B>>, ForwardError> {
     let dest = &context.cluster().destinations()[destination];
     let address = dest.address();
+    let transforms = context.route().transforms();
     let (mut parts, body) = request.into_parts();
 
     let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
@@ -205,19 +210,47 @@ fn outgoing<B>(
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
-
+    let conn = parts.extensions.get::<ConnectionInfo>().copied();
     let normalized = path::normalize(parts.uri.path());
-    let path_and_query = match parts.uri.path_and_query() {
-        Some(pq) if address.path_prefix.is_empty() && normalized.is_none() => pq.clone(),
-        None if address.path_prefix.is_empty() => PathAndQuery::from_static("/"),
-        pq => {
+
+    headers::prepare_request(&mut parts.headers, parts.version);
+    let client = ClientRequest {
+        path: normalized.as_deref().unwrap_or_else(|| parts.uri.path()),
+        query: parts.uri.query(),
+        host: original_host.as_ref(),
+        https: conn.is_some_and(|c| c.tls) || parts.uri.scheme() == Some(&Scheme::HTTPS),
+        connection: conn.as_ref(),
+    };
+    let rewritten = transforms.apply_request(&client, &mut parts.method, &mut parts.headers);
+
+    let invalid = |e: http::uri::InvalidUri| ForwardError::new(ForwardErrorKind::Request, e);
+    let path_and_query = match (rewritten, parts.uri.path_and_query()) {
+        (Some(r), _) => {
+            let mut uri = String::with_capacity(
+                address.path_prefix.len()
+                    + r.path.len()
+                    + r.query.as_ref().map_or(0, |q| q.len() + 1),
+            );
+            uri.push_str(&address.path_prefix);
+            uri.push_str(&r.path);
+            if uri.is_empty() {
+                uri.push('/');
+            }
+            if let Some(q) = r.query.filter(|q| !q.is_empty()) {
+                uri.push('?');
+                uri.push_str(&q);
+            }
+            PathAndQuery::try_from(uri).map_err(invalid)?
+        }
+        (None, Some(pq)) if address.path_prefix.is_empty() && normalized.is_none() => pq.clone(),
+        (None, None) if address.path_prefix.is_empty() => PathAndQuery::from_static("/"),
+        (None, pq) => {
             let path = normalized.as_deref().unwrap_or_else(|| parts.uri.path());
             let uri = match pq.and_then(|pq| pq.query()) {
                 Some(q) => format!("{}{path}?{q}", address.path_prefix),
                 None => format!("{}{path}", address.path_prefix),
             };
-            PathAndQuery::try_from(uri)
-                .map_err(|e| ForwardError::new(ForwardErrorKind::Request, e))?
+            PathAndQuery::try_from(uri).map_err(invalid)?
         }
     };
     let mut uri = http::uri::Parts::default();
@@ -227,19 +260,32 @@ fn outgoing<B>(
     parts.uri =
         Uri::from_parts(uri).map_err(|e| ForwardError::new(ForwardErrorKind::Request, e))?;
 
-    let conn = parts.extensions.get::<ConnectionInfo>().copied();
-    let host = match version {
-        UpstreamVersion::Http1 => Some(dest.host_header()),
-        UpstreamVersion::Http2 => dest.config().host.is_some().then(|| dest.host_header()),
-    };
-    headers::prepare_request(
-        &mut parts.headers,
-        parts.version,
-        conn.as_ref(),
-        false,
-        host,
-        original_host,
-    );
+    // `Host`: YARP's RequestHeaderOriginalHost rules. A `Host` set by a transform wins;
+    // otherwise the destination's (its configured `Host`, else for HTTP/1.1 its
+    // authority; HTTP/2 sends the authority as `:authority`), or with
+    // `RequestHeaderOriginalHost` the client's.
+    let configured = dest.config().host.is_some().then(|| dest.host_header());
+    let current = parts.headers.get(header::HOST);
+    if transforms.uses_original_host() {
+        if current.is_none() {
+            if let Some(h) = original_host.or_else(|| configured.cloned()) {
+                parts.headers.insert(header::HOST, h);
+            }
+        }
+    } else if current.is_none() || current == original_host.as_ref() {
+        let host = match version {
+            UpstreamVersion::Http1 => Some(dest.host_header()),
+            UpstreamVersion::Http2 => configured,
+        };
+        match host {
+            Some(h) => {
+                parts.headers.insert(header::HOST, h.clone());
+            }
+            None => {
+                parts.headers.remove(header::HOST);
+            }
+        }
+    }
     parts.version = match version {
         UpstreamVersion::Http1 => Version::HTTP_11,
         UpstreamVersion::Http2 => Version::HTTP_2,

@@ -1,8 +1,8 @@
 //! The default pipeline, fused by `default_pipeline!`.
 
 crate::default_pipeline! {
-    /// The default pipeline — routing, session affinity, limits, load balancing, passive
-    /// health, forwarding — fused into one service with one future.
+    /// The default pipeline — telemetry, routing, session affinity, limits, load
+    /// balancing, passive health, forwarding — fused into one service with one future.
     ///
     /// ```no_run
     /// # use std::sync::Arc;

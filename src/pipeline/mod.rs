@@ -53,14 +53,18 @@ use crate::limits::Limits;
 use crate::routing::Routing;
 use crate::stage::StageService;
 use crate::state::ProxyState;
+use crate::telemetry::Telemetry;
 
-/// The default stages as separate layers over terminal `T`: routing -> session affinity
-/// -> limits -> load balancing -> passive health -> `T`.
+/// The default stages as separate layers over terminal `T`: telemetry -> routing ->
+/// session affinity -> limits -> load balancing -> passive health -> `T`.
 pub type Layered<T> = StageService<
-    Routing,
+    Telemetry,
     StageService<
-        SessionAffinity,
-        StageService<Limits, StageService<LoadBalancing, StageService<PassiveHealth, T>>>,
+        Routing,
+        StageService<
+            SessionAffinity,
+            StageService<Limits, StageService<LoadBalancing, StageService<PassiveHealth, T>>>,
+        >,
     >,
 >;
 
@@ -76,14 +80,17 @@ pub fn layered_default(state: Arc<ProxyState>) -> LayeredDefault {
 /// tower service taking `Balanced<B>`, such as [`StubForwarder`](crate::testing::StubForwarder)).
 pub fn layered_default_with<T>(state: Arc<ProxyState>, terminal: T) -> Layered<T> {
     StageService::new(
-        Routing::new(state),
+        Telemetry::new(&state),
         StageService::new(
-            SessionAffinity::new(),
+            Routing::new(state),
             StageService::new(
-                Limits::new(),
+                SessionAffinity::new(),
                 StageService::new(
-                    LoadBalancing::new(),
-                    StageService::new(PassiveHealth::new(), terminal),
+                    Limits::new(),
+                    StageService::new(
+                        LoadBalancing::new(),
+                        StageService::new(PassiveHealth::new(), terminal),
+                    ),
                 ),
             ),
         ),

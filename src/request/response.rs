@@ -143,6 +143,11 @@ impl Outcome {
             .map(|(c, i)| &c.cluster().destinations()[*i])
     }
 
+    /// The index of that destination in its cluster.
+    pub fn destination_index(&self) -> Option<usize> {
+        self.target.as_ref().map(|(_, i)| *i)
+    }
+
     /// The destination's runtime state.
     pub fn destination_state(&self) -> Option<&Arc<DestinationState>> {
         self.destination().map(Destination::state)

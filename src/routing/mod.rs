@@ -107,6 +107,7 @@
 //! not scan routes linearly, except the routes that share one trie node (same path and
 //! host), which are tried in precedence order against method, header and query rules.
 
+mod capture;
 mod constraint;
 mod header;
 mod host;
@@ -124,6 +125,7 @@ mod values;
 #[cfg(test)]
 mod tests;
 
+pub use capture::{RouteValues, RouteValuesCapture};
 pub use table::RouteTable;
 mod stage;
 pub use stage::Routing;

@@ -8,6 +8,8 @@ use crate::balancing::ClusterBalancing;
 use crate::config::{ClusterConfig, RouteConfig};
 use crate::health::ClusterHealth;
 use crate::limits::{RouteLimits, RouteState};
+use crate::telemetry::RouteTelemetry;
+use crate::transforms::RouteTransforms;
 
 use super::destination::{ClusterState, Destination};
 
@@ -126,6 +128,8 @@ pub struct Route {
     pub(crate) cluster: Option<usize>,
     pub(crate) limits: RouteLimits,
     pub(crate) state: Arc<RouteState>,
+    pub(crate) transforms: Arc<RouteTransforms>,
+    pub(crate) telemetry: RouteTelemetry,
 }
 
 impl Route {
@@ -147,6 +151,16 @@ impl Route {
     /// Its runtime state (in-flight counter, rate-limit bucket); survives reloads.
     pub fn state(&self) -> &Arc<RouteState> {
         &self.state
+    }
+
+    /// Its transforms, compiled at configuration load.
+    pub fn transforms(&self) -> &Arc<RouteTransforms> {
+        &self.transforms
+    }
+
+    /// Its metric handles, created at configuration load.
+    pub fn telemetry(&self) -> &RouteTelemetry {
+        &self.telemetry
     }
 
     /// Index of its cluster in the snapshot, if that cluster exists.

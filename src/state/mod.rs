@@ -35,6 +35,8 @@ use crate::config::{ConfigErrors, ProxyConfig};
 use crate::health::ClusterHealth;
 use crate::limits::{RouteLimits, RouteState};
 use crate::routing::RouteTable;
+use crate::telemetry::Metrics;
+use crate::transforms::RouteTransforms;
 
 /// An immutable view of the whole configuration, compiled for request handling.
 #[derive(Debug)]
@@ -92,17 +94,20 @@ pub struct ProxyState {
     current: ArcSwap<Snapshot>,
     registry: Mutex<Registry>,
     generation: watch::Sender<u64>,
+    metrics: Arc<Metrics>,
 }
 
 impl ProxyState {
     /// Validate `config` and build the first snapshot.
     pub fn new(config: ProxyConfig) -> Result<Self, ConfigErrors> {
         let mut registry = Registry::default();
-        let snapshot = build(config, &mut registry)?;
+        let metrics = Arc::new(Metrics::new());
+        let snapshot = build(config, &mut registry, &metrics)?;
         Ok(ProxyState {
             current: ArcSwap::from_pointee(snapshot),
             registry: Mutex::new(registry),
             generation: watch::Sender::new(0),
+            metrics,
         })
     }
 
@@ -116,7 +121,7 @@ impl ProxyState {
         next.routes.clone_from(&registry.routes);
         next.clusters.clone_from(&registry.clusters);
         next.destinations.clone_from(&registry.destinations);
-        let snapshot = build(config, &mut next)?;
+        let snapshot = build(config, &mut next, &self.metrics)?;
         next.routes
             .retain(|id, _| snapshot.routes.iter().any(|r| r.id == *id));
         next.clusters
@@ -126,6 +131,7 @@ impl ProxyState {
                 .cluster(c)
                 .is_some_and(|cl| cl.destination(d).is_some())
         });
+        self.metrics.retain_destinations(&snapshot);
         self.current.store(Arc::new(snapshot));
         *registry = next;
         self.generation.send_modify(|g| *g += 1);
@@ -141,9 +147,19 @@ impl ProxyState {
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.current.load_full()
     }
+
+    /// Its metrics (see [`telemetry`](crate::telemetry)); they live as long as the
+    /// state and count across reloads.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
 }
 
-fn build(config: ProxyConfig, registry: &mut Registry) -> Result<Snapshot, ConfigErrors> {
+fn build(
+    config: ProxyConfig,
+    registry: &mut Registry,
+    metrics: &Metrics,
+) -> Result<Snapshot, ConfigErrors> {
     config.validate()?;
     let mut errors = ConfigErrors::default();
     let mut clusters = Vec::with_capacity(config.clusters.len());
@@ -213,16 +229,27 @@ fn build(config: ProxyConfig, registry: &mut Registry) -> Result<Snapshot, Confi
                 continue;
             }
         };
+        let transforms = match RouteTransforms::from_config(r, &format!("Routes.{id}")) {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                errors.0.extend(e.0);
+                continue;
+            }
+        };
         let state = registry.routes.entry(id.clone()).or_default().clone();
+        let cluster = r
+            .cluster_id
+            .as_deref()
+            .and_then(|c| cluster_index.get(c).copied());
+        let telemetry = metrics.route(&id, cluster.map(|c| &clusters[c]));
         routes.push(Route {
-            cluster: r
-                .cluster_id
-                .as_deref()
-                .and_then(|c| cluster_index.get(c).copied()),
+            cluster,
             config: r.clone(),
             id,
             limits,
             state,
+            transforms,
+            telemetry,
         });
     }
     errors.into_result()?;

@@ -1,0 +1,178 @@
+//! The admin listener: metrics and a status page, on an address of their own
+//! (`fuseway --admin 127.0.0.1:9901`), never on the proxy's listeners.
+//!
+//! | path | what |
+//! |---|---|
+//! | `/` | an HTML status page (routes, clusters, destinations with health, in-flight requests and recent errors) that refreshes itself every 2 s |
+//! | `/status.json` | the same data as JSON |
+//! | `/metrics` | every metric in the Prometheus text format (see [`telemetry`](crate::telemetry)) |
+//!
+//! Only `GET` and `HEAD` are answered (others: 405). The admin listener has no
+//! authentication: bind it to a loopback or otherwise private address.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # async fn run(state: Arc<fuseway::state::ProxyState>) -> std::io::Result<()> {
+//! use fuseway::{admin::Admin, server::Server};
+//! Server::bind(&["127.0.0.1:9901".parse().unwrap()]).await?
+//!     .serve(Admin::new(state), std::future::pending())
+//!     .await
+//! # }
+//! ```
+
+use std::convert::Infallible;
+use std::future::{ready, Ready};
+use std::sync::Arc;
+
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::body::ProxyBody;
+use crate::state::ProxyState;
+use crate::telemetry::{health_name, RECENT_ERRORS_WINDOW};
+
+const PAGE: &str = include_str!("page.html");
+
+/// The admin service (a `hyper` service for [`Server::serve`](crate::server::Server::serve)).
+#[derive(Debug, Clone)]
+pub struct Admin {
+    state: Arc<ProxyState>,
+}
+
+impl Admin {
+    /// Serve `state`'s status and metrics.
+    pub fn new(state: Arc<ProxyState>) -> Self {
+        Admin { state }
+    }
+
+    /// The answer for `method` and `path`.
+    pub fn respond(&self, method: &Method, path: &str) -> Response<ProxyBody> {
+        if method != Method::GET && method != Method::HEAD {
+            let mut r = text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "GET or HEAD\n",
+            );
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return r;
+        }
+        match path {
+            "/" | "/index.html" => {
+                // `<` escaped so that no value can close the script element.
+                let data = status(&self.state).to_string().replace('<', "\\u003c");
+                let page = PAGE.replace("__STATUS__", &data);
+                text(StatusCode::OK, "text/html; charset=utf-8", page)
+            }
+            "/status.json" => text(
+                StatusCode::OK,
+                "application/json",
+                status(&self.state).to_string(),
+            ),
+            "/metrics" => {
+                let mut out = String::new();
+                match self
+                    .state
+                    .metrics()
+                    .encode(&self.state.snapshot(), &mut out)
+                {
+                    Ok(()) => text(StatusCode::OK, crate::telemetry::CONTENT_TYPE, out),
+                    Err(_) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "text/plain",
+                        "cannot encode the metrics\n",
+                    ),
+                }
+            }
+            _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
+        }
+    }
+}
+
+fn text(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<String>,
+) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::full(body.into()));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The status page's data: routes, clusters and destinations (health, availability,
+/// in-flight requests, recent errors).
+pub fn status(state: &ProxyState) -> Value {
+    let snapshot = state.snapshot();
+    let metrics = state.metrics();
+    let routes: Vec<Value> = snapshot
+        .routes()
+        .iter()
+        .map(|r| {
+            let m = &r.config().match_;
+            json!({
+                "id": r.id(),
+                "cluster": r.config().cluster_id.as_deref().unwrap_or(""),
+                "cluster_exists": r.cluster_index().is_some(),
+                "order": r.config().order.unwrap_or(0),
+                "path": m.path.as_deref().unwrap_or("/{**catchall}"),
+                "hosts": m.hosts.as_deref().unwrap_or_default(),
+                "methods": m.methods.as_deref().unwrap_or_default(),
+                "transforms": r.config().transforms.len(),
+            })
+        })
+        .collect();
+    let clusters: Vec<Value> = snapshot
+        .clusters()
+        .iter()
+        .map(|c| {
+            let available = crate::health::available(c);
+            let destinations: Vec<Value> = c
+                .destinations()
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let health = d.state().health();
+                    json!({
+                        "id": d.id(),
+                        "address": d.config().address,
+                        "health": {
+                            "active": health_name(health.active()),
+                            "passive": health_name(health.passive()),
+                        },
+                        "available": available.contains(i),
+                        "in_flight": d.state().concurrent_requests(),
+                        "recent_errors": metrics.recent_errors_of(c.id(), d.id()),
+                    })
+                })
+                .collect();
+            json!({
+                "id": c.id(),
+                "load_balancing": c.config().load_balancing_policy.as_deref().unwrap_or("PowerOfTwoChoices"),
+                "in_flight": c.state().concurrent_requests(),
+                "destinations": destinations,
+            })
+        })
+        .collect();
+    let generation = *state.subscribe().borrow();
+    json!({
+        "generation": generation,
+        "uptime_seconds": metrics.uptime().as_secs_f64(),
+        "in_flight": metrics.in_flight(),
+        "recent_errors_window_seconds": RECENT_ERRORS_WINDOW.as_secs(),
+        "routes": routes,
+        "clusters": clusters,
+    })
+}
+
+impl<B> hyper::service::Service<Request<B>> for Admin {
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<ProxyBody>, Infallible>>;
+
+    fn call(&self, request: Request<B>) -> Self::Future {
+        ready(Ok(self.respond(request.method(), request.uri().path())))
+    }
+}

@@ -1,0 +1,549 @@
+//! The metrics registry and the per-route handles cached in each snapshot.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::health::HealthState;
+use crate::request::ForwardErrorKind;
+use crate::state::{Cluster, Snapshot};
+
+/// Upper bounds (seconds) of the request duration histogram's buckets.
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// How long an error counts as recent on the status page.
+pub const RECENT_ERRORS_WINDOW: Duration = Duration::from_secs(300);
+const RECENT_SLOTS: usize = 5;
+const SLOT_SECONDS: u64 = RECENT_ERRORS_WINDOW.as_secs() / RECENT_SLOTS as u64;
+
+/// Status-code counters cached per (route, destination) without locking.
+const STATUS_SLOTS: usize = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TargetLabels {
+    route: Arc<str>,
+    cluster: Arc<str>,
+    destination: Arc<str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    route: Arc<str>,
+    cluster: Arc<str>,
+    destination: Arc<str>,
+    status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ErrorLabels {
+    route: Arc<str>,
+    cluster: Arc<str>,
+    destination: Arc<str>,
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReloadLabels {
+    result: &'static str,
+}
+
+/// (cluster id, destination id).
+type DestinationKey = (Arc<str>, Arc<str>);
+
+fn new_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+/// Every metric of one [`ProxyState`](crate::state::ProxyState), in a
+/// `prometheus-client` registry. Counters keep counting across reloads: the handles a
+/// new snapshot caches are the same series as before for unchanged ids.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    durations: Family<TargetLabels, Histogram, fn() -> Histogram>,
+    errors: Family<ErrorLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
+    in_flight: Gauge,
+    recent: Mutex<HashMap<DestinationKey, Arc<RecentErrors>>>,
+    unrouted: Target,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("in_flight", &self.in_flight.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with fuseway's metrics, all at zero.
+    pub fn new() -> Self {
+        let requests = Family::<RequestLabels, Counter>::default();
+        let durations = Family::<TargetLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            new_histogram,
+        );
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        let in_flight = Gauge::default();
+        let mut registry = Registry::default();
+        registry.register(
+            "fuseway_requests",
+            "Requests answered, by route, cluster, destination and status (labels empty when the proxy answered before choosing a destination)",
+            requests.clone(),
+        );
+        registry.register(
+            "fuseway_request_duration_seconds",
+            "Time from a request's arrival until its response headers were ready",
+            durations.clone(),
+        );
+        registry.register(
+            "fuseway_requests_in_flight",
+            "Requests in the pipeline now (until their response headers are ready)",
+            in_flight.clone(),
+        );
+        registry.register(
+            "fuseway_forward_errors",
+            "Forwarding errors before the response started, by route, cluster, destination and kind",
+            errors.clone(),
+        );
+        registry.register(
+            "fuseway_config_reloads",
+            "Configuration reloads by the binary, by result (success, failure)",
+            reloads.clone(),
+        );
+        let empty: Arc<str> = Arc::from("");
+        let unrouted = Target::new(
+            TargetLabels {
+                route: empty.clone(),
+                cluster: empty.clone(),
+                destination: empty,
+            },
+            &durations,
+            None,
+        );
+        Metrics {
+            registry,
+            requests,
+            durations,
+            errors,
+            reloads,
+            in_flight,
+            recent: Mutex::default(),
+            unrouted,
+            started: Instant::now(),
+        }
+    }
+
+    /// The handles a snapshot caches for a route of `cluster` (`None`: the route's
+    /// cluster does not exist).
+    pub(crate) fn route(&self, route: &Arc<str>, cluster: Option<&Cluster>) -> RouteTelemetry {
+        let targets = cluster.map_or_else(Vec::new, |c| {
+            let cluster_id: Arc<str> = Arc::from(c.id());
+            c.destinations()
+                .iter()
+                .map(|d| {
+                    let destination: Arc<str> = Arc::from(d.id());
+                    let recent = self.recent_errors(&cluster_id, &destination);
+                    let target = Target::new(
+                        TargetLabels {
+                            route: route.clone(),
+                            cluster: cluster_id.clone(),
+                            destination,
+                        },
+                        &self.durations,
+                        Some(recent),
+                    );
+                    // The common status, so the first requests do not allocate either.
+                    target.count(&self.requests, 200, false);
+                    target
+                })
+                .collect()
+        });
+        RouteTelemetry {
+            targets: targets.into_boxed_slice(),
+        }
+    }
+
+    /// Forget the recent-error windows of destinations no longer in `snapshot`.
+    pub(crate) fn retain_destinations(&self, snapshot: &Snapshot) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.retain(|(c, d), _| {
+            snapshot
+                .cluster(c)
+                .is_some_and(|c| c.destination(d).is_some())
+        });
+    }
+
+    fn recent_errors(&self, cluster: &Arc<str>, destination: &Arc<str>) -> Arc<RecentErrors> {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent
+            .entry((cluster.clone(), destination.clone()))
+            .or_default()
+            .clone()
+    }
+
+    /// Errors (forwarding failures and 5xx answers) of a destination within the last
+    /// [`RECENT_ERRORS_WINDOW`].
+    pub fn recent_errors_of(&self, cluster: &str, destination: &str) -> u64 {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let key: DestinationKey = (Arc::from(cluster), Arc::from(destination));
+        recent.get(&key).map_or(0, |r| r.count(self.slot_now()))
+    }
+
+    fn slot_now(&self) -> u64 {
+        self.started.elapsed().as_secs() / SLOT_SECONDS
+    }
+
+    /// Time since these metrics were created.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Requests in the pipeline now.
+    pub fn in_flight(&self) -> i64 {
+        self.in_flight.get()
+    }
+
+    pub(crate) fn enter(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    /// Record a reload done by the binary.
+    pub fn record_reload(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// Record one answered request. `target` is `None` for requests the proxy answered
+    /// before choosing a destination.
+    pub(crate) fn record(
+        &self,
+        target: Option<TargetRef<'_>>,
+        status: u16,
+        elapsed: Duration,
+        error: Option<ForwardErrorKind>,
+    ) {
+        let owned;
+        let target = match target {
+            None => &self.unrouted,
+            Some(TargetRef::Cached(t)) => t,
+            Some(TargetRef::Other {
+                route,
+                cluster,
+                destination,
+            }) => {
+                // A request reassigned to another cluster: not cached, found by label.
+                let recent = self.recent_errors(&Arc::from(cluster), &Arc::from(destination));
+                owned = Target::new(
+                    TargetLabels {
+                        route: Arc::from(route),
+                        cluster: Arc::from(cluster),
+                        destination: Arc::from(destination),
+                    },
+                    &self.durations,
+                    Some(recent),
+                );
+                &owned
+            }
+        };
+        target.count(&self.requests, status, true);
+        target.duration.observe(elapsed.as_secs_f64());
+        if let Some(kind) = error {
+            let labels = ErrorLabels {
+                route: target.labels.route.clone(),
+                cluster: target.labels.cluster.clone(),
+                destination: target.labels.destination.clone(),
+                kind: kind_name(kind),
+            };
+            self.errors.get_or_create(&labels).inc();
+        }
+        if error.is_some() || status >= 500 {
+            if let Some(recent) = &target.recent {
+                recent.record(self.slot_now());
+            }
+        }
+    }
+
+    /// Write every metric in the Prometheus text format (version 0.0.4), including the
+    /// destination gauges read from `snapshot` now.
+    pub fn encode(&self, snapshot: &Arc<Snapshot>, out: &mut String) -> std::fmt::Result {
+        prometheus_client::encoding::prometheus_text::encode(out, &self.registry)?;
+        let mut now = Registry::default();
+        now.register_collector(Box::new(SnapshotGauges(snapshot.clone())));
+        prometheus_client::encoding::prometheus_text::encode(out, &now)
+    }
+}
+
+/// The `Content-Type` of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The name of an error kind in metrics and on the status page.
+pub fn kind_name(kind: ForwardErrorKind) -> &'static str {
+    // `_`: kinds added later are still counted (as `Other`) until named here.
+    #[allow(unreachable_patterns)]
+    match kind {
+        ForwardErrorKind::NoAvailableDestinations => "NoAvailableDestinations",
+        ForwardErrorKind::Request => "Request",
+        ForwardErrorKind::RequestTimedOut => "RequestTimedOut",
+        ForwardErrorKind::RequestCanceled => "RequestCanceled",
+        ForwardErrorKind::RequestBodyClient => "RequestBodyClient",
+        ForwardErrorKind::RequestBodyTooLarge => "RequestBodyTooLarge",
+        ForwardErrorKind::RequestBodyDestination => "RequestBodyDestination",
+        ForwardErrorKind::ResponseBodyDestination => "ResponseBodyDestination",
+        ForwardErrorKind::ResponseBodyClient => "ResponseBodyClient",
+        _ => "Other",
+    }
+}
+
+/// Decrements the in-flight gauge when dropped.
+#[derive(Debug)]
+pub(crate) struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Where a request went, for [`Metrics::record`].
+pub(crate) enum TargetRef<'a> {
+    Cached(&'a Target),
+    Other {
+        route: &'a str,
+        cluster: &'a str,
+        destination: &'a str,
+    },
+}
+
+/// A route's metric handles, one set per destination of its cluster, created at
+/// configuration load so that recording a request takes no lock and allocates nothing.
+#[derive(Debug, Default)]
+pub struct RouteTelemetry {
+    targets: Box<[Target]>,
+}
+
+impl RouteTelemetry {
+    pub(crate) fn target(&self, destination: usize) -> Option<&Target> {
+        self.targets.get(destination)
+    }
+}
+
+/// The handles of one (route, cluster, destination).
+#[derive(Debug)]
+pub(crate) struct Target {
+    labels: TargetLabels,
+    statuses: [OnceLock<(u16, Counter)>; STATUS_SLOTS],
+    duration: Histogram,
+    recent: Option<Arc<RecentErrors>>,
+}
+
+impl Target {
+    fn new(
+        labels: TargetLabels,
+        durations: &Family<TargetLabels, Histogram, fn() -> Histogram>,
+        recent: Option<Arc<RecentErrors>>,
+    ) -> Self {
+        Target {
+            duration: durations.get_or_create_owned(&labels),
+            labels,
+            statuses: Default::default(),
+            recent,
+        }
+    }
+
+    fn request_labels(&self, status: u16) -> RequestLabels {
+        RequestLabels {
+            route: self.labels.route.clone(),
+            cluster: self.labels.cluster.clone(),
+            destination: self.labels.destination.clone(),
+            status,
+        }
+    }
+
+    /// Count a request of `status` (or only create its series when `!inc`): a lookup in
+    /// the slots, filled on first use; the family (a lock) only when they are full.
+    fn count(&self, family: &Family<RequestLabels, Counter>, status: u16, inc: bool) {
+        let start = usize::from(status) % STATUS_SLOTS;
+        for i in 0..STATUS_SLOTS {
+            let slot = &self.statuses[(start + i) % STATUS_SLOTS];
+            let (s, counter) = slot.get_or_init(|| {
+                (
+                    status,
+                    family.get_or_create_owned(&self.request_labels(status)),
+                )
+            });
+            if *s == status {
+                if inc {
+                    counter.inc();
+                }
+                return;
+            }
+        }
+        let counter = family.get_or_create(&self.request_labels(status));
+        if inc {
+            counter.inc();
+        }
+    }
+}
+
+/// Errors of one destination per time slot, over the last [`RECENT_ERRORS_WINDOW`].
+#[derive(Debug, Default)]
+struct RecentErrors {
+    slots: [(AtomicU64, AtomicU64); RECENT_SLOTS],
+}
+
+impl RecentErrors {
+    fn record(&self, now: u64) {
+        let (slot, count) = &self.slots[now as usize % RECENT_SLOTS];
+        // Slot numbers start at 1 so that a fresh slot (0) is never current.
+        let stamp = now + 1;
+        if slot.swap(stamp, Ordering::AcqRel) != stamp {
+            count.store(0, Ordering::Release);
+        }
+        count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn count(&self, now: u64) -> u64 {
+        self.slots
+            .iter()
+            .filter(|(slot, _)| {
+                let stamp = slot.load(Ordering::Acquire);
+                stamp != 0 && stamp + RECENT_SLOTS as u64 > now + 1
+            })
+            .map(|(_, count)| count.load(Ordering::Acquire))
+            .sum()
+    }
+}
+
+/// Destination gauges read from the current snapshot at scrape time.
+#[derive(Debug)]
+struct SnapshotGauges(Arc<Snapshot>);
+
+/// A health state's name on the status page and in metrics.
+pub fn health_name(state: HealthState) -> &'static str {
+    match state {
+        HealthState::Unknown => "unknown",
+        HealthState::Healthy => "healthy",
+        HealthState::Unhealthy => "unhealthy",
+    }
+}
+
+impl Collector for SnapshotGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let clusters = self.0.clusters();
+        {
+            let mut m = encoder.encode_descriptor(
+                "fuseway_destination_health",
+                "Health of each destination per check (active, passive): 1 for its current state",
+                None,
+                MetricType::Gauge,
+            )?;
+            for c in clusters {
+                for d in c.destinations() {
+                    let health = d.state().health();
+                    for (check, current) in
+                        [("active", health.active()), ("passive", health.passive())]
+                    {
+                        for state in [
+                            HealthState::Unknown,
+                            HealthState::Healthy,
+                            HealthState::Unhealthy,
+                        ] {
+                            let labels = [
+                                ("cluster", c.id()),
+                                ("destination", d.id()),
+                                ("check", check),
+                                ("state", health_name(state)),
+                            ];
+                            ConstGauge::new(i64::from(current == state))
+                                .encode(m.encode_family(&labels)?)?;
+                        }
+                    }
+                }
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "fuseway_destination_available",
+                "1 when the destination is among its cluster's available destinations now",
+                None,
+                MetricType::Gauge,
+            )?;
+            for c in clusters {
+                let available = crate::health::available(c);
+                for (i, d) in c.destinations().iter().enumerate() {
+                    let labels = [("cluster", c.id()), ("destination", d.id())];
+                    ConstGauge::new(i64::from(available.contains(i)))
+                        .encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "fuseway_destination_requests_in_flight",
+                "Requests being forwarded to the destination now, response bodies included",
+                None,
+                MetricType::Gauge,
+            )?;
+            for c in clusters {
+                for d in c.destinations() {
+                    let labels = [("cluster", c.id()), ("destination", d.id())];
+                    ConstGauge::new(d.state().concurrent_requests() as i64)
+                        .encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "fuseway_cluster_requests_in_flight",
+            "Requests being forwarded to the cluster now, response bodies included",
+            None,
+            MetricType::Gauge,
+        )?;
+        for c in clusters {
+            ConstGauge::new(c.state().concurrent_requests() as i64)
+                .encode(m.encode_family(&[("cluster", c.id())])?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_errors_age_out() {
+        let r = RecentErrors::default();
+        r.record(0);
+        r.record(0);
+        r.record(3);
+        assert_eq!(r.count(3), 3);
+        assert_eq!(r.count(4), 3);
+        assert_eq!(r.count(5), 1, "slot 0 left the window");
+        r.record(5);
+        assert_eq!(r.count(5), 2, "slot 0 reused for 5");
+        assert_eq!(r.count(9), 1);
+        assert_eq!(r.count(10), 0);
+    }
+}

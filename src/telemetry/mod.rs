@@ -1,0 +1,211 @@
+//! Telemetry: the first stage of the default pipeline. It records every request in the
+//! [`Metrics`] of its [`ProxyState`] (Prometheus counters and histograms, served by the
+//! [admin listener](crate::admin)) and opens a `tracing` span per request.
+//!
+//! The stage keeps the request's start time in its state and records on the way back,
+//! when it sees the final [`ProxyResponse`] and its [`Outcome`](crate::request::Outcome):
+//! route, cluster, destination (where the request was finally sent, reassignments
+//! included), status, duration and the forwarding error's kind. Recording takes no lock
+//! and allocates nothing: each snapshot caches the metric handles of every (route,
+//! destination) pair when the configuration is loaded.
+//!
+//! The span is `fuseway::telemetry` / `request` at DEBUG level (enable it with
+//! `RUST_LOG=fuseway::telemetry=debug`), with fields `method`, `path`, `route`,
+//! `cluster`, `destination`, `status`, `duration_ms` and `error`; a DEBUG event
+//! `request finished` is emitted inside it when the response headers are ready.
+//!
+//! Durations are measured until the response headers are ready (response bodies
+//! stream afterwards); errors while a body streams are not counted here. Requests the
+//! proxy answers before choosing a destination (404, 429, 503 from limits or
+//! affinity) are counted with empty `route`, `cluster` and `destination` labels.
+
+mod metrics;
+
+use std::sync::Arc;
+
+use std::time::Instant;
+use tracing::field::Empty;
+
+pub use metrics::{
+    health_name, kind_name, Metrics, RouteTelemetry, CONTENT_TYPE, DURATION_BUCKETS,
+    RECENT_ERRORS_WINDOW,
+};
+
+use crate::request::ProxyResponse;
+use crate::stage::Stage;
+use crate::state::ProxyState;
+use metrics::{InFlight, TargetRef};
+
+/// The telemetry stage (`http::Request<B>` in and out). See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    metrics: Arc<Metrics>,
+}
+
+/// What [`Telemetry`] keeps while a request is in the pipeline.
+#[derive(Debug)]
+pub struct Started {
+    start: Instant,
+    span: tracing::Span,
+    _in_flight: InFlight,
+}
+
+impl Telemetry {
+    /// Record into `state`'s metrics.
+    pub fn new(state: &Arc<ProxyState>) -> Self {
+        Telemetry {
+            metrics: state.metrics().clone(),
+        }
+    }
+}
+
+impl<B> Stage<http::Request<B>> for Telemetry {
+    type Out = http::Request<B>;
+    type State = Started;
+
+    fn on_request(
+        &self,
+        request: http::Request<B>,
+    ) -> Result<(http::Request<B>, Started), ProxyResponse> {
+        let span = tracing::debug_span!(
+            target: "fuseway::telemetry",
+            "request",
+            method = %request.method(),
+            path = request.uri().path(),
+            route = Empty,
+            cluster = Empty,
+            destination = Empty,
+            status = Empty,
+            duration_ms = Empty,
+            error = Empty,
+        );
+        let started = Started {
+            start: Instant::now(),
+            span,
+            _in_flight: self.metrics.enter(),
+        };
+        Ok((request, started))
+    }
+
+    fn on_response(&self, started: Started, response: &mut ProxyResponse) {
+        let elapsed = started.start.elapsed();
+        let status = response.status_code().as_u16();
+        let outcome = &response.outcome;
+        let error = outcome.error.as_ref().map(|e| e.kind());
+        let target = match (outcome.context(), outcome.destination_index()) {
+            (Some(context), Some(index)) => {
+                let route = context.route();
+                let cached = route
+                    .cluster_index()
+                    .map(|c| &context.snapshot().clusters()[c])
+                    .filter(|c| std::ptr::eq(*c, context.cluster()))
+                    .and_then(|_| route.telemetry().target(index));
+                Some(match cached {
+                    Some(t) => TargetRef::Cached(t),
+                    None => TargetRef::Other {
+                        route: route.id(),
+                        cluster: context.cluster().id(),
+                        destination: context.cluster().destinations()[index].id(),
+                    },
+                })
+            }
+            _ => None,
+        };
+        self.metrics.record(target, status, elapsed, error);
+        let span = &started.span;
+        if !span.is_disabled() {
+            if let (Some(context), Some(destination)) = (outcome.context(), outcome.destination()) {
+                span.record("route", context.route().id());
+                span.record("cluster", context.cluster().id());
+                span.record("destination", destination.id());
+            }
+            span.record("status", status);
+            span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
+            if let Some(kind) = error {
+                span.record("error", kind_name(kind));
+            }
+            tracing::debug!(target: "fuseway::telemetry", parent: span, "request finished");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use crate::config::{parse, Format};
+    use crate::state::ProxyState;
+    use crate::testing::{block_on, StubForwarder, StubMode};
+
+    crate::default_pipeline! {
+        struct Stubbed(http::Request<http_body_util::Empty<bytes::Bytes>>) {
+            => stub: crate::testing::StubForwarder,
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_span_has_route_cluster_destination_status_and_duration() {
+        let config = parse(
+            r#"{ "Routes": { "r": { "ClusterId": "c", "Match": { "Path": "/x" } } },
+                 "Clusters": { "c": { "Destinations": { "d1": { "Address": "http://127.0.0.1:9" } } } } }"#,
+            Format::Json,
+        )
+        .unwrap();
+        let state = Arc::new(ProxyState::new(config).unwrap());
+        let pipeline = Stubbed::from_state(state.clone(), StubForwarder::new(StubMode::Async));
+        let buffer = Buffer::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer({
+                let b = buffer.clone();
+                move || b.clone()
+            })
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            for path in ["/x", "/nowhere"] {
+                let request = http::Request::get(path)
+                    .body(http_body_util::Empty::new())
+                    .unwrap();
+                drop(block_on(pipeline.call_fused(request)).unwrap());
+            }
+        });
+        let out = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("request finished"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        for field in [
+            "method=GET",
+            "path=\"/x\"",
+            "route=\"r\"",
+            "cluster=\"c\"",
+            "destination=\"d1\"",
+            "status=200",
+            "duration_ms=",
+        ] {
+            assert!(lines[0].contains(field), "{field} missing: {}", lines[0]);
+        }
+        assert!(
+            lines[1].contains("status=404") && !lines[1].contains("route="),
+            "{}",
+            lines[1]
+        );
+        assert_eq!(state.metrics().in_flight(), 0);
+    }
+}

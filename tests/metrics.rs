@@ -1,0 +1,248 @@
+//! Metrics end to end: traffic through the real proxy, then a scrape of the admin
+//! listener's `/metrics` finds the expected counter values, fused and layered.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use common::*;
+use fuseway::admin::Admin;
+use fuseway::server::Server;
+use fuseway::state::ProxyState;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tokio::sync::oneshot;
+
+/// The admin listener on 127.0.0.1:0; stops when the sender is dropped.
+async fn admin(state: Arc<ProxyState>) -> (SocketAddr, oneshot::Sender<()>) {
+    let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
+        .await
+        .unwrap();
+    let addr = server.local_addrs()[0];
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server.serve(Admin::new(state), async {
+        let _ = stopped.await;
+    }));
+    (addr, stop)
+}
+
+/// The value of the series written exactly as `series` (name and labels).
+fn value(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+async fn scrape(addr: SocketAddr) -> String {
+    let r = within(
+        "a scrape",
+        h1_client().get(format!("http://{addr}/metrics")).send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    r.text().await.unwrap()
+}
+
+async fn traffic_then_scrape(form: Form) {
+    // `/fail/...` answers 500, everything else 200.
+    let b = backend(|req: Request<Incoming>| async move {
+        let status = if req.uri().path().starts_with("/fail") {
+            500
+        } else {
+            200
+        };
+        Response::builder().status(status).body(full("x")).unwrap()
+    })
+    .await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let config = format!(
+        r#"{{
+  "Routes": {{
+    "ok": {{ "ClusterId": "c", "Match": {{ "Path": "/ok/{{**rest}}" }} }},
+    "fail": {{ "ClusterId": "c", "Match": {{ "Path": "/fail/{{**rest}}" }} }},
+    "dead": {{ "ClusterId": "gone", "Match": {{ "Path": "/dead/{{**rest}}" }} }}
+  }},
+  "Clusters": {{
+    "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }},
+    "gone": {{ "Destinations": {{ "x": {{ "Address": "{dead}" }} }} }}
+  }}
+}}"#,
+        b.url()
+    );
+    let p = proxy_with(&config, form).await;
+    let (admin_addr, _stop) = admin(p.state.clone()).await;
+    let client = h1_client();
+    for (path, n, status) in [
+        ("/ok/a", 5, 200),
+        ("/fail/b", 3, 500),
+        ("/dead/c", 2, 502),
+        ("/nowhere", 4, 404),
+    ] {
+        for _ in 0..n {
+            let r = client.get(p.url(path)).send().await.unwrap();
+            assert_eq!(r.status(), status, "{path}");
+            r.bytes().await.unwrap();
+        }
+    }
+    p.wait_idle("c", "d1").await;
+    let m = scrape(admin_addr).await;
+    let expect = [
+        (
+            r#"fuseway_requests_total{route="ok",cluster="c",destination="d1",status="200"}"#,
+            5.0,
+        ),
+        (
+            r#"fuseway_requests_total{route="fail",cluster="c",destination="d1",status="500"}"#,
+            3.0,
+        ),
+        (
+            r#"fuseway_requests_total{route="dead",cluster="gone",destination="x",status="502"}"#,
+            2.0,
+        ),
+        (
+            r#"fuseway_requests_total{route="",cluster="",destination="",status="404"}"#,
+            4.0,
+        ),
+        (
+            r#"fuseway_forward_errors_total{route="dead",cluster="gone",destination="x",kind="Request"}"#,
+            2.0,
+        ),
+        (
+            r#"fuseway_request_duration_seconds_count{route="ok",cluster="c",destination="d1"}"#,
+            5.0,
+        ),
+        (
+            r#"fuseway_request_duration_seconds_bucket{route="fail",cluster="c",destination="d1",le="+Inf"}"#,
+            3.0,
+        ),
+        ("fuseway_requests_in_flight", 0.0),
+        (
+            r#"fuseway_destination_requests_in_flight{cluster="c",destination="d1"}"#,
+            0.0,
+        ),
+        (
+            r#"fuseway_destination_health{cluster="c",destination="d1",check="active",state="unknown"}"#,
+            1.0,
+        ),
+        (
+            r#"fuseway_destination_available{cluster="gone",destination="x"}"#,
+            1.0,
+        ),
+    ];
+    for (series, want) in expect {
+        assert_eq!(value(&m, series), Some(want), "{form:?}: {series} in\n{m}");
+    }
+    let status = fuseway::admin::status(&p.state);
+    let dests = &status["clusters"][1]["destinations"][0];
+    assert_eq!(dests["id"], "x");
+    assert_eq!(dests["recent_errors"], 2, "{status}");
+    assert_eq!(
+        status["clusters"][0]["destinations"][0]["recent_errors"], 3,
+        "5xx answers count as errors"
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn scrape_after_traffic_fused() {
+    traffic_then_scrape(Form::Fused).await;
+}
+
+#[tokio::test]
+async fn scrape_after_traffic_layered() {
+    traffic_then_scrape(Form::Layered).await;
+}
+
+#[tokio::test]
+async fn counters_keep_counting_across_reloads_and_in_flight_requests_show() {
+    let (release_tx, release_rx) = tokio::sync::watch::channel(false);
+    let b = backend(move |_req: Request<Incoming>| {
+        let mut release = release_rx.clone();
+        async move {
+            let _ = release.wait_for(|r| *r).await;
+            Response::new(full("done"))
+        }
+    })
+    .await;
+    let config = simple_config(&[("d1", &b.url())], "");
+    let p = proxy(&config).await;
+    let (admin_addr, _stop) = admin(p.state.clone()).await;
+    let client = h1_client();
+    let url = p.url("/x");
+    let pending = tokio::spawn({
+        let client = client.clone();
+        async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+    });
+    within("the request to be in flight", async {
+        while p.concurrency("c", "d1") == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let m = scrape(admin_addr).await;
+    assert_eq!(value(&m, "fuseway_requests_in_flight"), Some(1.0), "{m}");
+    assert_eq!(
+        value(
+            &m,
+            r#"fuseway_destination_requests_in_flight{cluster="c",destination="d1"}"#
+        ),
+        Some(1.0)
+    );
+    // A reload while the request is in flight; it still counts on the same series.
+    let config: fuseway::config::ProxyConfig = serde_json::from_str(&config).unwrap();
+    p.state.update(config).unwrap();
+    release_tx.send(true).unwrap();
+    assert_eq!(within("the response", pending).await.unwrap(), "done");
+    client.get(p.url("/y")).send().await.unwrap();
+    p.wait_idle("c", "d1").await;
+    let m = scrape(admin_addr).await;
+    assert_eq!(
+        value(
+            &m,
+            r#"fuseway_requests_total{route="all",cluster="c",destination="d1",status="200"}"#
+        ),
+        Some(2.0),
+        "{m}"
+    );
+    assert_eq!(value(&m, "fuseway_requests_in_flight"), Some(0.0));
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn admin_answers_only_its_paths_and_methods() {
+    let p = proxy(&simple_config(&[("d1", "http://127.0.0.1:9")], "")).await;
+    let (addr, _stop) = admin(p.state.clone()).await;
+    let client = h1_client();
+    let r = client
+        .get(format!("http://{addr}/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = client
+        .post(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET, HEAD");
+    let r = client
+        .get(format!("http://{addr}/status.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let v: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!(v["routes"][0]["id"], "all");
+    assert_eq!(v["clusters"][0]["destinations"][0]["id"], "d1");
+    p.shutdown().await;
+}
