@@ -75,7 +75,6 @@ pub(crate) fn prepare_request(headers: &mut HeaderMap, version: Version) {
         headers.insert(header::UPGRADE, protocol);
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
-
 }
 
 #[cfg(test)]
@@ -127,5 +126,4 @@ mod tests {
             }
         }
     }
-
 }
