@@ -457,6 +457,7 @@ struct Run {
     proxy_cpu_us: Option<f64>,
     backend_cpu_us: f64,
     allocs_per_req: Option<f64>,
+    alloc_bytes_per_req: Option<f64>,
     rss_mb: Option<f64>,
     p50: u64,
     p99: u64,
@@ -551,6 +552,10 @@ fn run_once(
             (Some(a), Some(b)) => Some((b.0 - a.0) as f64 / requests.max(1) as f64),
             _ => None,
         },
+        alloc_bytes_per_req: match (start.2, end.2) {
+            (Some(a), Some(b)) => Some((b.1 - a.1) as f64 / requests.max(1) as f64),
+            _ => None,
+        },
         rss_mb: rss,
         p50: get("p50_us") as u64,
         p99: get("p99_us") as u64,
@@ -560,7 +565,7 @@ fn run_once(
         None => "-".into(),
     };
     println!(
-        "RESULT label={} target=127.0.0.1:{port} http={} connections={} duration_s={} requests={} errors={} rps={:.0} p50_us={} p90_us={} p99_us={} p999_us={} proxy_cpu_us_per_req={} backend_cpu_us_per_req={:.1} allocs_per_req={} proxy_rss_mb={}",
+        "RESULT label={} target=127.0.0.1:{port} http={} connections={} duration_s={} requests={} errors={} rps={:.0} p50_us={} p90_us={} p99_us={} p999_us={} proxy_cpu_us_per_req={} backend_cpu_us_per_req={:.1} allocs_per_req={} alloc_bytes_per_req={} proxy_rss_mb={}",
         target.kind.label(),
         if http == 2 { "2" } else { "1.1" },
         settings.connections,
@@ -575,6 +580,7 @@ fn run_once(
         opt(run.proxy_cpu_us, 1),
         run.backend_cpu_us,
         opt(run.allocs_per_req, 1),
+        opt(run.alloc_bytes_per_req, 0),
         opt(run.rss_mb, 1),
     );
     let _ = std::io::stdout().flush();
@@ -631,7 +637,7 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
             let show =
                 |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}")).unwrap_or("-".into());
             println!(
-                "{:<6} {:<9} {:>9.0} {:>10} {:>8} {:>14} {:>11} {:>8} {:>8} {:>7} {:>7}",
+                "{:<6} {:<9} {:>9.0} {:>10} {:>8} {:>14} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
                 if http == 2 { "h2c" } else { "1.1" },
                 k.label(),
                 rps,
@@ -643,6 +649,7 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
                 rs.iter().map(|r| r.errors).sum::<u64>(),
                 show(cpu, 1),
                 show(m(&|r| r.allocs_per_req), 1),
+                show(m(&|r| r.alloc_bytes_per_req), 0),
                 show(m(&|r| r.rss_mb), 1),
                 show(m(&|r| Some(r.p50 as f64)), 0),
                 show(m(&|r| Some(r.p99 as f64)), 0),
