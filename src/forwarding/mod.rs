@@ -36,7 +36,7 @@ pub use request_body::RequestBody;
 
 use crate::health::PassiveRecord;
 use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};
-use crate::state::{ConcurrencyGuard, UpstreamVersion};
+use crate::state::{ConcurrencyGuard, DestinationState, UpstreamVersion};
 use client::Clients;
 
 /// Everything that lives exactly as long as one exchange: the destination's and the
@@ -49,16 +49,28 @@ pub struct ExchangeGuard {
     cluster: Option<ConcurrencyGuard>,
     held: Option<ConcurrencyGuard>,
     passive: Option<PassiveRecord>,
+    target: Arc<DestinationState>,
 }
 
 impl ExchangeGuard {
-    fn new(destination: ConcurrencyGuard, cluster: ConcurrencyGuard) -> Self {
+    fn new(target: &Arc<DestinationState>, cluster: ConcurrencyGuard) -> Self {
         ExchangeGuard {
-            destination: Some(destination),
+            destination: Some(target.enter()),
             cluster: Some(cluster),
             held: None,
             passive: None,
+            target: target.clone(),
         }
+    }
+
+    /// Log that the destination's response body failed (after the head was sent on).
+    pub(crate) fn log_body_failure(&self, error: &ForwardError) {
+        tracing::warn!(
+            cluster = self.target.cluster_id(),
+            destination = self.target.id(),
+            error = %error,
+            "response body from the destination failed; aborting the response"
+        );
     }
 
     pub(crate) fn hold(&mut self, guard: ConcurrencyGuard) {
@@ -136,7 +148,7 @@ where
         let destination = request.destination_index();
         let cluster = request.context.cluster();
         let dest = &cluster.destinations()[destination];
-        let guard = ExchangeGuard::new(dest.state().enter(), cluster.state().enter());
+        let guard = ExchangeGuard::new(dest.state(), cluster.state().enter());
         let http = cluster.http().clone();
         let client_version = request.request.version();
         let (req, context, _) = request.into_parts();
@@ -168,12 +180,16 @@ fn outgoing<B>(
     let address = dest.address();
     let (mut parts, body) = request.into_parts();
 
-    let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
-        parts
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    });
+    // The host the request was routed on: the URI authority (HTTP/2, absolute form;
+    // without user info), else `Host`.
+    let original_host = parts
+        .uri
+        .authority()
+        .and_then(|a| {
+            let host = a.as_str().rsplit_once('@').map_or(a.as_str(), |(_, h)| h);
+            HeaderValue::from_str(host).ok()
+        })
+        .or_else(|| parts.headers.get(header::HOST).cloned());
 
     let normalized = path::normalize(parts.uri.path());
     let path_and_query = match parts.uri.path_and_query() {
