@@ -88,4 +88,34 @@ pub mod __private {
 
     /// Instantiated by the macros at the terminal's span.
     pub fn assert_terminal<T: Terminal<In>, In>() {}
+
+    /// The path the forwarder sends for a request path (`None`: unchanged). For the
+    /// fuzz targets.
+    pub fn forwarded_path(path: &str) -> Option<String> {
+        crate::forwarding::path::normalize(path)
+    }
+
+    /// The forwarder's request-header preparation. For the fuzz targets.
+    pub fn prepare_request_headers(
+        headers: &mut http::HeaderMap,
+        version: http::Version,
+        conn: Option<&crate::request::ConnectionInfo>,
+        scheme_https: bool,
+        host: Option<&http::HeaderValue>,
+        original_host: Option<http::HeaderValue>,
+    ) {
+        crate::forwarding::headers::prepare_request(
+            headers,
+            version,
+            conn,
+            scheme_https,
+            host,
+            original_host,
+        );
+    }
+
+    /// The hop-by-hop removal applied to both directions. For the fuzz targets.
+    pub fn remove_hop_by_hop(headers: &mut http::HeaderMap) {
+        crate::forwarding::headers::remove_hop_by_hop(headers);
+    }
 }

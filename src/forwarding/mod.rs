@@ -17,7 +17,7 @@
 pub(crate) mod client;
 mod future;
 pub mod headers;
-mod path;
+pub(crate) mod path;
 mod request_body;
 mod tls;
 
