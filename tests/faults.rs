@@ -564,3 +564,32 @@ async fn hundreds_of_faults_leave_no_residue() {
     assert_eq!(r.status(), StatusCode::OK);
     f.proxy.shutdown().await;
 }
+
+// ===== keep-alive race =====
+
+#[tokio::test]
+#[ignore = "known limitation: see the test's comment"]
+async fn pooled_connection_closed_by_the_destination_under_a_request() {
+    // The destination answers a request and closes the kept-alive connection just as
+    // the proxy sends the next request on it (the keep-alive race; here forced: it
+    // closes on the next request's arrival). The proxy's pooled client does not
+    // replay the request on a fresh connection, so the client gets a 502 although
+    // the destination is fine. .NET's SocketsHttpHandler (YARP) and nginx
+    // (`proxy_next_upstream error`, idempotent requests) retry in this case.
+    let b = raw_backend(|mut s| async move {
+        if read_head(&mut s).await.is_some() {
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+            let _ = read_head(&mut s).await;
+        }
+    })
+    .await;
+    let f = Fixture::new(&b.url()).await;
+    let client = h1_client();
+    for i in 0..2 {
+        let r = client.get(f.proxy.url("/fault/x")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "request {i}");
+    }
+    f.proxy.shutdown().await;
+}

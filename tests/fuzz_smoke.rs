@@ -86,4 +86,6 @@ fn fuzz_headers() {
     run("headers", structured(targets::headers));
 }
 
-// ===== crashes found, kept as regression tests =====
+// Crashes found by either runner are kept here as regression tests (the input bytes
+// and the target). None so far: 30-60 s per target of cargo-fuzz and the seeded runs
+// above found none.

@@ -275,6 +275,20 @@ impl Logs {
         (logs, tracing::subscriber::set_default(subscriber))
     }
 
+    /// Capture WARN and above from every thread for the rest of the process (for
+    /// multi-threaded tests; at most one per test binary).
+    pub fn capture_global() -> Logs {
+        let logs = Logs::default();
+        let sink = logs.0.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || LogWriter(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        logs
+    }
+
     /// Everything captured so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
