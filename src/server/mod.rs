@@ -194,6 +194,7 @@ async fn accept_loop<S>(
         .timer(TokioTimer::new())
         .max_concurrent_streams(options.max_concurrent_streams)
         .max_header_list_size(options.max_header_list_size);
+    let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
     loop {
         // Wait for a free connection slot before accepting: excess clients queue in the
