@@ -217,6 +217,13 @@ impl Upstream {
         }
     }
 
+    fn fail(guard: &mut Option<ExchangeGuard>, error: &ForwardError) {
+        if let Some(g) = guard {
+            g.log_body_failure(error);
+        }
+        Self::finish(guard, Err(error.kind()));
+    }
+
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -236,11 +243,9 @@ impl Upstream {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                Self::finish(this.guard, Err(ForwardErrorKind::ResponseBodyDestination));
-                Poll::Ready(Some(Err(ForwardError::new(
-                    ForwardErrorKind::ResponseBodyDestination,
-                    e,
-                ))))
+                let error = ForwardError::new(ForwardErrorKind::ResponseBodyDestination, e);
+                Self::fail(this.guard, &error);
+                Poll::Ready(Some(Err(error)))
             }
             Poll::Ready(None) => {
                 Self::finish(this.guard, Ok(()));
@@ -251,10 +256,9 @@ impl Upstream {
             }
             Poll::Pending => {
                 ready!(this.idle.poll(cx));
-                Self::finish(this.guard, Err(ForwardErrorKind::RequestTimedOut));
-                Poll::Ready(Some(Err(ForwardError::kind_only(
-                    ForwardErrorKind::RequestTimedOut,
-                ))))
+                let error = ForwardError::kind_only(ForwardErrorKind::RequestTimedOut);
+                Self::fail(this.guard, &error);
+                Poll::Ready(Some(Err(error)))
             }
         }
     }

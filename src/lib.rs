@@ -91,4 +91,43 @@ pub mod __private {
 
     /// Instantiated by the macros at the terminal's span.
     pub fn assert_terminal<T: Terminal<In>, In>() {}
+
+    /// The path the forwarder sends for a request path (`None`: unchanged). For the
+    /// fuzz targets.
+    pub fn forwarded_path(path: &str) -> Option<String> {
+        crate::forwarding::path::normalize(path)
+    }
+
+    /// The forwarder's request-header preparation with a route's default transforms
+    /// (hop-by-hop removal, `X-Forwarded-*` set, `Forwarded` removed) and the `Host`
+    /// the destination gets. For the fuzz targets.
+    pub fn prepare_request_headers(
+        headers: &mut http::HeaderMap,
+        version: http::Version,
+        conn: Option<&crate::request::ConnectionInfo>,
+        scheme_https: bool,
+        host: Option<&http::HeaderValue>,
+        original_host: Option<http::HeaderValue>,
+    ) {
+        crate::forwarding::headers::prepare_request(headers, version);
+        // A client `Host` never reaches the destination: the forwarder replaces it.
+        headers.remove(http::header::HOST);
+        let client = crate::transforms::ClientRequest {
+            path: "/",
+            query: None,
+            host: original_host.as_ref(),
+            https: scheme_https || conn.is_some_and(|c| c.tls),
+            connection: conn,
+        };
+        let mut method = http::Method::GET;
+        crate::transforms::RouteTransforms::default().apply_request(&client, &mut method, headers);
+        if let Some(h) = host {
+            headers.insert(http::header::HOST, h.clone());
+        }
+    }
+
+    /// The hop-by-hop removal applied to both directions. For the fuzz targets.
+    pub fn remove_hop_by_hop(headers: &mut http::HeaderMap) {
+        crate::forwarding::headers::remove_hop_by_hop(headers);
+    }
 }

@@ -23,7 +23,7 @@ pub(crate) mod client;
 mod expect;
 mod future;
 pub mod headers;
-mod path;
+pub(crate) mod path;
 mod request_body;
 mod tls;
 pub(crate) mod upgrade;
@@ -44,7 +44,7 @@ pub use request_body::RequestBody;
 
 use crate::health::PassiveRecord;
 use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};
-use crate::state::{ConcurrencyGuard, UpstreamVersion};
+use crate::state::{ConcurrencyGuard, DestinationState, UpstreamVersion};
 use crate::transforms::ClientRequest;
 use client::Clients;
 use expect::UpstreamBody;
@@ -60,17 +60,29 @@ pub struct ExchangeGuard {
     held: Option<ConcurrencyGuard>,
     passive: Option<PassiveRecord>,
     continue_closer: Option<expect::Closer>,
+    target: Arc<DestinationState>,
 }
 
 impl ExchangeGuard {
-    fn new(destination: ConcurrencyGuard, cluster: ConcurrencyGuard) -> Self {
+    fn new(target: &Arc<DestinationState>, cluster: ConcurrencyGuard) -> Self {
         ExchangeGuard {
-            destination: Some(destination),
+            destination: Some(target.enter()),
             cluster: Some(cluster),
             held: None,
             passive: None,
             continue_closer: None,
+            target: target.clone(),
         }
+    }
+
+    /// Log that the destination's response body failed (after the head was sent on).
+    pub(crate) fn log_body_failure(&self, error: &ForwardError) {
+        tracing::warn!(
+            cluster = self.target.cluster_id(),
+            destination = self.target.id(),
+            error = %error,
+            "response body from the destination failed; aborting the response"
+        );
     }
 
     pub(crate) fn hold(&mut self, guard: ConcurrencyGuard) {
@@ -155,7 +167,7 @@ where
         let destination = request.destination_index();
         let cluster = request.context.cluster();
         let dest = &cluster.destinations()[destination];
-        let guard = ExchangeGuard::new(dest.state().enter(), cluster.state().enter());
+        let guard = ExchangeGuard::new(dest.state(), cluster.state().enter());
         let http = cluster.http().clone();
         let client_version = request.request.version();
         // Upgrades need HTTP/1.1 to the destination, whatever the cluster's version.
@@ -204,12 +216,16 @@ fn outgoing<B>(
     let transforms = context.route().transforms();
     let (mut parts, body) = request.into_parts();
 
-    let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
-        parts
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    });
+    // The host the request was routed on: the URI authority (HTTP/2, absolute form;
+    // without user info), else `Host`.
+    let original_host = parts
+        .uri
+        .authority()
+        .and_then(|a| {
+            let host = a.as_str().rsplit_once('@').map_or(a.as_str(), |(_, h)| h);
+            HeaderValue::from_str(host).ok()
+        })
+        .or_else(|| parts.headers.get(header::HOST).cloned());
     let conn = parts.extensions.get::<ConnectionInfo>().copied();
     let normalized = path::normalize(parts.uri.path());
 

@@ -8,7 +8,8 @@ use crate::request::{ProxyResponse, RouteContext, Routed};
 use crate::stage::Stage;
 use crate::state::ProxyState;
 
-/// Finds the route for a request in the current snapshot. No route: 404. A route whose
+/// Finds the route for a request in the current snapshot. More than one `Host` header:
+/// 400. No route: 404. A route whose
 /// cluster does not exist: 503. The request continues with the cluster's available
 /// destinations as candidates (possibly none: load balancing answers 503 then).
 #[derive(Debug, Clone)]
@@ -28,6 +29,12 @@ impl<B> Stage<Request<B>> for Routing {
     type State = ();
 
     fn on_request(&self, request: Request<B>) -> Result<(Routed<B>, ()), ProxyResponse> {
+        // Two `Host` lines name two hosts, and which one counts is ambiguous
+        // (RFC 9112 section 3.2: 400).
+        let mut hosts = request.headers().get_all(http::header::HOST).iter();
+        if hosts.next().is_some() && hosts.next().is_some() {
+            return Err(ProxyResponse::status(StatusCode::BAD_REQUEST));
+        }
         let snapshot = self.state.snapshot();
         let Some(route) =
             snapshot

@@ -224,6 +224,21 @@ async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
         .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
 }
 
+/// Wait until the first bytes tell HTTP/1 from HTTP/2 (as hyper-util's detection
+/// does: the HTTP/2 preface or anything else), or the client closes.
+async fn protocol_known(stream: &tokio::net::TcpStream) -> io::Result<()> {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut buf = [0u8; PREFACE.len()];
+    loop {
+        let n = stream.peek(&mut buf).await?;
+        if n == 0 || n == PREFACE.len() || buf[..n] != PREFACE[..n] {
+            return Ok(());
+        }
+        // Part of the preface: peeking does not consume it, so wait before looking again.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn accept_loop<S>(
     listener: Listener,
     service: S,
@@ -256,6 +271,7 @@ async fn accept_loop<S>(
         .max_header_list_size(options.max_header_list_size)
         // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
         .enable_connect_protocol();
+    let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
     loop {
         // Wait for a free connection slot before accepting: excess clients queue in the
@@ -290,12 +306,25 @@ async fn accept_loop<S>(
         };
         match &tls {
             None => {
-                let conn = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), svc)
-                    .into_owned();
-                let conn = graceful.watch(conn);
+                let watcher = graceful.watcher();
+                let builder = builder.clone();
+                let mut stop = stop.clone();
+                let timeout = options.header_read_timeout;
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                    // hyper-util tells HTTP/1 from HTTP/2 by reading the first bytes,
+                    // without a time limit: a client sending nothing, or part of the
+                    // HTTP/2 preface, would hold its slot forever. It gets the header
+                    // read timeout.
+                    let known = tokio::select! {
+                        known = tokio::time::timeout(timeout, protocol_known(&stream)) => known,
+                        _ = stop.changed() => return,
+                    };
+                    if !matches!(known, Ok(Ok(()))) {
+                        tracing::debug!(%remote, "no request within the header read timeout; closing");
+                        return;
+                    }
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+                    if let Err(e) = watcher.watch(conn.into_owned()).await {
                         tracing::debug!(error = %e, %remote, "connection ended with an error");
                     }
                     drop(permit);

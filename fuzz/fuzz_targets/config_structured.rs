@@ -1,0 +1,9 @@
+//! Generated, mostly valid configurations through the loader, validation and reloads.
+#![no_main]
+
+#[path = "../targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let _ = targets::config_structured(&mut arbitrary::Unstructured::new(data));
+});

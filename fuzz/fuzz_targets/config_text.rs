@@ -1,0 +1,7 @@
+//! Config text (JSON and TOML) through parsing, validation and state building.
+#![no_main]
+
+#[path = "../targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::config_text(data));

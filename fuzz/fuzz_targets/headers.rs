@@ -1,0 +1,9 @@
+//! The forwarder's header rules and route transforms on generated headers.
+#![no_main]
+
+#[path = "../targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let _ = targets::headers(&mut arbitrary::Unstructured::new(data));
+});

@@ -1,0 +1,949 @@
+//! The fuzz targets, shared by `cargo fuzz` (`fuzz/fuzz_targets/*.rs`) and the in-tree
+//! smoke test (`tests/fuzz_smoke.rs`, seeded random inputs under `cargo test`).
+//!
+//! Each target takes an [`Unstructured`] and must never panic; each also checks
+//! properties that must hold for every input.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use arbitrary::{Result, Unstructured};
+use fuseway::__private::{forwarded_path, prepare_request_headers, remove_hop_by_hop};
+use fuseway::config::{parse, parse_transforms, Format, RouteConfig};
+use fuseway::request::ConnectionInfo;
+use fuseway::routing::RouteTable;
+use fuseway::state::ProxyState;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Uri, Version};
+use serde_json::{json, Map, Value};
+
+// ===== building blocks =====
+
+/// Pick one of `items`.
+fn pick<'a, T: ?Sized>(u: &mut Unstructured, items: &[&'a T]) -> Result<&'a T> {
+    Ok(items[u.choose_index(items.len())?])
+}
+
+/// A string of 0..=max pieces from `alphabet`, or now and then arbitrary text.
+fn text(u: &mut Unstructured, alphabet: &[&str], max: usize) -> Result<String> {
+    if u.ratio(1, 16)? {
+        return u.arbitrary::<String>();
+    }
+    let n = u.int_in_range(0..=max)?;
+    let mut s = String::new();
+    for _ in 0..n {
+        s.push_str(pick(u, alphabet)?);
+    }
+    Ok(s)
+}
+
+const SEGMENTS: &[&str] = &[
+    "/",
+    "/",
+    "/",
+    "/",
+    "api",
+    "admin",
+    "Api",
+    "ADMIN",
+    "users",
+    "x",
+    "42",
+    "7",
+    "true",
+    "abc",
+    "6f9619ff-8b86-d011-b42d-00cf4fc964ff",
+    "lit",
+    "{lit}",
+    "a%2Fb",
+    "caf%C3%A9",
+    "..",
+    ".",
+    "%2e",
+    "%2E%2e",
+    "%2F",
+    "%2f",
+    "%25",
+    "%zz",
+    "%",
+    ";",
+    "~",
+    "-",
+    "_",
+    "..;",
+    "...",
+    "a.b",
+    "%00",
+    "%c3%a9",
+    "é",
+    "*",
+    "{",
+    "}",
+    "?",
+    "&",
+    "=",
+    "#",
+    "\\",
+    " ",
+    "+",
+];
+
+const TEMPLATE_PIECES: &[&str] = &[
+    "/",
+    "/",
+    "/",
+    "api",
+    "admin",
+    "x",
+    "{id}",
+    "{id?}",
+    "{*rest}",
+    "{**rest}",
+    "{id:int}",
+    "{n:long}",
+    "{b:bool}",
+    "{a:alpha}",
+    "{g:guid}",
+    "{x:int:long}",
+    "{x:nope}",
+    "{{",
+    "}}",
+    "{",
+    "}",
+    "{=1}",
+    "{id=1}",
+    "file-{id}.txt",
+    "..",
+    ".",
+    "%2e",
+    "*",
+    "?",
+    "{}",
+    "{a}{b}",
+];
+
+const HOST_PIECES: &[&str] = &[
+    "example.com",
+    "EXAMPLE.com",
+    "a.",
+    "*.",
+    "*",
+    ":",
+    "8080",
+    ":*",
+    "[::1]",
+    "[",
+    "]",
+    ".",
+    "admin.internal",
+    "xn--bcher-kva",
+    "é",
+    "@",
+    " ",
+    "0",
+];
+
+const HEADER_NAMES: &[&str] = &[
+    "connection",
+    "Connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "te",
+    "TE",
+    "upgrade",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "host",
+    "Host",
+    "x-forwarded-for",
+    "X-Forwarded-For",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-prefix",
+    "forwarded",
+    "alt-svc",
+    "http2-settings",
+    "close",
+    "x-secret",
+    "cookie",
+    "accept",
+    "x-custom",
+    "trailer",
+    "upgrade-insecure-requests",
+    "alpn",
+];
+
+const HEADER_VALUE_PIECES: &[&str] = &[
+    "keep-alive",
+    "close",
+    "x-secret",
+    "X-Forwarded-For",
+    "host",
+    "te",
+    "trailers",
+    "chunked",
+    "upgrade",
+    ",",
+    ", ",
+    " ",
+    "\t",
+    "\"",
+    "a",
+    "1",
+    "=",
+    ";",
+    "content-length",
+    "cookie",
+    "x-forwarded-proto",
+    "Connection",
+    "%",
+    "é",
+];
+
+const TRANSFORM_KEYS: &[&str] = &[
+    "PathPrefix",
+    "PathRemovePrefix",
+    "PathSet",
+    "PathPattern",
+    "QueryValueParameter",
+    "QueryRouteParameter",
+    "QueryRemoveParameter",
+    "HttpMethodChange",
+    "RequestHeadersCopy",
+    "RequestHeaderOriginalHost",
+    "RequestHeader",
+    "RequestHeaderRouteValue",
+    "RequestHeaderRemove",
+    "RequestHeadersAllowed",
+    "X-Forwarded",
+    "Forwarded",
+    "ClientCert",
+    "ResponseHeader",
+    "ResponseHeaderRemove",
+    "ResponseHeadersAllowed",
+    "ResponseHeadersCopy",
+    "ResponseTrailer",
+    "ResponseTrailerRemove",
+    "ResponseTrailersAllowed",
+    "ResponseTrailersCopy",
+    "Set",
+    "Append",
+    "Append",
+    "When",
+    "Action",
+    "For",
+    "By",
+    "Proto",
+    "Host",
+    "Prefix",
+    "HeaderPrefix",
+    "NodeFormat",
+    "ByFormat",
+    "ForFormat",
+    "Set",
+    "Unknown",
+];
+
+const TRANSFORM_VALUES: &[&str] = &[
+    "/api",
+    "/{**rest}",
+    "{id}",
+    "x-h",
+    "true",
+    "false",
+    "Set",
+    "Append",
+    "Remove",
+    "Off",
+    "Always",
+    "Success",
+    "Failure",
+    "Random",
+    "RandomAndPort",
+    "Unknown",
+    "Ip",
+    "IpAndPort",
+    "GET",
+    "POST",
+    ";",
+    "a;b",
+    "",
+    " ",
+    "{",
+    "}",
+    "x-forwarded-",
+    "X-Forwarded-For",
+];
+
+fn json_text(u: &mut Unstructured, alphabet: &[&str], max: usize) -> Result<Value> {
+    Ok(Value::String(text(u, alphabet, max)?))
+}
+
+/// A path template: mostly valid segments, now and then a broken one.
+fn template(u: &mut Unstructured) -> Result<String> {
+    if u.ratio(1, 10)? {
+        return text(u, TEMPLATE_PIECES, 6);
+    }
+    let valid = [
+        "api",
+        "admin",
+        "x",
+        "users",
+        "{id}",
+        "{id:int}",
+        "{name:alpha}",
+        "{g:guid}",
+        "{flag:bool}",
+        "{n:long}",
+        "A%2Fb",
+        "caf\u{e9}",
+        "{{lit}}",
+    ];
+    let mut path = String::new();
+    for i in 0..u.int_in_range(0..=4)? {
+        path.push('/');
+        if u.ratio(1, 12)? {
+            path.push_str(pick(u, TEMPLATE_PIECES)?);
+        } else {
+            // Parameter names numbered by position, so they never repeat.
+            let segment = pick(u, &valid)?;
+            match segment.find([':', '}']) {
+                Some(end) if segment.starts_with('{') => {
+                    path.push_str(&format!("{}{i}{}", &segment[..end], &segment[end..]))
+                }
+                _ => path.push_str(segment),
+            }
+        }
+    }
+    match u.int_in_range(0..=5)? {
+        0 => path.push_str("/{**rest}"),
+        1 => path.push_str("/{*rest}"),
+        2 => path.push_str("/{opt?}"),
+        3 => path.push('/'),
+        _ => {}
+    }
+    if path.is_empty() {
+        path.push('/');
+    }
+    Ok(path)
+}
+
+/// A host pattern: mostly valid, now and then broken.
+fn host_pattern(u: &mut Unstructured) -> Result<String> {
+    if u.ratio(1, 10)? {
+        return text(u, HOST_PIECES, 4);
+    }
+    let name = pick(
+        u,
+        &[
+            "example.com",
+            "*.example.com",
+            "admin.internal",
+            "[::1]",
+            "127.0.0.1",
+            "*",
+            "A.Example.COM",
+        ],
+    )?;
+    let port = pick(u, &["", "", ":8080", ":80", ":*"])?;
+    Ok(format!("{name}{port}"))
+}
+
+/// A request `Host` header value.
+fn request_host(u: &mut Unstructured) -> Result<String> {
+    if u.ratio(1, 6)? {
+        return text(u, HOST_PIECES, 3);
+    }
+    let name = pick(
+        u,
+        &[
+            "example.com",
+            "a.example.com",
+            "b.a.example.com",
+            "admin.internal",
+            "ADMIN.internal.",
+            "[::1]",
+            "127.0.0.1",
+            "other.test",
+            "example.com.evil",
+        ],
+    )?;
+    let port = pick(u, &["", ":8080", ":80", ":443", ":1"])?;
+    Ok(format!("{name}{port}"))
+}
+
+/// A duration as config writes it: mostly valid.
+fn duration(u: &mut Unstructured) -> Result<Value> {
+    if u.ratio(1, 8)? {
+        return json_text(
+            u,
+            &["1", "s", "ms", "00:", "01", ":", ".", "-", "5s", "1e9"],
+            4,
+        );
+    }
+    Ok(json!(pick(
+        u,
+        &["5s", "100ms", "00:00:10", "1m", "2h", "0s", "00:01:00.5"]
+    )?))
+}
+
+/// A `Match` object.
+fn route_match(u: &mut Unstructured) -> Result<Value> {
+    let mut m = Map::new();
+    if u.ratio(5, 6)? {
+        m.insert("Path".into(), Value::String(template(u)?));
+    }
+    if u.ratio(1, 3)? {
+        let n = u.int_in_range(0..=2)?;
+        let hosts = (0..n)
+            .map(|_| Ok(Value::String(host_pattern(u)?)))
+            .collect::<Result<Vec<_>>>()?;
+        m.insert("Hosts".into(), Value::Array(hosts));
+    }
+    if u.ratio(1, 4)? {
+        let all = ["GET", "get", "POST", "HEAD", "PUT", "DELETE", "PURGE"];
+        let n = u.int_in_range(0..=2)?;
+        let methods = (0..n)
+            .map(|_| Ok(json!(pick(u, &all)?)))
+            .collect::<Result<Vec<_>>>()?;
+        m.insert("Methods".into(), Value::Array(methods));
+    }
+    for (key, modes) in [
+        (
+            "Headers",
+            &[
+                "ExactHeader",
+                "HeaderPrefix",
+                "Contains",
+                "NotContains",
+                "Exists",
+                "NotExists",
+                "Bogus",
+            ][..],
+        ),
+        (
+            "QueryParameters",
+            &[
+                "Exact",
+                "Prefix",
+                "Contains",
+                "NotContains",
+                "Exists",
+                "Bogus",
+            ][..],
+        ),
+    ] {
+        if u.ratio(1, 5)? {
+            let mut rule = Map::new();
+            rule.insert(
+                "Name".into(),
+                json_text(u, &["x-a", "q", "cookie", "", "é"], 2)?,
+            );
+            rule.insert("Mode".into(), json!(pick(u, modes)?));
+            if u.ratio(2, 3)? {
+                let n = u.int_in_range(0..=3)?;
+                let values = (0..n)
+                    .map(|_| json_text(u, &["a", "b", ",", "\"", ";", "", " "], 3))
+                    .collect::<Result<Vec<_>>>()?;
+                rule.insert("Values".into(), Value::Array(values));
+            }
+            if u.ratio(1, 3)? {
+                rule.insert("IsCaseSensitive".into(), json!(u.arbitrary::<bool>()?));
+            }
+            m.insert(key.into(), json!([rule]));
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// A route object.
+fn route(u: &mut Unstructured, clusters: usize) -> Result<Value> {
+    let mut r = Map::new();
+    r.insert(
+        "ClusterId".into(),
+        json!(format!("c{}", u.int_in_range(0..=clusters)?)),
+    );
+    if u.ratio(1, 4)? {
+        r.insert("Order".into(), json!(u.int_in_range(-2..=2)?));
+    }
+    r.insert("Match".into(), route_match(u)?);
+    if u.ratio(1, 6)? {
+        r.insert(
+            "MaxRequestBodySize".into(),
+            json!(u.int_in_range(-2..=100_000i64)?),
+        );
+    }
+    if u.ratio(1, 6)? {
+        r.insert("Timeout".into(), duration(u)?);
+    }
+    if u.ratio(1, 8)? {
+        r.insert(
+            "MaxConcurrentRequests".into(),
+            json!(u.int_in_range(0..=3u32)?),
+        );
+    }
+    if u.ratio(1, 4)? {
+        r.insert("Transforms".into(), Value::Array(transform_list(u)?));
+    }
+    Ok(Value::Object(r))
+}
+
+/// A list of YARP transform dictionaries: mostly valid ones, some random.
+fn transform_list(u: &mut Unstructured) -> Result<Vec<Value>> {
+    let valid = [
+        json!({ "PathPrefix": "/prefix" }),
+        json!({ "PathRemovePrefix": "/api" }),
+        json!({ "PathSet": "/set" }),
+        json!({ "PathPattern": "/new/{**rest}" }),
+        json!({ "QueryValueParameter": "q", "Set": "1" }),
+        json!({ "QueryRemoveParameter": "q" }),
+        json!({ "HttpMethodChange": "GET", "Set": "POST" }),
+        json!({ "RequestHeadersCopy": "false" }),
+        json!({ "RequestHeaderOriginalHost": "true" }),
+        json!({ "RequestHeader": "x-h", "Append": "v" }),
+        json!({ "RequestHeaderRemove": "cookie" }),
+        json!({ "RequestHeadersAllowed": "accept;x-h" }),
+        json!({ "X-Forwarded": "Append", "Prefix": "Off" }),
+        json!({ "Forwarded": "for,proto", "ForFormat": "IpAndPort" }),
+        json!({ "ResponseHeader": "x-r", "Set": "1", "When": "Always" }),
+        json!({ "ResponseHeaderRemove": "server", "When": "Failure" }),
+        json!({ "ResponseTrailersCopy": "true" }),
+    ];
+    let n = u.int_in_range(0..=3)?;
+    (0..n)
+        .map(|_| {
+            if u.ratio(3, 4)? {
+                return Ok(valid[u.choose_index(valid.len())?].clone());
+            }
+            let k = u.int_in_range(0..=3)?;
+            let mut map = Map::new();
+            for _ in 0..k {
+                map.insert(
+                    pick(u, TRANSFORM_KEYS)?.to_owned(),
+                    json_text(u, TRANSFORM_VALUES, 3)?,
+                );
+            }
+            Ok(Value::Object(map))
+        })
+        .collect()
+}
+
+/// A cluster object.
+fn cluster(u: &mut Unstructured) -> Result<Value> {
+    let mut c = Map::new();
+    let n = u.int_in_range(0..=3)?;
+    let mut dests = Map::new();
+    for i in 0..n {
+        let mut d = Map::new();
+        let address = if u.ratio(1, 8)? {
+            text(
+                u,
+                &[
+                    "http://",
+                    "https://",
+                    "127.0.0.1",
+                    ":8080",
+                    "/base",
+                    "/",
+                    "x",
+                    ":",
+                ],
+                4,
+            )?
+        } else {
+            let scheme = pick(u, &["http://", "https://"])?;
+            let host = pick(
+                u,
+                &["127.0.0.1:1", "[::1]:2", "localhost", "backend.test:8443"],
+            )?;
+            let prefix = pick(u, &["", "/", "/base", "/base/", "/a%20b"])?;
+            format!("{scheme}{host}{prefix}")
+        };
+        d.insert("Address".into(), json!(address));
+        if u.ratio(1, 4)? {
+            d.insert("Host".into(), json_text(u, HOST_PIECES, 2)?);
+        }
+        if u.ratio(1, 4)? {
+            d.insert("Health".into(), json!("http://127.0.0.1:1/"));
+        }
+        dests.insert(format!("d{i}"), Value::Object(d));
+    }
+    c.insert("Destinations".into(), Value::Object(dests));
+    if u.ratio(1, 3)? {
+        let policies = [
+            "RoundRobin",
+            "Random",
+            "PowerOfTwoChoices",
+            "LeastRequests",
+            "FirstAlphabetical",
+            "WeightedRoundRobin",
+            "Nope",
+        ];
+        c.insert("LoadBalancingPolicy".into(), json!(pick(u, &policies)?));
+    }
+    if u.ratio(1, 4)? {
+        let mut health = Map::new();
+        health.insert(
+            "Passive".into(),
+            json!({ "Enabled": u.arbitrary::<bool>()?,
+                    "ReactivationPeriod": duration(u)? }),
+        );
+        if u.ratio(1, 2)? {
+            health.insert(
+                "Active".into(),
+                json!({ "Enabled": u.arbitrary::<bool>()?, "Interval": "15s",
+                        "Path": text(u, SEGMENTS, 3)? }),
+            );
+        }
+        if u.ratio(1, 3)? {
+            health.insert(
+                "AvailableDestinationsPolicy".into(),
+                json!(pick(u, &["HealthyOrPanic", "HealthyAndUnknown", "x"])?),
+            );
+        }
+        c.insert("HealthCheck".into(), Value::Object(health));
+    }
+    if u.ratio(1, 4)? {
+        let mut meta = Map::new();
+        for key in [
+            "TransportFailureRateHealthPolicy.RateLimit",
+            "TransportFailureRateHealthPolicy.DetectionWindowSize",
+            "TransportFailureRateHealthPolicy.MinimalTotalCountThreshold",
+            "ConsecutiveFailuresHealthPolicy.Threshold",
+        ] {
+            if u.ratio(1, 2)? {
+                meta.insert(
+                    key.into(),
+                    json_text(u, &["0", "1", ".", "5", "-", "s", "00:", "e9", "NaN"], 4)?,
+                );
+            }
+        }
+        c.insert("Metadata".into(), Value::Object(meta));
+    }
+    if u.ratio(1, 5)? {
+        c.insert(
+            "SessionAffinity".into(),
+            json!({ "Enabled": true,
+                    "Policy": pick(u, &["HashCookie", "ArrCookie", "Cookie", "CustomHeader", "x"])?,
+                    "FailurePolicy": pick(u, &["Redistribute", "Return503Error", "x"])?,
+                    "AffinityKeyName": text(u, &["k", "", " ", ";"], 2)? }),
+        );
+    }
+    if u.ratio(1, 4)? {
+        c.insert(
+            "HttpRequest".into(),
+            json!({ "Version": pick(u, &["1.1", "2", "3", "x"])?,
+                    "ActivityTimeout": duration(u)? }),
+        );
+    }
+    Ok(Value::Object(c))
+}
+
+/// A whole configuration.
+fn config_value(u: &mut Unstructured) -> Result<Value> {
+    let clusters = u.int_in_range(0..=3)?;
+    let routes = u.int_in_range(0..=5)?;
+    let mut r = Map::new();
+    for i in 0..routes {
+        r.insert(format!("r{i}"), route(u, clusters)?);
+    }
+    let mut c = Map::new();
+    for i in 0..clusters {
+        c.insert(format!("c{i}"), cluster(u)?);
+    }
+    Ok(json!({ "Routes": r, "Clusters": c }))
+}
+
+/// A request path: pieces of path syntax, with an optional query.
+fn request_target(u: &mut Unstructured) -> Result<String> {
+    let mut p = String::from("/");
+    p.push_str(&text(u, SEGMENTS, 8)?);
+    if u.ratio(1, 4)? {
+        p.push('?');
+        p.push_str(&text(u, &["q", "=", "&", "%2e", "a", "+", "%"], 4)?);
+    }
+    Ok(p)
+}
+
+fn method(u: &mut Unstructured) -> Result<Method> {
+    let all = [
+        Method::GET,
+        Method::POST,
+        Method::HEAD,
+        Method::PUT,
+        Method::DELETE,
+        Method::OPTIONS,
+        Method::CONNECT,
+        Method::PATCH,
+        Method::TRACE,
+    ];
+    if u.ratio(1, 8)? {
+        return Ok(Method::from_bytes(b"PURGE").unwrap());
+    }
+    Ok(all[u.choose_index(all.len())?].clone())
+}
+
+// ===== targets =====
+
+/// Config text in JSON and TOML: parsing, validation and the runtime state built from
+/// it (route tables, clusters, health settings), then a reload with the same config.
+pub fn config_text(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    for format in [Format::Json, Format::Toml] {
+        if let Ok(config) = parse(text, format) {
+            if let Ok(state) = ProxyState::new(config.clone()) {
+                state
+                    .update(config)
+                    .expect("a config that loaded once reloads");
+            }
+        }
+    }
+}
+
+/// A generated configuration, most of it nearly valid: through JSON text (the loader,
+/// its field paths and validation) and into a state; also as a reload of a state made
+/// from another generated config. Every error must name a field path.
+pub fn config_structured(u: &mut Unstructured) -> Result<()> {
+    let value = config_value(u)?;
+    let text = serde_json::to_string(&value).expect("JSON");
+    match parse(&text, Format::Json) {
+        Ok(config) => match ProxyState::new(config.clone()) {
+            Ok(state) => {
+                let other = config_value(u)?;
+                if let Ok(other) = parse(&other.to_string(), Format::Json) {
+                    let _ = state.update(other);
+                }
+                state
+                    .update(config)
+                    .expect("a config that loaded once reloads");
+            }
+            Err(errors) => assert!(!errors.to_string().is_empty()),
+        },
+        Err(errors) => assert!(!errors.to_string().is_empty()),
+    }
+    Ok(())
+}
+
+/// Route tables from generated match criteria, and requests against them: no panic,
+/// and a destination that routed the forwarded (normalised) path again would reach
+/// the same route as the request did.
+pub fn routes(u: &mut Unstructured) -> Result<()> {
+    let n = u.int_in_range(1..=6)?;
+    let mut routes: Vec<(String, RouteConfig)> = Vec::new();
+    for i in 0..n {
+        let m = route_match(u)?;
+        let mut r = json!({ "ClusterId": "c", "Match": m });
+        if u.ratio(1, 4)? {
+            r["Order"] = json!(u.int_in_range(-2..=2)?);
+        }
+        if let Ok(config) = serde_json::from_value::<RouteConfig>(r) {
+            routes.push((format!("r{i}"), config));
+        }
+    }
+    let Ok(table) = RouteTable::build(routes.iter().map(|(id, r)| (id.as_str(), r))) else {
+        return Ok(());
+    };
+    assert_eq!(table.len(), routes.len());
+    for _ in 0..u.int_in_range(1..=8)? {
+        let target = request_target(u)?;
+        let Ok(uri) = Uri::try_from(target.as_str()) else {
+            continue;
+        };
+        let method = method(u)?;
+        let mut headers = HeaderMap::new();
+        if u.ratio(2, 3)? {
+            if let Ok(v) = HeaderValue::from_str(&request_host(u)?) {
+                headers.insert(http::header::HOST, v);
+            }
+        }
+        if u.ratio(1, 3)? {
+            if let Ok(v) = HeaderValue::from_str(&text(u, &["a", "b", ",", "\""], 3)?) {
+                headers.insert("x-a", v);
+            }
+        }
+        let found = table.find(&method, &uri, &headers);
+        if let Some(i) = found {
+            assert!(i < table.len());
+        }
+        assert_eq!(table.find(&method, &uri, &headers), found, "deterministic");
+        if let Some(path) = forwarded_path(uri.path()) {
+            let again = match uri.query() {
+                Some(q) => format!("{path}?{q}"),
+                None => path.clone(),
+            };
+            let again = Uri::try_from(again.as_str()).expect("a normalised path is a URI");
+            assert_eq!(
+                table.find(&method, &again, &headers),
+                found,
+                "{target} is forwarded as {again}, which routes elsewhere"
+            );
+            assert_eq!(forwarded_path(&path), None, "normalising twice: {target}");
+        }
+    }
+    Ok(())
+}
+
+/// The forwarder's header rules on generated header lists, and route transforms: no
+/// panic; no hop-by-hop header or header named by `Connection` survives (but the ones
+/// the proxy sets itself), and the forwarding headers are the proxy's own.
+pub fn headers(u: &mut Unstructured) -> Result<()> {
+    let mut headers = HeaderMap::new();
+    for _ in 0..u.int_in_range(0..=12)? {
+        let name = if u.ratio(1, 8)? {
+            u.arbitrary::<String>()?
+        } else {
+            pick(u, HEADER_NAMES)?.to_owned()
+        };
+        let value = text(u, HEADER_VALUE_PIECES, 5)?;
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    let version = *pick(u, &[&Version::HTTP_10, &Version::HTTP_11, &Version::HTTP_2])?;
+    let conn = if u.ratio(3, 4)? {
+        let ip = if u.arbitrary::<bool>()? {
+            IpAddr::V4(Ipv4Addr::from(u.arbitrary::<u32>()?))
+        } else {
+            IpAddr::V6(Ipv6Addr::from(u.arbitrary::<u128>()?))
+        };
+        Some(ConnectionInfo {
+            remote: SocketAddr::new(ip, u.arbitrary()?),
+            local: "127.0.0.1:80".parse().unwrap(),
+            tls: u.arbitrary()?,
+        })
+    } else {
+        None
+    };
+    let https = u.arbitrary::<bool>()?;
+    let host = HeaderValue::from_str(&text(u, HOST_PIECES, 2)?).ok();
+    let original = HeaderValue::from_str(&text(u, HOST_PIECES, 2)?).ok();
+    let named: Vec<HeaderName> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    let te_trailers = version == Version::HTTP_2
+        && headers
+            .get_all(http::header::TE)
+            .iter()
+            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+
+    let mut request = headers.clone();
+    prepare_request_headers(
+        &mut request,
+        version,
+        conn.as_ref(),
+        https,
+        host.as_ref(),
+        original.clone(),
+    );
+    let set_by_proxy = [
+        "host",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "x-forwarded-host",
+        "te",
+    ];
+    for hop in [
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "alt-svc",
+        "http2-settings",
+        "close",
+        "alpn",
+        "upgrade-insecure-requests",
+        "forwarded",
+        "x-forwarded-prefix",
+    ] {
+        assert!(!request.contains_key(hop), "{hop} forwarded: {request:?}");
+    }
+    match request.get_all(http::header::TE).iter().collect::<Vec<_>>()[..] {
+        [] => assert!(!te_trailers),
+        [v] => assert!(te_trailers && v == "trailers", "TE {v:?}"),
+        ref more => panic!("TE repeated: {more:?}"),
+    }
+    for name in &named {
+        if !set_by_proxy.contains(&name.as_str()) {
+            assert!(
+                !request.contains_key(name),
+                "{name} named in Connection, forwarded"
+            );
+        }
+    }
+    if headers.contains_key(http::header::TRANSFER_ENCODING) {
+        assert!(!request.contains_key(http::header::CONTENT_LENGTH));
+    }
+    let one = |name: &str| {
+        let all: Vec<_> = request.get_all(name).iter().collect();
+        assert!(all.len() <= 1, "{name} repeated: {all:?}");
+        all.first().map(|v| v.to_str().unwrap_or("").to_owned())
+    };
+    assert_eq!(
+        one("host"),
+        host.map(|h| h.to_str().unwrap_or("").to_owned())
+    );
+    match &conn {
+        Some(c) => {
+            let xff = one("x-forwarded-for").expect("X-Forwarded-For");
+            let ip: IpAddr = xff.parse().expect("an IP address");
+            let expected = match c.remote.ip() {
+                IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+                v4 => v4,
+            };
+            assert_eq!(ip, expected);
+        }
+        None => assert!(one("x-forwarded-for").is_none()),
+    }
+    let proto = one("x-forwarded-proto").expect("X-Forwarded-Proto");
+    let tls = https || conn.as_ref().is_some_and(|c| c.tls);
+    assert_eq!(proto, if tls { "https" } else { "http" });
+    assert_eq!(
+        one("x-forwarded-host"),
+        original.map(|h| h.to_str().unwrap_or("").to_owned())
+    );
+
+    // The response direction.
+    let mut response = headers;
+    remove_hop_by_hop(&mut response);
+    for name in &named {
+        assert!(
+            !response.contains_key(name),
+            "{name} named in Connection, returned"
+        );
+    }
+    for hop in [
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+    ] {
+        assert!(!response.contains_key(hop));
+    }
+
+    // Route transforms, as config gives them.
+    let list: Vec<BTreeMap<String, String>> = transform_list(u)?
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("string map"))
+        .collect();
+    if let Err(errors) = parse_transforms(&list, "Routes.r.Transforms") {
+        let text = errors.to_string();
+        assert!(text.contains("Routes.r.Transforms["), "{text}");
+    }
+    Ok(())
+}
