@@ -230,6 +230,9 @@ fn outgoing<B>(
     let normalized = path::normalize(parts.uri.path());
 
     headers::prepare_request(&mut parts.headers, parts.version);
+    // The client's `Host` never goes through as such: the destination's replaces it,
+    // unless a transform sets one (or asks for the original host, routed on above).
+    parts.headers.remove(header::HOST);
     let client = ClientRequest {
         path: normalized.as_deref().unwrap_or_else(|| parts.uri.path()),
         query: parts.uri.query(),
@@ -288,7 +291,7 @@ fn outgoing<B>(
                 parts.headers.insert(header::HOST, h);
             }
         }
-    } else if current.is_none() || current == original_host.as_ref() {
+    } else if current.is_none() {
         let host = match version {
             UpstreamVersion::Http1 => Some(dest.host_header()),
             UpstreamVersion::Http2 => configured,
