@@ -22,6 +22,10 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 /// Send one keep-alive request on `s` and read its (small, Content-Length) response.
+/// The tests here measure process-wide figures (RSS, open descriptors), so they run one
+/// at a time: each holds this lock for its whole run.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn request_on(s: &mut TcpStream, path: &str) -> String {
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
         .await
@@ -51,6 +55,7 @@ async fn request_on(s: &mut TcpStream, path: &str) -> String {
 
 #[tokio::test]
 async fn connections_over_the_cap_wait_for_a_free_slot() {
+    let _serial = SERIAL.lock().await;
     let b = echo_backend().await;
     let p = start(
         &simple_config(&[("d", &b.url())], ""),
@@ -95,6 +100,7 @@ async fn connections_over_the_cap_wait_for_a_free_slot() {
 
 #[tokio::test]
 async fn http2_streams_over_the_cap_are_not_served_concurrently() {
+    let _serial = SERIAL.lock().await;
     // The backend counts requests in flight and holds each until released.
     let in_flight = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
@@ -187,6 +193,7 @@ async fn http2_streams_over_the_cap_are_not_served_concurrently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_stays_bounded_under_1000_slow_clients() {
+    let _serial = SERIAL.lock().await;
     const CLIENTS: usize = 1000;
     // Each uploading client costs 4 descriptors (client, proxy, proxy to backend,
     // backend), each slowloris client 2.
@@ -296,6 +303,7 @@ async fn memory_stays_bounded_under_1000_slow_clients() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_upstream_connects_leak_no_file_descriptors() {
+    let _serial = SERIAL.lock().await;
     let requests: usize = std::env::var("FUSEWAY_FD_LEAK_REQUESTS")
         .ok()
         .and_then(|v| v.parse().ok())
