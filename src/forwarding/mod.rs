@@ -210,7 +210,7 @@ fn outgoing<B>(
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
-    let conn = parts.extensions.get::<ConnectionInfo>().copied();
+    let conn = ConnectionInfo::from_extensions(&parts.extensions);
     let normalized = path::normalize(parts.uri.path());
 
     headers::prepare_request(&mut parts.headers, parts.version);
