@@ -458,3 +458,23 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
     assert_eq!(r.text().await.unwrap(), "done");
     within("shutdown", shutdown).await.unwrap();
 }
+
+/// The client's address reaches `X-Forwarded-For` on HTTP/1.1 and on h2c, where hyper
+/// runs each stream's pipeline on a task of its own.
+#[tokio::test]
+async fn x_forwarded_for_names_the_client_on_h1_and_h2c() {
+    let b = echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    for (client, name) in [(h1_client(), "h1"), (h2c_client(), "h2c")] {
+        let r = within(name, client.get(p.url("/x")).send()).await.unwrap();
+        let xff: Vec<_> = r
+            .headers()
+            .get_all("x-echo-x-forwarded-for")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(xff, ["127.0.0.1"], "{name}");
+    }
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}

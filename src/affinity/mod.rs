@@ -307,10 +307,7 @@ enum Resolution {
 
 /// Whether the request came over TLS, or names an `https` URI.
 fn is_secure<B>(request: &Request<B>) -> bool {
-    request
-        .extensions()
-        .get::<ConnectionInfo>()
-        .is_some_and(|c| c.tls)
+    ConnectionInfo::of(request).is_some_and(|c| c.tls)
         || request.uri().scheme() == Some(&Scheme::HTTPS)
 }
 

@@ -1,17 +1,26 @@
 //! The pooled HTTP clients the forwarder sends through.
 
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::TryFutureExt;
+use http::Uri;
 use http_body::Body;
+use hyper::rt;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tower_service::Service;
 
 use crate::state::{HttpSettings, UpstreamVersion};
 
-type Connector = HttpsConnector<HttpConnector>;
+type Connector = HttpsConnector<TcpConnector>;
 
 /// One pooled client per (HTTP version, certificate policy); connections are pooled
 /// per destination authority inside each.
@@ -70,9 +79,9 @@ where
         .with_tls_config(tls)
         .https_or_http();
     let connector = if h2 {
-        builder.enable_http2().wrap_connector(http)
+        builder.enable_http2().wrap_connector(TcpConnector(http))
     } else {
-        builder.enable_http1().wrap_connector(http)
+        builder.enable_http1().wrap_connector(TcpConnector(http))
     };
     Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
@@ -80,4 +89,77 @@ where
         .pool_idle_timeout(Duration::from_secs(90))
         .http2_only(h2)
         .build(connector)
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// hyper-util's [`HttpConnector`] without the `HttpInfo` its connections hand the
+/// client, which the legacy client inserts into every response's extensions (three
+/// allocations per response that nothing here reads).
+#[derive(Clone)]
+pub(crate) struct TcpConnector(HttpConnector);
+
+impl Service<Uri> for TcpConnector {
+    type Response = TcpConnection;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<TcpConnection, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.0.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        // Once per new connection, not per request.
+        Box::pin(self.0.call(uri).map_ok(TcpConnection).map_err(Into::into))
+    }
+}
+
+/// A TCP connection that reports no extra connection information.
+pub(crate) struct TcpConnection(TokioIo<TcpStream>);
+
+impl Connection for TcpConnection {
+    fn connected(&self) -> Connected {
+        // `HttpConnector`'s connections: not proxied, no ALPN; only the `HttpInfo` left out.
+        Connected::new()
+    }
+}
+
+impl rt::Read for TcpConnection {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl rt::Write for TcpConnection {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
 }

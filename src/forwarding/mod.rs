@@ -226,7 +226,7 @@ fn outgoing<B>(
             HeaderValue::from_str(host).ok()
         })
         .or_else(|| parts.headers.get(header::HOST).cloned());
-    let conn = parts.extensions.get::<ConnectionInfo>().copied();
+    let conn = ConnectionInfo::from_extensions(&parts.extensions);
     let normalized = path::normalize(parts.uri.path());
 
     headers::prepare_request(&mut parts.headers, parts.version);

@@ -21,8 +21,12 @@ use crate::state::DestinationState;
 
 use crate::state::{Cluster, Destination, Route, Snapshot};
 
-/// Information about the client connection a request arrived on. The server puts it in
-/// the request's extensions; requests built in process may lack it.
+/// Information about the client connection a request arrived on. Read it with
+/// [`ConnectionInfo::of`]: fuseway's server does not put it in the request's extensions
+/// (an insert there costs three allocations per request) but makes it current while it
+/// runs the request's pipeline (see [`ConnectionInfo::current`]); a `ConnectionInfo`
+/// inserted into a request's extensions (requests built in process, other servers) takes
+/// precedence. Requests built in process may have none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionInfo {
     /// The client's address.
@@ -31,6 +35,54 @@ pub struct ConnectionInfo {
     pub local: std::net::SocketAddr,
     /// Whether the connection is TLS.
     pub tls: bool,
+}
+
+thread_local! {
+    static CURRENT_CONNECTION: std::cell::Cell<Option<ConnectionInfo>> =
+        const { std::cell::Cell::new(None) };
+}
+
+impl ConnectionInfo {
+    /// The connection `request` arrived on: the `ConnectionInfo` in its extensions if
+    /// any, else [`ConnectionInfo::current`].
+    pub fn of<B>(request: &Request<B>) -> Option<ConnectionInfo> {
+        Self::from_extensions(request.extensions())
+    }
+
+    /// [`ConnectionInfo::of`] for a request taken apart.
+    pub fn from_extensions(extensions: &http::Extensions) -> Option<ConnectionInfo> {
+        extensions
+            .get::<ConnectionInfo>()
+            .copied()
+            .or_else(Self::current)
+    }
+
+    /// The connection whose request fuseway's server is running on this thread right
+    /// now: set while the server calls the pipeline and polls its future, so a stage
+    /// (or the forwarder) reads it synchronously there; `None` elsewhere (for example
+    /// in a task a stage spawned).
+    pub fn current() -> Option<ConnectionInfo> {
+        CURRENT_CONNECTION.with(std::cell::Cell::get)
+    }
+
+    /// Make `self` [current](ConnectionInfo::current) on this thread until the returned
+    /// guard is dropped (which restores the previous one, also when unwinding).
+    pub(crate) fn enter(self) -> CurrentConnection {
+        CurrentConnection {
+            previous: CURRENT_CONNECTION.with(|c| c.replace(Some(self))),
+        }
+    }
+}
+
+/// Restores the previously current connection on drop; see [`ConnectionInfo::enter`].
+pub(crate) struct CurrentConnection {
+    previous: Option<ConnectionInfo>,
+}
+
+impl Drop for CurrentConnection {
+    fn drop(&mut self) {
+        CURRENT_CONNECTION.with(|c| c.set(self.previous));
+    }
 }
 
 /// The routing decision for a request: the snapshot it was made on, the route, the
@@ -215,5 +267,37 @@ impl<B> Balanced<B> {
         self.context.cluster = ci;
         self.destination = di;
         true
+    }
+}
+
+#[cfg(test)]
+mod connection_info_tests {
+    use super::ConnectionInfo;
+
+    fn info(port: u16) -> ConnectionInfo {
+        ConnectionInfo {
+            remote: ([10, 0, 0, 1], port).into(),
+            local: ([127, 0, 0, 1], 80).into(),
+            tls: false,
+        }
+    }
+
+    #[test]
+    fn current_is_scoped_and_extensions_take_precedence() {
+        let request = http::Request::new(());
+        assert_eq!(ConnectionInfo::of(&request), None);
+        {
+            let _outer = info(1).enter();
+            assert_eq!(ConnectionInfo::of(&request), Some(info(1)));
+            {
+                let _inner = info(2).enter();
+                assert_eq!(ConnectionInfo::current(), Some(info(2)));
+            }
+            assert_eq!(ConnectionInfo::current(), Some(info(1)));
+            let mut explicit = http::Request::new(());
+            explicit.extensions_mut().insert(info(3));
+            assert_eq!(ConnectionInfo::of(&explicit), Some(info(3)));
+        }
+        assert_eq!(ConnectionInfo::current(), None);
     }
 }

@@ -72,8 +72,9 @@ where
     }
 }
 
-/// What the server wraps around every pipeline: puts the connection's
-/// [`ConnectionInfo`] into each request's extensions, and turns a panic anywhere in the
+/// What the server wraps around every pipeline: makes the connection's
+/// [`ConnectionInfo`] [current](ConnectionInfo::current) while it calls the pipeline and
+/// polls its future (no per-request allocation, unlike an extensions insert), and turns a panic anywhere in the
 /// pipeline into a `500` for that request alone (stage guards are released by the
 /// unwinding; the connection and the server keep serving).
 #[derive(Debug, Clone)]
@@ -90,11 +91,12 @@ where
     type Error = S::Error;
     type Future = ServedFuture<S::Future>;
 
-    fn call(&self, mut request: Request<B>) -> Self::Future {
-        request.extensions_mut().insert(self.info);
+    fn call(&self, request: Request<B>) -> Self::Future {
+        let _current = self.info.enter();
         match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
             Ok(future) => ServedFuture::Running {
                 inner: AssertUnwindSafe(future).catch_unwind(),
+                info: self.info,
             },
             Err(panic) => ServedFuture::Panicked {
                 message: Some(panic_message(&panic)),
@@ -107,7 +109,7 @@ pin_project! {
     /// The future of [`Served`].
     #[project = ServedProj]
     pub(crate) enum ServedFuture<F> {
-        Running { #[pin] inner: CatchUnwind<AssertUnwindSafe<F>> },
+        Running { #[pin] inner: CatchUnwind<AssertUnwindSafe<F>>, info: ConnectionInfo },
         Panicked { message: Option<String> },
     }
 }
@@ -120,10 +122,16 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let message = match self.project() {
-            ServedProj::Running { inner } => match ready!(inner.poll(cx)) {
-                Ok(result) => return Poll::Ready(result),
-                Err(panic) => panic_message(&panic),
-            },
+            ServedProj::Running { inner, info } => {
+                let polled = {
+                    let _current = info.enter();
+                    inner.poll(cx)
+                };
+                match ready!(polled) {
+                    Ok(result) => return Poll::Ready(result),
+                    Err(panic) => panic_message(&panic),
+                }
+            }
             ServedProj::Panicked { message } => message.take().unwrap_or_default(),
         };
         tracing::error!(panic = %message, "the pipeline panicked; answering 500");
