@@ -164,6 +164,12 @@ async fn two_hundred_requests_in_flight_across_twenty_reloads_all_succeed() {
         failed, 0,
         "requests in flight across {RELOADS} reloads failed"
     );
+    within("every reload to be counted", async {
+        while reloads(&p.state, "success") < RELOADS as u64 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     assert_eq!(reloads(&p.state, "success"), RELOADS as u64);
     p.wait_idle("c", "d1").await;
     p.shutdown().await;
@@ -203,6 +209,13 @@ async fn an_invalid_file_is_rejected_and_the_old_routes_keep_working() {
     wait_generation(&p.state, 1).await;
     let r = client.get(p.url("/gen/2")).send().await.unwrap();
     assert_eq!(r.status(), 200);
+    // The reloader counts the reload just after the swap it waited for above.
+    within("the successful reload to be counted", async {
+        while reloads(&p.state, "success") < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     assert_eq!(reloads(&p.state, "success"), 1);
     p.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
