@@ -30,6 +30,12 @@ impl ProxyConfig {
     /// naming a cluster that does not exist is accepted with a warning: as in YARP, its
     /// requests are answered 503.
     pub fn validate(&self) -> Result<(), ConfigErrors> {
+        self.validate_and_compile_routes().map(|_| ())
+    }
+
+    /// [`validate`](Self::validate), keeping the compiled route table, so that building
+    /// a snapshot does not compile the routes a second time.
+    pub(crate) fn validate_and_compile_routes(&self) -> Result<RouteTable, ConfigErrors> {
         let mut errors = ConfigErrors::default();
         for (i, listen) in self.listen.iter().enumerate() {
             check_listen(listen, i, &mut errors);
@@ -37,15 +43,16 @@ impl ProxyConfig {
         for (id, route) in &self.routes {
             check_route(id, route, &self.clusters, &mut errors);
         }
-        if let Err(table_errors) =
-            RouteTable::build(self.routes.iter().map(|(id, r)| (id.as_str(), r)))
-        {
-            errors.0.extend(table_errors.0);
-        }
+        let table = RouteTable::build(self.routes.iter().map(|(id, r)| (id.as_str(), r)))
+            .map_err(|table_errors| errors.0.extend(table_errors.0))
+            .ok();
         for (id, cluster) in &self.clusters {
             check_cluster(id, cluster, &mut errors);
         }
-        errors.into_result()
+        match table {
+            Some(table) if errors.is_empty() => Ok(table),
+            _ => Err(errors),
+        }
     }
 }
 

@@ -160,7 +160,7 @@ fn build(
     registry: &mut Registry,
     metrics: &Metrics,
 ) -> Result<Snapshot, ConfigErrors> {
-    config.validate()?;
+    let table = config.validate_and_compile_routes()?;
     let mut errors = ConfigErrors::default();
     let mut clusters = Vec::with_capacity(config.clusters.len());
     let mut cluster_index = HashMap::with_capacity(config.clusters.len());
@@ -211,14 +211,6 @@ fn build(
             health,
         });
     }
-    let table = RouteTable::build(config.routes.iter().map(|(id, r)| (id.as_str(), r)));
-    let table = match table {
-        Ok(t) => t,
-        Err(e) => {
-            errors.0.extend(e.0);
-            return Err(errors);
-        }
-    };
     let mut routes = Vec::with_capacity(config.routes.len());
     for (id, r) in &config.routes {
         let id: Arc<str> = Arc::from(id.as_str());
