@@ -832,6 +832,13 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
         .flat_map(|v| v.split(','))
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
         .collect();
+    // An HTTP/1.1 upgrade request (Connection names `upgrade`, a non-empty `Upgrade`)
+    // keeps its protocol and `Connection: upgrade`; nothing else keeps either.
+    let upgrade = (version == Version::HTTP_11 && named.iter().any(|n| n == http::header::UPGRADE))
+        .then(|| headers.get(http::header::UPGRADE))
+        .flatten()
+        .filter(|p| !p.as_bytes().trim_ascii().is_empty())
+        .cloned();
     let te_trailers = version == Version::HTTP_2
         && headers
             .get_all(http::header::TE)
@@ -870,7 +877,26 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
         "forwarded",
         "x-forwarded-prefix",
     ] {
+        if upgrade.is_some() && (hop == "connection" || hop == "upgrade") {
+            continue;
+        }
         assert!(!request.contains_key(hop), "{hop} forwarded: {request:?}");
+    }
+    if let Some(protocol) = &upgrade {
+        assert_eq!(
+            request
+                .get_all(http::header::UPGRADE)
+                .iter()
+                .collect::<Vec<_>>(),
+            [protocol]
+        );
+        assert_eq!(
+            request
+                .get_all(http::header::CONNECTION)
+                .iter()
+                .collect::<Vec<_>>(),
+            ["upgrade"]
+        );
     }
     match request.get_all(http::header::TE).iter().collect::<Vec<_>>()[..] {
         [] => assert!(!te_trailers),
@@ -878,7 +904,9 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
         ref more => panic!("TE repeated: {more:?}"),
     }
     for name in &named {
-        if !set_by_proxy.contains(&name.as_str()) {
+        if !set_by_proxy.contains(&name.as_str())
+            && !(upgrade.is_some() && name == http::header::UPGRADE)
+        {
             assert!(
                 !request.contains_key(name),
                 "{name} named in Connection, forwarded"

@@ -86,6 +86,15 @@ fn fuzz_headers() {
     run("headers", structured(targets::headers));
 }
 
-// Crashes found by either runner are kept here as regression tests (the input bytes
-// and the target). None so far: 30-60 s per target of cargo-fuzz and the seeded runs
-// above found none.
+// Crashes found by either runner, kept as regression tests (the input bytes and the
+// target).
+
+/// cargo-fuzz, `headers`: found in CI on 2026-11-30.
+#[test]
+fn regression_headers_crash_23e8f91d() {
+    let data: &[u8] = &[
+        83, 101, 116, 255, 255, 255, 99, 158, 90, 90, 54, 220, 162, 162, 73, 162, 162, 162, 162,
+        162, 162, 7, 162, 162, 7, 0, 175, 175, 176, 175, 255, 250,
+    ];
+    let _ = targets::headers(&mut Unstructured::new(data));
+}

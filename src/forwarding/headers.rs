@@ -60,10 +60,7 @@ pub(crate) fn prepare_request(headers: &mut HeaderMap, version: Version) {
             .iter()
             .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
     // An HTTP/1.1 upgrade (WebSocket) keeps `Upgrade` and `Connection: upgrade`.
-    let upgrade = (version == Version::HTTP_11)
-        .then(|| headers.get(header::UPGRADE).cloned())
-        .flatten()
-        .filter(|_| super::upgrade::connection_has(headers, "upgrade"));
+    let upgrade = super::upgrade::upgrade_protocol(headers, version).cloned();
     if headers.contains_key(header::TRANSFER_ENCODING) {
         headers.remove(header::CONTENT_LENGTH);
     }

@@ -45,12 +45,17 @@ pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-/// Whether `request` asks for an HTTP/1.1 protocol upgrade (`Connection: upgrade` and
-/// an `Upgrade` header).
-pub(crate) fn is_upgrade_request<B>(request: &Request<B>) -> bool {
-    request.version() == Version::HTTP_11
-        && request.headers().contains_key(header::UPGRADE)
-        && connection_has(request.headers(), "upgrade")
+/// The protocol an HTTP/1.1 request asks to upgrade to: `Connection: upgrade` and a
+/// non-empty `Upgrade` header (its first value). `None` for anything else, HTTP/2 and
+/// HTTP/1.0 included.
+pub(crate) fn upgrade_protocol(headers: &HeaderMap, version: Version) -> Option<&HeaderValue> {
+    if version != Version::HTTP_11 {
+        return None;
+    }
+    headers
+        .get(header::UPGRADE)
+        .filter(|p| !p.as_bytes().trim_ascii().is_empty())
+        .filter(|_| connection_has(headers, "upgrade"))
 }
 
 /// The client's side of an upgrade request, taken from the request before it is
@@ -76,8 +81,8 @@ impl ClientUpgrade {
     /// CONNECT is rewritten in place into the HTTP/1.1 upgrade request to forward.
     pub(crate) fn take<B>(request: &mut Request<B>) -> Option<ClientUpgrade> {
         request.extensions().get::<OnUpgrade>()?;
-        if is_upgrade_request(request) {
-            let protocol = request.headers().get(header::UPGRADE)?.clone();
+        if let Some(protocol) = upgrade_protocol(request.headers(), request.version()) {
+            let protocol = protocol.clone();
             return Some(ClientUpgrade {
                 on_upgrade: hyper::upgrade::on(request),
                 protocol,
@@ -402,30 +407,31 @@ mod tests {
 
     #[test]
     fn detects_upgrade_requests() {
-        let req = |version, conn: &str, upgrade: Option<&str>| {
-            let mut b = Request::builder()
-                .version(version)
-                .header("connection", conn);
+        let protocol = |version, conn: &str, upgrade: Option<&str>| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONNECTION, conn.parse().unwrap());
             if let Some(u) = upgrade {
-                b = b.header("upgrade", u);
+                h.insert(header::UPGRADE, u.parse().unwrap());
             }
-            b.body(()).unwrap()
+            upgrade_protocol(&h, version).map(|p| p.to_str().unwrap().to_owned())
         };
-        assert!(is_upgrade_request(&req(
-            Version::HTTP_11,
-            "keep-alive, Upgrade",
+        let h11 = Version::HTTP_11;
+        assert_eq!(
+            protocol(h11, "keep-alive, Upgrade", Some("websocket")).as_deref(),
             Some("websocket")
-        )));
-        assert!(!is_upgrade_request(&req(
-            Version::HTTP_11,
-            "keep-alive",
-            Some("websocket")
-        )));
-        assert!(!is_upgrade_request(&req(Version::HTTP_11, "upgrade", None)));
-        assert!(!is_upgrade_request(&req(
-            Version::HTTP_10,
-            "upgrade",
-            Some("websocket")
-        )));
+        );
+        assert_eq!(protocol(h11, "keep-alive", Some("websocket")), None);
+        assert_eq!(protocol(h11, "upgrade", None), None);
+        // An empty `Upgrade` names no protocol (found by cargo-fuzz).
+        assert_eq!(protocol(h11, "upgrade", Some("")), None);
+        assert_eq!(protocol(h11, "upgrade", Some("  ")), None);
+        assert_eq!(
+            protocol(Version::HTTP_10, "upgrade", Some("websocket")),
+            None
+        );
+        assert_eq!(
+            protocol(Version::HTTP_2, "upgrade", Some("websocket")),
+            None
+        );
     }
 }
