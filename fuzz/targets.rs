@@ -834,7 +834,7 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
         .collect();
     // An HTTP/1.1 upgrade request (Connection names `upgrade`, a non-empty `Upgrade`)
     // keeps its protocol and `Connection: upgrade`; nothing else keeps either.
-    let upgrade = (version == Version::HTTP_11 && named.iter().any(|n| n == http::header::UPGRADE))
+    let upgrade = (version == Version::HTTP_11 && named.contains(&http::header::UPGRADE))
         .then(|| headers.get(http::header::UPGRADE))
         .flatten()
         .filter(|p| !p.as_bytes().trim_ascii().is_empty())
@@ -905,7 +905,8 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
     }
     for name in &named {
         if !set_by_proxy.contains(&name.as_str())
-            && !(upgrade.is_some() && name == http::header::UPGRADE)
+            && !(upgrade.is_some()
+                && (name == http::header::UPGRADE || name == http::header::CONNECTION))
         {
             assert!(
                 !request.contains_key(name),

@@ -52,6 +52,9 @@ pin_project! {
         deadline: Option<Instant>,
         guard: Option<ExchangeGuard>,
         trailers: Option<TrailerTransforms>,
+        // The destination's body failed: reported on the next poll, after the server
+        // has flushed what it already had (see `poll_frame`).
+        failed: Option<ForwardError>,
     }
 }
 
@@ -133,6 +136,7 @@ impl ProxyBody {
                 deadline,
                 guard,
                 trailers: None,
+                failed: None,
             },
         }
         .into()
@@ -229,6 +233,12 @@ impl Upstream {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ForwardError>>> {
         let mut this = self.project();
+        if let Some(error) = this.failed.take() {
+            return Poll::Ready(Some(Err(error)));
+        }
+        if let Some(guard) = this.guard.as_mut() {
+            guard.drive(cx);
+        }
         match this.body.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Ok(mut frame))) => {
                 if let (Some(t), Some(trailers)) = (this.trailers.as_mut(), frame.trailers_mut()) {
@@ -245,7 +255,13 @@ impl Upstream {
             Poll::Ready(Some(Err(e))) => {
                 let error = ForwardError::new(ForwardErrorKind::ResponseBodyDestination, e);
                 Self::fail(this.guard, &error);
-                Poll::Ready(Some(Err(error)))
+                // The failure often arrives in the same poll as the head and the last
+                // data (the connection is driven from here): an error now would make
+                // the server drop them unsent. Yield once so that it flushes
+                // everything the destination sent, then abort.
+                *this.failed = Some(error);
+                cx.waker().wake_by_ref();
+                Poll::Pending
             }
             Poll::Ready(None) => {
                 Self::finish(this.guard, Ok(()));

@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -475,6 +476,104 @@ async fn x_forwarded_for_names_the_client_on_h1_and_h2c() {
             .collect();
         assert_eq!(xff, ["127.0.0.1"], "{name}");
     }
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}
+
+/// A backend that counts the connections it accepted (HTTP/1.1), answering by path:
+/// `/empty` 204, `/chunked` a streamed body, anything else a fixed body; POST bodies
+/// are read and echoed.
+async fn counting_backend() -> (
+    String,
+    oneshot::Sender<()>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, mut stopped) = oneshot::channel::<()>();
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                a = listener.accept() => a.unwrap(),
+                _ = &mut stopped => return,
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+            let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                let path = req.uri().path().to_owned();
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                let response = match path.as_str() {
+                    "/empty" => Response::builder().status(204).body(full("")),
+                    "/chunked" => {
+                        let chunks = futures_util::stream::iter(
+                            ["a", "bb", "ccc"]
+                                .map(|c| Ok::<_, std::io::Error>(Frame::data(Bytes::from(c)))),
+                        );
+                        Response::builder()
+                            .body(StreamBody::new(chunks).map_err(|e| e.into()).boxed())
+                    }
+                    _ => Response::builder().body(full(format!("{path} {}", body.len()))),
+                };
+                Ok::<_, std::convert::Infallible>(response.unwrap())
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc),
+            );
+        }
+    });
+    (format!("http://{addr}"), stop, accepted)
+}
+
+#[tokio::test]
+async fn connections_to_the_destination_are_kept_alive_and_reused() {
+    use std::sync::atomic::Ordering;
+    let (url, _stop, accepted) = counting_backend().await;
+    let p = proxy(&simple_config(&[("d1", &url)], "")).await;
+    for (client, name) in [(h1_client(), "h1"), (h2c_client(), "h2c")] {
+        for i in 0..50 {
+            let (path, expected) = match i % 5 {
+                0 => ("/empty", ""),
+                1 => ("/chunked", "abbccc"),
+                _ => ("/fixed", "/fixed 0"),
+            };
+            let r = client.get(p.url(path)).send().await.unwrap();
+            let status = r.status();
+            assert_eq!(r.text().await.unwrap(), expected, "{name} {path}");
+            assert!(status.is_success(), "{name} {path}: {status}");
+            let r = client.head(p.url("/fixed")).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            let r = client
+                .post(p.url("/post"))
+                .body(vec![b'x'; 10_000])
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.text().await.unwrap(), "/post 10000", "{name}");
+        }
+    }
+    // 600 sequential exchanges of every body framing: one connection did it all.
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    // Concurrent requests each need a connection, and give them back.
+    let client = h1_client();
+    let burst = || {
+        futures_util::future::join_all((0..8).map(|_| {
+            let r = client.get(p.url("/fixed")).send();
+            async move { r.await.unwrap().text().await.unwrap() }
+        }))
+    };
+    for _ in 0..5 {
+        for body in within("a burst of 8", burst()).await {
+            assert_eq!(body, "/fixed 0");
+        }
+    }
+    let opened = accepted.load(Ordering::SeqCst);
+    assert!(
+        (2..=8).contains(&opened),
+        "{opened} connections for bursts of 8"
+    );
     p.wait_idle("c", "d1").await;
     p.shutdown().await;
 }

@@ -247,7 +247,7 @@ fn least_requests(cluster: &Cluster, candidates: &Candidates) -> Option<usize> {
             continue;
         };
         let load = d.state().concurrent_requests();
-        if best.map_or(true, |(l, _)| load < l) {
+        if best.is_none_or(|(l, _)| load < l) {
             best = Some((load, i));
         }
     }

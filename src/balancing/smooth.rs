@@ -100,7 +100,7 @@ fn step(
         let c = c + i64::from(w);
         current[i] = c;
         total += i64::from(w);
-        if best.map_or(true, |b| c > current[b]) {
+        if best.is_none_or(|b| c > current[b]) {
             best = Some(i);
         }
     }
@@ -172,7 +172,7 @@ impl Sequence {
                     Some(&s) => s as usize - offset,
                     None => slots[0] as usize + period - offset,
                 };
-                if best.map_or(true, |(d, _)| distance < d) {
+                if best.is_none_or(|(d, _)| distance < d) {
                     best = Some((distance, i));
                 }
             }

@@ -192,7 +192,7 @@ fn check_affinity(affinity: &SessionAffinityConfig, path: &str, errors: &mut Con
         && affinity
             .affinity_key_name
             .as_deref()
-            .map_or(true, |k| k.trim().is_empty())
+            .is_none_or(|k| k.trim().is_empty())
     {
         errors.push(
             format!("{path}.AffinityKeyName"),
@@ -327,7 +327,7 @@ fn base_address(address: &str) -> Result<(), String> {
             "`{address}` must be an absolute `http://` or `https://` URI"
         ));
     }
-    if uri.host().map_or(true, str::is_empty) {
+    if uri.host().is_none_or(str::is_empty) {
         return Err(format!("`{address}` has no host"));
     }
     if uri.authority().is_some_and(|a| a.as_str().contains('@')) {

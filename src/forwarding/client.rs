@@ -1,4 +1,5 @@
-//! The pooled HTTP clients the forwarder sends through.
+//! The connectors the forwarder's pools open connections with: TCP, and rustls for
+//! `https://` destinations (ALPN `http/1.1` or `h2` by the cluster's version).
 
 use std::future::Future;
 use std::io;
@@ -6,56 +7,43 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::TryFutureExt;
 use http::Uri;
-use http_body::Body;
 use hyper::rt;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
-use crate::state::{HttpSettings, UpstreamVersion};
+use crate::state::UpstreamVersion;
 
-type Connector = HttpsConnector<TcpConnector>;
+/// Opens a connection to a `scheme://authority` URI.
+pub(crate) type Connector = HttpsConnector<TcpConnector>;
 
-/// One pooled client per (HTTP version, certificate policy); connections are pooled
-/// per destination authority inside each.
-pub(crate) struct Clients<B> {
-    h1: Client<Connector, B>,
-    h2: Client<Connector, B>,
-    h1_any_cert: Client<Connector, B>,
-    h2_any_cert: Client<Connector, B>,
+/// A connection to a destination.
+pub(crate) type Io = MaybeHttpsStream<TcpConnection>;
+
+/// One connector per (HTTP version, certificate policy).
+pub(crate) struct Connectors {
+    h1: Connector,
+    h2: Connector,
+    h1_any_cert: Connector,
+    h2_any_cert: Connector,
 }
 
-impl<B> Clients<B>
-where
-    B: Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+impl Connectors {
     pub(crate) fn new() -> Self {
-        Clients {
-            h1: client(false, false),
-            h2: client(true, false),
-            h1_any_cert: client(false, true),
-            h2_any_cert: client(true, true),
+        Connectors {
+            h1: connector(false, false),
+            h2: connector(true, false),
+            h1_any_cert: connector(false, true),
+            h2_any_cert: connector(true, true),
         }
     }
 
-    pub(crate) fn get(&self, http: &HttpSettings) -> &Client<Connector, B> {
-        self.for_version(http.version, http.accept_any_certificate)
-    }
-
-    /// The client for `version` and this certificate policy (upgrades use HTTP/1.1
-    /// whatever the cluster's version).
-    pub(crate) fn for_version(
-        &self,
-        version: UpstreamVersion,
-        accept_any: bool,
-    ) -> &Client<Connector, B> {
+    /// The connector for `version` and this certificate policy.
+    pub(crate) fn get(&self, version: UpstreamVersion, accept_any: bool) -> &Connector {
         match (version, accept_any) {
             (UpstreamVersion::Http1, false) => &self.h1,
             (UpstreamVersion::Http2, false) => &self.h2,
@@ -65,11 +53,7 @@ where
     }
 }
 
-fn client<B>(h2: bool, accept_any: bool) -> Client<Connector, B>
-where
-    B: Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+fn connector(h2: bool, accept_any: bool) -> Connector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -78,24 +62,17 @@ where
     let builder = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();
-    let connector = if h2 {
+    if h2 {
         builder.enable_http2().wrap_connector(TcpConnector(http))
     } else {
         builder.enable_http1().wrap_connector(TcpConnector(http))
-    };
-    Client::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .http2_only(h2)
-        .build(connector)
+    }
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// hyper-util's [`HttpConnector`] without the `HttpInfo` its connections hand the
-/// client, which the legacy client inserts into every response's extensions (three
-/// allocations per response that nothing here reads).
+/// hyper-util's [`HttpConnector`], its connections reporting no `HttpInfo` (which
+/// nothing here reads).
 #[derive(Clone)]
 pub(crate) struct TcpConnector(HttpConnector);
 

@@ -5,11 +5,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Version;
-use hyper_util::client::legacy;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 use super::expect::Gate;
+use super::pool::BoxExchange;
 use super::request_body::{BodyTooLarge, ClientBodyError};
 use super::upgrade::{self, ClientUpgrade};
 use super::{headers, ExchangeGuard};
@@ -32,7 +32,7 @@ pin_project! {
 #[allow(clippy::large_enum_variant)]
 enum State {
     Sending {
-        future: legacy::ResponseFuture,
+        upstream: BoxExchange,
         guard: ExchangeGuard,
         activity_timeout: Duration,
         client_version: Version,
@@ -60,7 +60,7 @@ impl std::fmt::Debug for ResponseFuture {
 
 impl ResponseFuture {
     pub(super) fn sending(
-        future: legacy::ResponseFuture,
+        upstream: BoxExchange,
         guard: ExchangeGuard,
         context: RouteContext,
         destination: usize,
@@ -73,7 +73,7 @@ impl ResponseFuture {
         ResponseFuture {
             timeout: tokio::time::sleep_until(headers_by),
             state: State::Sending {
-                future,
+                upstream,
                 guard,
                 activity_timeout,
                 client_version,
@@ -98,9 +98,10 @@ impl Future for ResponseFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let error = match this.state {
-            State::Sending { future, .. } => match Pin::new(future).poll(cx) {
+            State::Sending { upstream, .. } => match upstream.as_mut().poll_response(cx) {
                 Poll::Ready(Ok(mut response)) => {
                     let State::Sending {
+                        upstream,
                         mut guard,
                         activity_timeout,
                         client_version,
@@ -110,6 +111,7 @@ impl Future for ResponseFuture {
                     else {
                         unreachable!()
                     };
+                    guard.attach(upstream);
                     if let Some(closer) = exchange.gate.as_ref().and_then(|g| g.final_response()) {
                         // Answered before `100 Continue`: the body stays unsent.
                         guard.close_on_finish(closer);
@@ -165,7 +167,7 @@ impl Future for ResponseFuture {
                         ),
                     }
                 }
-                Poll::Ready(Err(e)) => ForwardError::new(classify(&e), e),
+                Poll::Ready(Err(e)) => ForwardError::new(classify(&*e), e),
                 Poll::Pending => match this.timeout.poll(cx) {
                     Poll::Ready(()) => ForwardError::kind_only(ForwardErrorKind::RequestTimedOut),
                     Poll::Pending => return Poll::Pending,
@@ -214,8 +216,8 @@ fn respond(
 /// YARP's error kind for a send failure: the request body over the route's limit is
 /// 413, a failure reading the client's body is the client's fault (400), everything
 /// else the destination's (502).
-fn classify(error: &legacy::Error) -> ForwardErrorKind {
-    let mut source = std::error::Error::source(error);
+fn classify(error: &(dyn std::error::Error + 'static)) -> ForwardErrorKind {
+    let mut source = Some(error);
     while let Some(e) = source {
         if e.is::<BodyTooLarge>() {
             return ForwardErrorKind::RequestBodyTooLarge;

@@ -24,6 +24,7 @@ mod expect;
 mod future;
 pub mod headers;
 pub(crate) mod path;
+pub(crate) mod pool;
 mod request_body;
 mod tls;
 pub(crate) mod upgrade;
@@ -40,27 +41,44 @@ use tower_service::Service;
 
 pub use expect::CONTINUE_TIMEOUT;
 pub use future::ResponseFuture;
+pub use pool::{IDLE_TIMEOUT, MAX_IDLE_PER_POOL};
 pub use request_body::RequestBody;
 
 use crate::health::PassiveRecord;
 use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};
 use crate::state::{ConcurrencyGuard, DestinationState, UpstreamVersion};
 use crate::transforms::ClientRequest;
-use client::Clients;
 use expect::UpstreamBody;
+use pool::Pools;
 
 /// Everything that lives exactly as long as one exchange: the destination's and the
 /// cluster's concurrency counters, guards stages asked to hold, and the passive-health
 /// record. When the exchange ends the counters are released first, then the record is
 /// made — exactly once, and never when the client abandoned the response.
-#[derive(Debug)]
 pub struct ExchangeGuard {
     destination: Option<ConcurrencyGuard>,
     cluster: Option<ConcurrencyGuard>,
     held: Option<ConcurrencyGuard>,
     passive: Option<PassiveRecord>,
     continue_closer: Option<expect::Closer>,
+    /// The exchange with the destination once its response head has arrived: an
+    /// HTTP/1.1 connection is driven from the response body through it, and goes back
+    /// to its pool when the body ends cleanly.
+    upstream: Option<pool::BoxExchange>,
     target: Arc<DestinationState>,
+}
+
+impl std::fmt::Debug for ExchangeGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExchangeGuard")
+            .field("destination", &self.destination)
+            .field("cluster", &self.cluster)
+            .field("held", &self.held)
+            .field("passive", &self.passive)
+            .field("continue_closer", &self.continue_closer)
+            .field("upstream", &self.upstream.is_some())
+            .finish()
+    }
 }
 
 impl ExchangeGuard {
@@ -71,6 +89,7 @@ impl ExchangeGuard {
             held: None,
             passive: None,
             continue_closer: None,
+            upstream: None,
             target: target.clone(),
         }
     }
@@ -99,9 +118,27 @@ impl ExchangeGuard {
         self.continue_closer = Some(closer);
     }
 
+    /// Keep the exchange with the destination for the response body's lifetime.
+    fn attach(&mut self, upstream: pool::BoxExchange) {
+        self.upstream = Some(upstream);
+    }
+
+    /// Drive the destination's connection while the response body streams.
+    pub(crate) fn drive(&mut self, cx: &mut Context<'_>) {
+        if let Some(upstream) = self.upstream.as_mut() {
+            upstream.as_mut().poll_connection(cx);
+        }
+    }
+
     /// The exchange is over: `Some(result)` when the body ended or failed, `None` when
     /// it was abandoned (client gone).
     pub(crate) fn finish(&mut self, result: Option<Result<(), ForwardErrorKind>>) {
+        if let Some(upstream) = self.upstream.take() {
+            // A connection whose `Expect: 100-continue` body was never sent has broken
+            // framing: it is closed, not reused.
+            let reusable = matches!(result, Some(Ok(()))) && self.continue_closer.is_none();
+            upstream.finish(reusable);
+        }
         self.destination.take();
         self.cluster.take();
         self.held.take();
@@ -123,13 +160,13 @@ impl Drop for ExchangeGuard {
 /// `B` is the request body type; the forwarder keeps one pooled client per HTTP
 /// version and certificate policy, shared by all its clones.
 pub struct Forwarder<B> {
-    clients: Arc<Clients<UpstreamBody<RequestBody<B>>>>,
+    pools: Arc<Pools<UpstreamBody<RequestBody<B>>>>,
 }
 
 impl<B> Clone for Forwarder<B> {
     fn clone(&self) -> Self {
         Forwarder {
-            clients: self.clients.clone(),
+            pools: self.pools.clone(),
         }
     }
 }
@@ -158,8 +195,15 @@ where
     /// A forwarder with fresh connection pools.
     pub fn new() -> Self {
         Forwarder {
-            clients: Arc::new(Clients::new()),
+            pools: Arc::new(Pools::new()),
         }
+    }
+
+    /// How many connections this forwarder has opened (or tried to open) to
+    /// destinations, over all its pools: with keep-alive working, far fewer than the
+    /// requests it forwarded.
+    pub fn connections_opened(&self) -> u64 {
+        self.pools.connections_opened()
     }
 
     /// Forward `request` (the body of [`Service::call`], usable through `&self`).
@@ -184,12 +228,17 @@ where
                     UpstreamVersion::Http2 => None,
                 };
                 let outgoing = outgoing.map(|body| UpstreamBody::new(body, gate.clone()));
-                let fut = self
-                    .clients
-                    .for_version(version, http.accept_any_certificate)
-                    .request(outgoing);
+                let address = context.cluster().destinations()[destination].address();
+                let upstream = self.pools.send(
+                    outgoing,
+                    &address.scheme,
+                    &address.authority,
+                    version,
+                    http.accept_any_certificate,
+                    upgrade.is_some(),
+                );
                 ResponseFuture::sending(
-                    fut,
+                    upstream,
                     guard,
                     context,
                     destination,
@@ -272,9 +321,13 @@ fn outgoing<B>(
             PathAndQuery::try_from(uri).map_err(invalid)?
         }
     };
+    // HTTP/1.1 sends the origin form; HTTP/2 takes `:scheme` and `:authority` from an
+    // absolute URI.
     let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(address.scheme.clone());
-    uri.authority = Some(address.authority.clone());
+    if version == UpstreamVersion::Http2 {
+        uri.scheme = Some(address.scheme.clone());
+        uri.authority = Some(address.authority.clone());
+    }
     uri.path_and_query = Some(path_and_query);
     parts.uri =
         Uri::from_parts(uri).map_err(|e| ForwardError::new(ForwardErrorKind::Request, e))?;

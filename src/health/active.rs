@@ -8,14 +8,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{HOST, USER_AGENT};
 use http::{HeaderValue, Request, Uri, Version};
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::Empty;
 use tokio::sync::oneshot;
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::settings::ActiveSettings;
 use super::HealthState;
-use crate::forwarding::client::Clients;
+use crate::forwarding::pool::Pools;
 use crate::state::{
     Cluster, Destination, DestinationState, HttpSettings, ProxyState, Snapshot, UpstreamVersion,
 };
@@ -311,13 +311,13 @@ impl ClusterPlan {
 /// with the web PKI roots or, for `DangerousAcceptAnyServerCertificate` clusters, any
 /// certificate), with their own connection pools.
 struct Prober {
-    clients: Clients<Empty<Bytes>>,
+    pools: Pools<Empty<Bytes>>,
 }
 
 impl Prober {
     fn new() -> Self {
         Prober {
-            clients: Clients::new(),
+            pools: Pools::new(),
         }
     }
 
@@ -334,30 +334,48 @@ impl Prober {
             }
         };
         let mut request = Request::new(Empty::<Bytes>::new());
-        *request.uri_mut() = uri;
+        let (Some(scheme), Some(authority)) = (uri.scheme().cloned(), uri.authority().cloned())
+        else {
+            return Some(false);
+        };
+        // HTTP/1.1 sends the origin form, HTTP/2 the absolute URI.
         *request.version_mut() = match plan.http.version {
-            UpstreamVersion::Http2 => Version::HTTP_2,
-            UpstreamVersion::Http1 => Version::HTTP_11,
+            UpstreamVersion::Http2 => {
+                *request.uri_mut() = uri;
+                Version::HTTP_2
+            }
+            UpstreamVersion::Http1 => {
+                *request.uri_mut() = uri
+                    .path_and_query()
+                    .cloned()
+                    .map_or_else(Uri::default, Uri::from);
+                let headers = request.headers_mut();
+                headers.insert(HOST, HeaderValue::from_str(authority.as_str()).ok()?);
+                Version::HTTP_11
+            }
         };
         let headers = request.headers_mut();
         headers.insert(USER_AGENT, HeaderValue::from_static(PROBE_USER_AGENT));
         if let Some(host) = &probe.host {
             headers.insert(HOST, host.clone());
         }
-        let client = self.clients.get(&plan.http);
         let deadline = Instant::now() + plan.settings.timeout;
-        match tokio::time::timeout_at(deadline, client.request(request)).await {
-            Ok(Ok(response)) => {
-                let status = response.status();
+        let sent = self.pools.status_of(
+            request,
+            &scheme,
+            &authority,
+            plan.http.version,
+            plan.http.accept_any_certificate,
+            DRAIN_LIMIT,
+        );
+        match tokio::time::timeout_at(deadline, sent).await {
+            Ok(Ok(status)) => {
                 tracing::debug!(
                     cluster,
                     destination,
                     status = status.as_u16(),
                     "active health: probe answered"
                 );
-                // Best effort, so that the connection goes back to the pool.
-                let body = Limited::new(response.into_body(), DRAIN_LIMIT);
-                let _ = tokio::time::timeout_at(deadline, body.collect()).await;
                 Some(status.is_success())
             }
             Ok(Err(error)) => {

@@ -14,7 +14,7 @@ use crate::transforms::RouteTransforms;
 use super::destination::{ClusterState, Destination};
 
 /// The HTTP version used towards a cluster's destinations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UpstreamVersion {
     /// HTTP/1.1 (the default; HTTP/1.0 configs are sent as 1.1).
     Http1,

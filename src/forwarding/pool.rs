@@ -1,0 +1,632 @@
+//! The forwarder's connection pools, over `hyper::client::conn`.
+//!
+//! One pool per destination scheme and authority, HTTP version and certificate policy.
+//!
+//! - **HTTP/1.1 connections are driven inline**, by the request that holds them: the
+//!   forwarder's future polls the connection while it waits for the response head and
+//!   the response body polls it while the body streams, so one request costs no task,
+//!   no channel hop between tasks and no wake-up of another thread — the client
+//!   connection's task does all the work, as an nginx worker does. When the response
+//!   has ended cleanly the connection goes back to its pool, and the next request that
+//!   takes it drives it. A pooled connection is one allocation made when it is opened;
+//!   requests reuse it (the in-flight send future lives inside it), so a request that
+//!   finds an idle connection allocates nothing here.
+//! - A connection found closed when taken (the destination closed it while idle), or
+//!   that fails before the request was written, is replaced by another idle one or a
+//!   new one and the request goes there: it was never sent, so any method is safe to
+//!   send again.
+//! - **HTTP/2 connections are shared**: one per pool, driven by its own task; each
+//!   request is one boxed exchange.
+//! - **Upgrades** (WebSockets) get a connection of their own, driven by a task that
+//!   hands the upgraded stream over on `101`.
+//!
+//! Idle HTTP/1.1 connections are not polled while they wait: a destination's close is
+//! seen when a request takes the connection. Idle connections are kept for
+//! [`IDLE_TIMEOUT`], at most [`MAX_IDLE_PER_POOL`] per pool.
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http::{Request, Response, Uri};
+use http_body::Body;
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::client::{Connector, Io};
+use crate::state::UpstreamVersion;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+type Connecting<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
+/// An HTTP/1.1 connection's future, boxed once when the connection is opened.
+type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;
+
+/// How long an idle HTTP/1.1 connection is kept for reuse.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Idle HTTP/1.1 connections kept per pool; more are closed when they come back.
+pub const MAX_IDLE_PER_POOL: usize = 1024;
+
+/// A request body the pooled connections can send.
+pub(crate) trait SendBody:
+    Body<Data = Bytes, Error: Into<BoxError>> + Send + Unpin + 'static
+{
+}
+
+impl<T> SendBody for T where T: Body<Data = Bytes, Error: Into<BoxError>> + Send + Unpin + 'static {}
+
+/// One request's exchange with its destination, type-erased so that the forwarder's
+/// future and the response body name neither the request body type nor the
+/// connection's.
+pub(crate) trait Exchange: Send {
+    /// Drive the connection and the request until the response head arrives.
+    fn poll_response(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<Incoming>, BoxError>>;
+
+    /// Drive the connection while the response body streams.
+    fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>);
+
+    /// The exchange is over; `reusable` when its response ended cleanly and the
+    /// connection may carry another request.
+    fn finish(self: Pin<Box<Self>>, reusable: bool);
+}
+
+/// An exchange handed out by the pools.
+pub(crate) type BoxExchange = Pin<Box<dyn Exchange>>;
+
+/// Which pool a request goes to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    https: bool,
+    authority: Authority,
+    version: UpstreamVersion,
+    accept_any_certificate: bool,
+}
+
+/// The forwarder's pools and the connectors they open connections with.
+pub(crate) struct Pools<B> {
+    connectors: super::client::Connectors,
+    pools: Mutex<HashMap<Key, Arc<Pool<B>>>>,
+    opened: Arc<AtomicU64>,
+}
+
+impl<B: SendBody> Pools<B> {
+    pub(crate) fn new() -> Self {
+        Pools {
+            connectors: super::client::Connectors::new(),
+            pools: Mutex::new(HashMap::new()),
+            opened: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Connections opened so far, over all pools.
+    pub(crate) fn connections_opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// Start sending `request` to `scheme://authority` with `version` (an upgrade on a
+    /// connection of its own). The request's URI is sent as it is: origin-form for
+    /// HTTP/1.1, absolute for HTTP/2.
+    pub(crate) fn send(
+        &self,
+        request: Request<B>,
+        scheme: &Scheme,
+        authority: &Authority,
+        version: UpstreamVersion,
+        accept_any_certificate: bool,
+        upgrade: bool,
+    ) -> BoxExchange {
+        let pool = self.pool(Key {
+            https: *scheme == Scheme::HTTPS,
+            authority: authority.clone(),
+            version,
+            accept_any_certificate,
+        });
+        match (version, upgrade) {
+            (_, true) => upgrade_exchange(&pool, request),
+            (UpstreamVersion::Http1, false) => pool.checkout_h1(request),
+            (UpstreamVersion::Http2, false) => h2_exchange(&pool, request),
+        }
+    }
+
+    /// Send `request` and read at most `limit` bytes of its response body, so that the
+    /// connection goes back to its pool (for active health probes): the status.
+    pub(crate) async fn status_of(
+        &self,
+        request: Request<B>,
+        scheme: &Scheme,
+        authority: &Authority,
+        version: UpstreamVersion,
+        accept_any_certificate: bool,
+        limit: usize,
+    ) -> Result<http::StatusCode, BoxError> {
+        let mut exchange = self.send(
+            request,
+            scheme,
+            authority,
+            version,
+            accept_any_certificate,
+            false,
+        );
+        let response = std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx)).await?;
+        let status = response.status();
+        let mut body = std::pin::pin!(http_body_util::Limited::new(response.into_body(), limit));
+        let ended = std::future::poll_fn(|cx| loop {
+            exchange.as_mut().poll_connection(cx);
+            match body.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(_))) => continue,
+                Poll::Ready(Some(Err(_))) => return Poll::Ready(false),
+                Poll::Ready(None) => return Poll::Ready(true),
+                Poll::Pending => return Poll::Pending,
+            }
+        })
+        .await;
+        exchange.finish(ended);
+        Ok(status)
+    }
+
+    fn pool(&self, key: Key) -> Arc<Pool<B>> {
+        let mut pools = self.pools.lock().expect("pools lock");
+        if let Some(pool) = pools.get(&key) {
+            return pool.clone();
+        }
+        let connector = self
+            .connectors
+            .get(key.version, key.accept_any_certificate)
+            .clone();
+        let pool = Arc::new(Pool {
+            connector,
+            target: format!(
+                "{}://{}",
+                if key.https { "https" } else { "http" },
+                key.authority
+            )
+            .parse()
+            .expect("scheme and authority make a URI"),
+            idle: Mutex::new(Vec::new()),
+            shared: Mutex::new(None),
+            opened: self.opened.clone(),
+        });
+        pools.insert(key, pool.clone());
+        pool
+    }
+}
+
+/// The connections to one destination authority.
+struct Pool<B> {
+    connector: Connector,
+    /// `scheme://authority`, what the connector is called with.
+    target: Uri,
+    /// Idle HTTP/1.1 connections, the most recently used last.
+    idle: Mutex<Vec<Idle<B>>>,
+    /// The shared HTTP/2 connection.
+    shared: Mutex<Option<http2::SendRequest<B>>>,
+    opened: Arc<AtomicU64>,
+}
+
+struct Idle<B> {
+    connection: Pin<Box<dyn H1Slot<B>>>,
+    since: Instant,
+}
+
+impl<B: SendBody> Pool<B> {
+    /// Open a connection: TCP (and TLS), then the HTTP/1.1 handshake.
+    fn connect_h1(&self) -> Connecting<Link<B>> {
+        let io = self.connect_io();
+        Box::pin(async move {
+            let (sender, connection) = http1::Builder::new().handshake(io.await?).await?;
+            Ok(Link::Open {
+                sender,
+                connection: Box::pin(connection),
+                closed: false,
+            })
+        })
+    }
+
+    fn connect_io(&self) -> impl Future<Output = Result<Io, BoxError>> + Send + 'static {
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        let mut connector = self.connector.clone();
+        connector.call(self.target.clone())
+    }
+
+    /// The most recently used idle connection that is still fresh.
+    fn take_idle(&self) -> Option<Pin<Box<dyn H1Slot<B>>>> {
+        let mut idle = self.idle.lock().expect("pool lock");
+        let fresh = idle.pop()?;
+        if fresh.since.elapsed() < IDLE_TIMEOUT {
+            return Some(fresh.connection);
+        }
+        // Everything below it is older still.
+        idle.clear();
+        None
+    }
+
+    fn put_idle(&self, connection: Pin<Box<dyn H1Slot<B>>>) {
+        let now = Instant::now();
+        let mut idle = self.idle.lock().expect("pool lock");
+        let expired = idle.partition_point(|i| now.duration_since(i.since) >= IDLE_TIMEOUT);
+        if expired > 0 {
+            idle.drain(..expired);
+        }
+        if idle.len() < MAX_IDLE_PER_POOL {
+            idle.push(Idle {
+                connection,
+                since: now,
+            });
+        }
+    }
+
+    /// An HTTP/1.1 exchange on an idle connection, or on a new one.
+    fn checkout_h1(self: &Arc<Self>, request: Request<B>) -> BoxExchange {
+        match self.take_idle() {
+            Some(mut connection) => {
+                connection.as_mut().start(request);
+                connection
+            }
+            None => H1::boxed(
+                Arc::downgrade(self),
+                Link::Connecting(self.connect_h1()),
+                request,
+                |sender: &mut http1::SendRequest<B>, request| sender.try_send_request(request),
+            ),
+        }
+    }
+
+    /// A link for a request whose connection was found closed before it was sent.
+    fn relink_h1(&self) -> Link<B> {
+        while let Some(mut idle) = self.take_idle() {
+            let link = idle.as_mut().take_link();
+            if matches!(link, Link::Open { .. }) {
+                return link;
+            }
+        }
+        Link::Connecting(self.connect_h1())
+    }
+}
+
+// ---- HTTP/1.1, driven inline ----
+
+/// The state of an HTTP/1.1 exchange's connection.
+enum Link<B> {
+    Connecting(Connecting<Link<B>>),
+    Open {
+        sender: http1::SendRequest<B>,
+        connection: Driver,
+        /// The connection's future has completed: it is closed.
+        closed: bool,
+    },
+    None,
+}
+
+/// What the pool holds of an idle HTTP/1.1 connection (an exchange between requests).
+trait H1Slot<B>: Exchange {
+    /// Give it the next request.
+    fn start(self: Pin<&mut Self>, request: Request<B>);
+    /// Take its connection out (to relink another exchange).
+    fn take_link(self: Pin<&mut Self>) -> Link<B>;
+}
+
+pin_project! {
+    /// An HTTP/1.1 exchange, and the connection it drives: `F` is hyper's send future,
+    /// kept in place so that a reused connection costs no allocation.
+    struct H1<B, F, S> {
+        pool: Weak<Pool<B>>,
+        link: Link<B>,
+        pending: Option<Request<B>>,
+        #[pin]
+        in_flight: Option<F>,
+        send: S,
+        // Whether the connection may be replaced if it turns out closed (not when it
+        // was opened for this request).
+        reused: bool,
+    }
+}
+
+impl<B, F, S> H1<B, F, S>
+where
+    B: SendBody,
+    F: Future<Output = Result<Response<Incoming>, http1_error::TrySend<B>>> + Send + 'static,
+    S: Fn(&mut http1::SendRequest<B>, Request<B>) -> F + Send + Copy + 'static,
+{
+    fn boxed(pool: Weak<Pool<B>>, link: Link<B>, request: Request<B>, send: S) -> BoxExchange {
+        let reused = matches!(link, Link::Open { .. });
+        Box::pin(H1 {
+            pool,
+            link,
+            pending: Some(request),
+            in_flight: None,
+            send,
+            reused,
+        })
+    }
+}
+
+mod http1_error {
+    pub(super) type TrySend<B> = hyper::client::conn::TrySendError<http::Request<B>>;
+}
+
+impl<B, F, S> Exchange for H1<B, F, S>
+where
+    B: SendBody,
+    F: Future<Output = Result<Response<Incoming>, http1_error::TrySend<B>>> + Send + 'static,
+    S: Fn(&mut http1::SendRequest<B>, Request<B>) -> F + Send + Copy + 'static,
+{
+    fn poll_response(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<Incoming>, BoxError>> {
+        let mut this = self.project();
+        loop {
+            if let Link::Connecting(connecting) = this.link {
+                match connecting.as_mut().poll(cx) {
+                    Poll::Ready(Ok(link)) => *this.link = link,
+                    Poll::Ready(Err(e)) => {
+                        *this.link = Link::None;
+                        return Poll::Ready(Err(e));
+                    }
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            let Link::Open {
+                sender,
+                connection,
+                closed,
+            } = this.link
+            else {
+                return Poll::Ready(Err("the exchange has no connection".into()));
+            };
+            // Drive the connection: it writes the request and reads the response.
+            let mut failure = None;
+            if !*closed {
+                if let Poll::Ready(result) = connection.as_mut().poll(cx) {
+                    *closed = true;
+                    failure = result.err();
+                }
+            }
+            let unsent = match this.in_flight.as_mut().as_pin_mut() {
+                Some(sending) => match sending.poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(response)) => {
+                        this.in_flight.set(None);
+                        return Poll::Ready(Ok(response));
+                    }
+                    Poll::Ready(Err(mut e)) => {
+                        this.in_flight.set(None);
+                        match e.take_message() {
+                            Some(request) if *this.reused => request,
+                            _ => return Poll::Ready(Err(e.into_error().into())),
+                        }
+                    }
+                },
+                None => {
+                    let Some(request) = this.pending.take() else {
+                        return Poll::Ready(Err(
+                            "the exchange was polled after its response".into()
+                        ));
+                    };
+                    match sender.poll_ready(cx) {
+                        Poll::Ready(Ok(())) => {
+                            this.in_flight.set(Some((this.send)(sender, request)));
+                            // Drive the connection again: it writes the request.
+                            continue;
+                        }
+                        Poll::Pending if !*this.reused && !*closed => {
+                            *this.pending = Some(request);
+                            return Poll::Pending;
+                        }
+                        // A reused connection is ready when it is handed out: not
+                        // ready means closed.
+                        Poll::Pending | Poll::Ready(Err(_)) if *this.reused => request,
+                        Poll::Pending | Poll::Ready(Err(_)) => {
+                            let e: BoxError = match failure {
+                                Some(e) => e.into(),
+                                None => "the connection closed before the request was sent".into(),
+                            };
+                            return Poll::Ready(Err(e));
+                        }
+                    }
+                }
+            };
+            // The request was never written: send it on another connection.
+            tracing::debug!("pooled connection closed before the request was sent; retrying");
+            *this.pending = Some(unsent);
+            let Some(pool) = this.pool.upgrade() else {
+                return Poll::Ready(Err("the forwarder was dropped".into()));
+            };
+            *this.link = pool.relink_h1();
+            *this.reused = matches!(this.link, Link::Open { .. });
+        }
+    }
+
+    fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) {
+        let this = self.project();
+        if let Link::Open {
+            connection, closed, ..
+        } = this.link
+        {
+            if !*closed && connection.as_mut().poll(cx).is_ready() {
+                *closed = true;
+            }
+        }
+    }
+
+    fn finish(mut self: Pin<Box<Self>>, reusable: bool) {
+        if !reusable || self.pending.is_some() || self.in_flight.is_some() {
+            return;
+        }
+        let this = self.as_mut().project();
+        let Link::Open {
+            sender,
+            connection,
+            closed: false,
+        } = this.link
+        else {
+            return;
+        };
+        // Let the connection settle after the response's end (nothing to wake: the
+        // next request that takes it polls it with its own waker).
+        let mut cx = Context::from_waker(Waker::noop());
+        if connection.as_mut().poll(&mut cx).is_ready() || !sender.is_ready() {
+            return;
+        }
+        if let Some(pool) = this.pool.upgrade() {
+            *this.reused = true;
+            pool.put_idle(self);
+        }
+    }
+}
+
+impl<B, F, S> H1Slot<B> for H1<B, F, S>
+where
+    B: SendBody,
+    F: Future<Output = Result<Response<Incoming>, http1_error::TrySend<B>>> + Send + 'static,
+    S: Fn(&mut http1::SendRequest<B>, Request<B>) -> F + Send + Copy + 'static,
+{
+    fn start(self: Pin<&mut Self>, request: Request<B>) {
+        let this = self.project();
+        *this.pending = Some(request);
+        *this.reused = true;
+    }
+
+    fn take_link(self: Pin<&mut Self>) -> Link<B> {
+        std::mem::replace(self.project().link, Link::None)
+    }
+}
+
+// ---- HTTP/2, shared connection ----
+
+pin_project! {
+    /// An HTTP/2 exchange on the pool's shared connection.
+    struct H2<B, F, S> {
+        connecting: Option<Connecting<http2::SendRequest<B>>>,
+        pending: Option<Request<B>>,
+        #[pin]
+        in_flight: Option<F>,
+        send: S,
+    }
+}
+
+fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExchange {
+    let send = |sender: &mut http2::SendRequest<B>, request| sender.send_request(request);
+    let shared = pool
+        .shared
+        .lock()
+        .expect("pool lock")
+        .as_ref()
+        .filter(|s| !s.is_closed())
+        .cloned();
+    let mut exchange = H2 {
+        connecting: None,
+        pending: None,
+        in_flight: None,
+        send,
+    };
+    match shared {
+        Some(mut sender) => exchange.in_flight = Some(send(&mut sender, request)),
+        None => {
+            exchange.connecting = Some(connect_h2(pool));
+            exchange.pending = Some(request);
+        }
+    }
+    Box::pin(exchange)
+}
+
+fn connect_h2<B: SendBody>(pool: &Arc<Pool<B>>) -> Connecting<http2::SendRequest<B>> {
+    let io = pool.connect_io();
+    let pool = pool.clone();
+    Box::pin(async move {
+        let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .handshake(io.await?)
+            .await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "HTTP/2 connection to a destination ended");
+            }
+        });
+        *pool.shared.lock().expect("pool lock") = Some(sender.clone());
+        Ok(sender)
+    })
+}
+
+impl<B, F, S> Exchange for H2<B, F, S>
+where
+    B: SendBody,
+    F: Future<Output = hyper::Result<Response<Incoming>>> + Send + 'static,
+    S: Fn(&mut http2::SendRequest<B>, Request<B>) -> F + Send + 'static,
+{
+    fn poll_response(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<Incoming>, BoxError>> {
+        let mut this = self.project();
+        if let Some(connecting) = this.connecting.as_mut() {
+            let mut sender = match connecting.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(result) => {
+                    *this.connecting = None;
+                    result?
+                }
+            };
+            let request = this.pending.take().expect("a request to send");
+            this.in_flight.set(Some((this.send)(&mut sender, request)));
+        }
+        match this.in_flight.as_mut().as_pin_mut() {
+            Some(sending) => sending.poll(cx).map_err(Into::into),
+            None => Poll::Ready(Err("the exchange was polled after its response".into())),
+        }
+    }
+
+    fn poll_connection(self: Pin<&mut Self>, _cx: &mut Context<'_>) {}
+
+    fn finish(self: Pin<Box<Self>>, _reusable: bool) {}
+}
+
+// ---- Upgrades: a connection of their own ----
+
+pin_project! {
+    struct Upgrade {
+        #[pin]
+        response: Connecting<Response<Incoming>>,
+    }
+}
+
+fn upgrade_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExchange {
+    let io = pool.connect_io();
+    Box::pin(Upgrade {
+        response: Box::pin(async move {
+            let (mut sender, connection) = http1::Builder::new().handshake(io.await?).await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.with_upgrades().await {
+                    tracing::debug!(error = %e, "upgrade connection to a destination ended");
+                }
+            });
+            Ok(sender.send_request(request).await?)
+        }),
+    })
+}
+
+impl Exchange for Upgrade {
+    fn poll_response(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<Incoming>, BoxError>> {
+        self.project().response.poll(cx)
+    }
+
+    fn poll_connection(self: Pin<&mut Self>, _cx: &mut Context<'_>) {}
+
+    fn finish(self: Pin<Box<Self>>, _reusable: bool) {}
+}
