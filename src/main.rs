@@ -1,7 +1,9 @@
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
+// The control plane (reload, health probes, admin, signals) runs here; requests are
+// served on the worker threads `Server::serve_workers` starts.
+#[tokio::main(flavor = "current_thread")]
 async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -108,28 +108,45 @@ async fn runs_a_config_file_and_stops_on_sigterm() {
         .env("RUST_LOG", "info")
         .arg("--config")
         .arg(&file)
+        .args(["--workers", "3"])
         .spawn()
         .unwrap();
     let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
-    within("the listening log line", async {
+    within("the serving log line", async {
         while let Some(line) = log.next_line().await.unwrap() {
-            if line.contains("fuseway listening") {
+            if line.contains("serving") {
+                // Without the terminal colours (`ESC [ ... m`).
+                let mut pieces = line.split('\x1b');
+                let mut plain = pieces.next().unwrap_or("").to_owned();
+                for piece in pieces {
+                    plain.push_str(piece.split_once('m').map_or(piece, |(_, rest)| rest));
+                }
+                assert!(plain.contains("workers=3"), "{line}");
                 return;
             }
         }
-        panic!("fuseway exited before listening");
+        panic!("fuseway exited before serving");
     })
     .await;
+    // Connections of their own, spread over the three workers' shared listener.
     let url = format!("http://127.0.0.1:{port}/hello");
-    let body = h1_client()
-        .get(&url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(body, "GET /hello");
+    let answers = futures_util::future::join_all((0..12).map(|i| {
+        let url = format!("{url}/{i}");
+        async move {
+            let client = h1_client();
+            let mut bodies = Vec::new();
+            for _ in 0..5 {
+                let r = client.get(&url).send().await.unwrap();
+                bodies.push(r.text().await.unwrap());
+            }
+            (i, bodies)
+        }
+    }));
+    for (i, bodies) in within("60 requests on 12 connections", answers).await {
+        for body in bodies {
+            assert_eq!(body, format!("GET /hello/{i}"));
+        }
+    }
     let pid = child.id().unwrap() as i32;
     // SIGTERM: graceful shutdown, exit 0.
     std::process::Command::new("kill")

@@ -39,6 +39,10 @@ pub struct Args {
     /// (Prometheus). Off unless given; it has no authentication.
     #[arg(long)]
     pub admin: Option<SocketAddr>,
+    /// Worker threads serving requests, each with its own single-threaded runtime and
+    /// connection pools (nginx's worker model). Default: one per CPU.
+    #[arg(long)]
+    pub workers: Option<usize>,
 }
 
 /// The listen address used when neither the command line nor the config names one.
@@ -47,7 +51,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Run the binary with these arguments until Ctrl-C / SIGTERM.
 pub async fn run(args: Args) -> Result<(), BoxError> {
     match &args.config {
-        Some(path) => run_config(path.clone(), args.listen, args.admin).await,
+        Some(path) => run_config(path.clone(), args.listen, args.admin, args.workers).await,
         None => demo::run(args.listen, args.admin).await,
     }
 }
@@ -56,6 +60,7 @@ async fn run_config(
     path: PathBuf,
     listen: Vec<SocketAddr>,
     admin: Option<SocketAddr>,
+    workers: Option<usize>,
 ) -> Result<(), BoxError> {
     let config = config::load_file(&path)
         .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?;
@@ -76,8 +81,17 @@ async fn run_config(
         .map_err(|e| tracing::warn!(error = %e, "cannot watch the configuration file; SIGHUP still reloads it"))
         .ok();
     let health = ActiveHealthChecker::spawn(state.clone());
-    let service = pipeline::FusedDefault::from_state(state);
-    server.serve(service, shutdown_signal()).await?;
+    let workers = workers
+        .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
+        .unwrap_or(1);
+    tracing::info!(workers, "serving");
+    server
+        .serve_workers(
+            workers,
+            move || pipeline::FusedDefault::from_state(state.clone()),
+            shutdown_signal(),
+        )
+        .await?;
     health.shutdown().await;
     admin.stop().await;
     Ok(())

@@ -26,8 +26,42 @@ static HOP_BY_HOP: [HeaderName; 17] = [
     HeaderName::from_static("alt-svc"),
 ];
 
+/// Whether any hop-by-hop header is present. Most messages carry none: one pass over
+/// the names present is far cheaper than a hashed look-up for each of the 17.
+fn has_hop_by_hop(headers: &HeaderMap) -> bool {
+    headers.keys().any(is_hop_by_hop)
+}
+
+/// Whether `name` is in [`HOP_BY_HOP`] (a `match` on the name: a length switch and a
+/// compare, not 17 comparisons).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "transfer-encoding"
+            | "keep-alive"
+            | "upgrade"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authentication-info"
+            | "proxy-authorization"
+            | "proxy-features"
+            | "proxy-instruction"
+            | "security-scheme"
+            | "alpn"
+            | "close"
+            | "http2-settings"
+            | "upgrade-insecure-requests"
+            | "te"
+            | "alt-svc"
+    )
+}
+
 /// Remove hop-by-hop headers and every header named by a `Connection` token.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    if !has_hop_by_hop(headers) {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -54,6 +88,11 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
 ///   upgrade requests (WebSockets);
 /// - `Content-Length` dropped when `Transfer-Encoding` was present.
 pub(crate) fn prepare_request(headers: &mut HeaderMap, version: Version) {
+    // `TE`, `Upgrade`, `Transfer-Encoding` and `Connection` are hop-by-hop too: a
+    // request without any needs nothing here.
+    if !has_hop_by_hop(headers) {
+        return;
+    }
     let keep_te_trailers = version == Version::HTTP_2
         && headers
             .get_all(header::TE)
@@ -77,6 +116,38 @@ pub(crate) fn prepare_request(headers: &mut HeaderMap, version: Version) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hop_by_hop_match_is_the_list() {
+        for name in &HOP_BY_HOP {
+            assert!(is_hop_by_hop(name), "{name}");
+        }
+        let matched = [
+            "connection",
+            "transfer-encoding",
+            "keep-alive",
+            "upgrade",
+            "proxy-connection",
+            "proxy-authenticate",
+            "proxy-authentication-info",
+            "proxy-authorization",
+            "proxy-features",
+            "proxy-instruction",
+            "security-scheme",
+            "alpn",
+            "close",
+            "http2-settings",
+            "upgrade-insecure-requests",
+            "te",
+            "alt-svc",
+        ];
+        assert_eq!(matched.len(), HOP_BY_HOP.len());
+        for name in matched {
+            assert!(HOP_BY_HOP.iter().any(|h| h == name), "{name}");
+        }
+        assert!(!is_hop_by_hop(&header::CONTENT_LENGTH));
+        assert!(!is_hop_by_hop(&HeaderName::from_static("x-connection")));
+    }
 
     #[test]
     fn removes_hop_by_hop_and_connection_tokens() {

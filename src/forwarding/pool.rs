@@ -86,8 +86,9 @@ pub(crate) trait Exchange: Send {
 /// An exchange handed out by the pools.
 pub(crate) type BoxExchange = Pin<Box<dyn Exchange>>;
 
-/// Which pool a request goes to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// Which pool a request goes to. Compared and hashed on the authority's bytes as
+/// written in the config (`Authority`'s own `Hash` lowercases byte by byte).
+#[derive(Clone, Debug)]
 struct Key {
     https: bool,
     authority: Authority,
@@ -95,10 +96,65 @@ struct Key {
     accept_any_certificate: bool,
 }
 
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.https == other.https
+            && self.version == other.version
+            && self.accept_any_certificate == other.accept_any_certificate
+            && self.authority.as_str() == other.authority.as_str()
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write(self.authority.as_str().as_bytes());
+        state.write_u8(
+            u8::from(self.https)
+                | u8::from(self.version == UpstreamVersion::Http2) << 1
+                | u8::from(self.accept_any_certificate) << 2,
+        );
+    }
+}
+
+/// FxHash (rustc's): a multiply and a rotate per word; the pools' keys are few and
+/// come from the config, so no flooding defence is needed.
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        }
+        for &b in chunks.remainder() {
+            self.add(u64::from(b));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+
 /// The forwarder's pools and the connectors they open connections with.
 pub(crate) struct Pools<B> {
     connectors: super::client::Connectors,
-    pools: Mutex<HashMap<Key, Arc<Pool<B>>>>,
+    pools: Mutex<HashMap<Key, Arc<Pool<B>>, FxBuild>>,
     opened: Arc<AtomicU64>,
 }
 
@@ -106,7 +162,7 @@ impl<B: SendBody> Pools<B> {
     pub(crate) fn new() -> Self {
         Pools {
             connectors: super::client::Connectors::new(),
-            pools: Mutex::new(HashMap::new()),
+            pools: Mutex::new(HashMap::default()),
             opened: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -475,11 +531,14 @@ where
         else {
             return;
         };
-        // Let the connection settle after the response's end (nothing to wake: the
-        // next request that takes it polls it with its own waker).
-        let mut cx = Context::from_waker(Waker::noop());
-        if connection.as_mut().poll(&mut cx).is_ready() || !sender.is_ready() {
-            return;
+        // Usually ready at once; otherwise let the connection settle after the
+        // response's end (nothing to wake: the next request that takes it polls it
+        // with its own waker).
+        if !sender.is_ready() {
+            let mut cx = Context::from_waker(Waker::noop());
+            if connection.as_mut().poll(&mut cx).is_ready() || !sender.is_ready() {
+                return;
+            }
         }
         if let Some(pool) = this.pool.upgrade() {
             *this.reused = true;

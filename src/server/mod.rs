@@ -218,6 +218,104 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Serve on `workers` threads, each running its own single-threaded tokio runtime
+    /// with its own service from `make_service` (so its own connection pools), all
+    /// accepting on the same listening sockets — nginx's worker model: a request is
+    /// handled start to end on one thread, with no wake-ups across threads and no
+    /// locks shared between workers on its path. Returns like [`Server::serve`] once
+    /// `shutdown` completed and every worker has drained.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use fuseway::{pipeline::FusedDefault, server::Server, state::ProxyState};
+    /// # async fn run(state: Arc<ProxyState>) -> std::io::Result<()> {
+    /// let server = Server::bind(&["127.0.0.1:8080".parse().unwrap()]).await?;
+    /// server
+    ///     .serve_workers(2, move || FusedDefault::from_state(state.clone()), async {
+    ///         tokio::signal::ctrl_c().await.ok();
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
+    pub async fn serve_workers<S, F>(
+        self,
+        workers: usize,
+        make_service: F,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<()>
+    where
+        F: Fn() -> S + Send + Sync + 'static,
+        S: hyper::service::Service<Request<Incoming>, Response = Response<ProxyBody>>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+    {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let connections = Arc::new(Semaphore::new(self.options.max_connections));
+        let options = Arc::new(self.options);
+        let make_service = Arc::new(make_service);
+        let listeners = self
+            .listeners
+            .into_iter()
+            .map(|l| Ok((l.tcp.into_std()?, l.tls)))
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut threads = Vec::with_capacity(workers);
+        for i in 0..workers.max(1) {
+            // Each worker registers its own handle of every listening socket.
+            let mine = listeners
+                .iter()
+                .map(|(tcp, tls)| Ok((tcp.try_clone()?, tls.clone())))
+                .collect::<io::Result<Vec<_>>>()?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (stop, options, connections) =
+                (stop_rx.clone(), options.clone(), connections.clone());
+            let make_service = make_service.clone();
+            let worker = move || {
+                runtime.block_on(async move {
+                    let service = make_service();
+                    let mut tasks = JoinSet::new();
+                    for (tcp, tls) in mine {
+                        let tcp = match TcpListener::from_std(tcp) {
+                            Ok(tcp) => tcp,
+                            Err(e) => {
+                                tracing::error!(error = %e, "worker cannot register a listener");
+                                continue;
+                            }
+                        };
+                        tasks.spawn(accept_loop(
+                            Listener { tcp, tls },
+                            service.clone(),
+                            stop.clone(),
+                            options.clone(),
+                            connections.clone(),
+                        ));
+                    }
+                    while tasks.join_next().await.is_some() {}
+                })
+            };
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("fuseway-worker-{i}"))
+                    .spawn(worker)?,
+            );
+        }
+        drop(listeners);
+        shutdown.await;
+        tracing::info!("shutting down: no new connections, draining in-flight requests");
+        let _ = stop_tx.send(true);
+        for thread in threads {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        Ok(())
+    }
+}
+
 async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr)
         .await

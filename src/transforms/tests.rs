@@ -288,3 +288,22 @@ impl RouteTransforms {
         Arc::new(self).trailers_for(StatusCode::OK)
     }
 }
+
+#[test]
+fn forwarded_for_values_match_display() {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut ips: Vec<IpAddr> = ["0.0.0.0", "255.255.255.255", "10.0.100.9", "127.0.0.1"]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    ips.extend((0..2000).map(|_| IpAddr::V4(Ipv4Addr::from(rng.u32(..)))));
+    ips.push("::1".parse().unwrap());
+    ips.push(IpAddr::V6(Ipv6Addr::from(rng.u128(..))));
+    for ip in ips {
+        assert_eq!(request::ip_value(ip), ip.to_string().as_str(), "{ip}");
+    }
+    // IPv4-mapped IPv6 is written as IPv4.
+    let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+    assert_eq!(request::ip_value(mapped), "192.0.2.1");
+}
