@@ -314,29 +314,33 @@ async fn failed_upstream_connects_leak_no_file_descriptors() {
     )
     .await;
     let client = h1_client();
-    // Warm up the client's pool and the proxy's connections.
-    for _ in 0..100 {
-        let r = client.get(p.url("/x")).send().await.unwrap();
-        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
-    }
-    let before = open_fds();
-    let sent = Arc::new(AtomicUsize::new(0));
-    let mut workers = Vec::new();
-    for _ in 0..8 {
-        let (client, sent, url) = (client.clone(), sent.clone(), p.url("/x"));
-        workers.push(tokio::spawn(async move {
-            while sent.fetch_add(1, Ordering::SeqCst) < requests {
-                let r = client.get(&url).send().await.unwrap();
-                assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+    // 8 concurrent senders, so that 8 client connections are open.
+    let burst = |requests: usize| {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                let (client, sent, url) = (client.clone(), sent.clone(), p.url("/x"));
+                tokio::spawn(async move {
+                    while sent.fetch_add(1, Ordering::SeqCst) < requests {
+                        let r = client.get(&url).send().await.unwrap();
+                        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+                    }
+                })
+            })
+            .collect();
+        async move {
+            for w in workers {
+                tokio::time::timeout(Duration::from_secs(300), w)
+                    .await
+                    .expect("bounded")
+                    .unwrap();
             }
-        }));
-    }
-    for w in workers {
-        tokio::time::timeout(Duration::from_secs(300), w)
-            .await
-            .expect("bounded")
-            .unwrap();
-    }
+        }
+    };
+    // Warm up the client's pool and the proxy's connections the same way.
+    burst(400).await;
+    let before = open_fds();
+    burst(requests).await;
     p.wait_idle("c", "dead").await;
     let after = open_fds();
     eprintln!("{requests} failed connects: {before} -> {after} open descriptors");

@@ -123,6 +123,13 @@ pin_project! {
     }
 }
 
+/// An empty body (`B`'s), held back by nothing.
+impl<B: Default> Default for UpstreamBody<B> {
+    fn default() -> Self {
+        UpstreamBody::new(B::default(), None)
+    }
+}
+
 impl<B> UpstreamBody<B> {
     pub(crate) fn new(inner: B, gate: Option<Arc<Gate>>) -> Self {
         UpstreamBody {

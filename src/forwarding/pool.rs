@@ -57,13 +57,17 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle HTTP/1.1 connections kept per pool; more are closed when they come back.
 pub const MAX_IDLE_PER_POOL: usize = 1024;
 
-/// A request body the pooled connections can send.
+/// A request body the pooled connections can send (`Default`: the empty body of a
+/// request sent again, see [`Replay`]).
 pub(crate) trait SendBody:
-    Body<Data = Bytes, Error: Into<BoxError>> + Send + Unpin + 'static
+    Body<Data = Bytes, Error: Into<BoxError>> + Default + Send + Unpin + 'static
 {
 }
 
-impl<T> SendBody for T where T: Body<Data = Bytes, Error: Into<BoxError>> + Send + Unpin + 'static {}
+impl<T> SendBody for T where
+    T: Body<Data = Bytes, Error: Into<BoxError>> + Default + Send + Unpin + 'static
+{
+}
 
 /// One request's exchange with its destination, type-erased so that the forwarder's
 /// future and the response body name neither the request body type nor the
@@ -387,6 +391,7 @@ pin_project! {
         // Whether the connection may be replaced if it turns out closed (not when it
         // was opened for this request).
         reused: bool,
+        replay: Option<Replay>,
     }
 }
 
@@ -405,6 +410,7 @@ where
             in_flight: None,
             send,
             reused,
+            replay: None,
         })
     }
 }
@@ -456,12 +462,20 @@ where
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(response)) => {
                         this.in_flight.set(None);
+                        *this.replay = None;
                         return Poll::Ready(Ok(response));
                     }
                     Poll::Ready(Err(mut e)) => {
                         this.in_flight.set(None);
-                        match e.take_message() {
-                            Some(request) if *this.reused => request,
+                        match (e.take_message(), this.replay.take()) {
+                            (Some(request), _) if *this.reused => (request, false),
+                            // Written, then the connection closed under it: the
+                            // keep-alive race. Idempotent and body-less: send it again,
+                            // on a new connection (the idle ones may be as stale).
+                            (None, Some(replay)) if *this.reused && closed_under(e.error()) => {
+                                tracing::debug!(error = %e.error(), "reused connection closed under an idempotent request; sending it again");
+                                (replay.into_request(), true)
+                            }
                             _ => return Poll::Ready(Err(e.into_error().into())),
                         }
                     }
@@ -484,7 +498,7 @@ where
                         }
                         // A reused connection is ready when it is handed out: not
                         // ready means closed.
-                        Poll::Pending | Poll::Ready(Err(_)) if *this.reused => request,
+                        Poll::Pending | Poll::Ready(Err(_)) if *this.reused => (request, false),
                         Poll::Pending | Poll::Ready(Err(_)) => {
                             let e: BoxError = match failure {
                                 Some(e) => e.into(),
@@ -495,13 +509,18 @@ where
                     }
                 }
             };
-            // The request was never written: send it on another connection.
-            tracing::debug!("pooled connection closed before the request was sent; retrying");
+            // Not written (or replayable): send it on another connection.
+            let (unsent, fresh) = unsent;
             *this.pending = Some(unsent);
             let Some(pool) = this.pool.upgrade() else {
                 return Poll::Ready(Err("the forwarder was dropped".into()));
             };
-            *this.link = pool.relink_h1();
+            *this.link = if fresh {
+                Link::Connecting(pool.connect_h1())
+            } else {
+                tracing::debug!("pooled connection closed before the request was sent; retrying");
+                pool.relink_h1()
+            };
             *this.reused = matches!(this.link, Link::Open { .. });
         }
     }
@@ -555,6 +574,7 @@ where
 {
     fn start(self: Pin<&mut Self>, request: Request<B>) {
         let this = self.project();
+        *this.replay = Replay::of(&request);
         *this.pending = Some(request);
         *this.reused = true;
     }
@@ -562,6 +582,54 @@ where
     fn take_link(self: Pin<&mut Self>) -> Link<B> {
         std::mem::replace(self.project().link, Link::None)
     }
+}
+
+/// The head of an idempotent request without a body, kept while it goes out on a
+/// reused connection: if the destination closed that connection while it was idle
+/// and the close crosses the request (the keep-alive race), the request is sent once
+/// more on another connection, as .NET's `SocketsHttpHandler` (YARP) and nginx do.
+/// Costs a copy of the header map per such request.
+struct Replay {
+    method: http::Method,
+    uri: Uri,
+    headers: http::HeaderMap,
+}
+
+impl Replay {
+    fn of<B: Body>(request: &Request<B>) -> Option<Replay> {
+        (request.method().is_idempotent() && request.body().is_end_stream()).then(|| Replay {
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            headers: request.headers().clone(),
+        })
+    }
+
+    fn into_request<B: Default>(self) -> Request<B> {
+        let mut request = Request::new(B::default());
+        *request.method_mut() = self.method;
+        *request.uri_mut() = self.uri;
+        *request.headers_mut() = self.headers;
+        request
+    }
+}
+
+/// Whether `error` says the connection closed (or was reset) before a response came:
+/// not a response the destination got wrong.
+fn closed_under(error: &hyper::Error) -> bool {
+    if error.is_incomplete_message() || error.is_closed() || error.is_canceled() {
+        return true;
+    }
+    std::error::Error::source(error)
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        })
 }
 
 // ---- HTTP/2, shared connection ----

@@ -41,10 +41,11 @@ impl StdError for ClientBodyError {
     }
 }
 
-/// The client's body `B` with an optional size limit.
+/// The client's body `B` with an optional size limit (or no body at all: the empty
+/// body of a request sent again, see [`Default`]).
 #[derive(Debug)]
 pub struct RequestBody<B> {
-    inner: B,
+    inner: Option<B>,
     remaining: Option<u64>,
     limit: u64,
 }
@@ -52,9 +53,20 @@ pub struct RequestBody<B> {
 impl<B> RequestBody<B> {
     pub(crate) fn new(inner: B, limit: Option<u64>) -> Self {
         RequestBody {
-            inner,
+            inner: Some(inner),
             remaining: limit,
             limit: limit.unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// An empty body.
+impl<B> Default for RequestBody<B> {
+    fn default() -> Self {
+        RequestBody {
+            inner: None,
+            remaining: None,
+            limit: u64::MAX,
         }
     }
 }
@@ -72,7 +84,10 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(remaining), Some(data)) = (this.remaining.as_mut(), frame.data_ref()) {
                     let len = data.len() as u64;
@@ -93,10 +108,12 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(B::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), B::size_hint)
     }
 }
