@@ -449,9 +449,13 @@ where
             else {
                 return Poll::Ready(Err("the exchange has no connection".into()));
             };
-            // Drive the connection: it writes the request and reads the response.
+            // Drive the connection: it writes the request and reads the response. A
+            // ready connection with a request still to send is driven after the send
+            // (one dispatcher pass fewer).
             let mut failure = None;
-            if !*closed {
+            let send_first =
+                this.in_flight.is_none() && this.pending.is_some() && sender.is_ready();
+            if !*closed && !send_first {
                 if let Poll::Ready(result) = connection.as_mut().poll(cx) {
                     *closed = true;
                     failure = result.err();
@@ -550,14 +554,12 @@ where
         else {
             return;
         };
-        // Usually ready at once; otherwise let the connection settle after the
-        // response's end (nothing to wake: the next request that takes it polls it
-        // with its own waker).
-        if !sender.is_ready() {
-            let mut cx = Context::from_waker(Waker::noop());
-            if connection.as_mut().poll(&mut cx).is_ready() || !sender.is_ready() {
-                return;
-            }
+        // Let the connection settle after the response's end, polled with a waker
+        // that wakes nothing: the last waker it keeps is then not this task's, and the
+        // next request that takes it does not wake this task when it sends.
+        let mut cx = Context::from_waker(Waker::noop());
+        if connection.as_mut().poll(&mut cx).is_ready() || !sender.is_ready() {
+            return;
         }
         if let Some(pool) = this.pool.upgrade() {
             *this.reused = true;
