@@ -33,7 +33,14 @@ pub(crate) fn normalize(path: &str) -> Option<String> {
 }
 
 fn needs_normalizing(path: &str) -> bool {
-    path.contains("//") || path.split('/').any(|seg| dots(seg).is_some())
+    // One pass first: a path without `.`, `%` or a doubled `/` is normal (almost
+    // every path).
+    let bytes = path.as_bytes();
+    let suspect = bytes
+        .iter()
+        .zip(bytes.iter().skip(1).chain([&0]))
+        .any(|(&b, &next)| b == b'.' || b == b'%' || (b == b'/' && next == b'/'));
+    suspect && (path.contains("//") || path.split('/').any(|seg| dots(seg).is_some()))
 }
 
 /// `Some(1)` for `.`, `Some(2)` for `..` (also percent-encoded), else `None`.

@@ -151,14 +151,19 @@ pub(super) struct RequestHost {
 }
 
 impl RequestHost {
+    /// No host (for tables whose routes name none).
+    pub(super) fn none() -> RequestHost {
+        RequestHost {
+            host: InlineVec::new(),
+            port: None,
+        }
+    }
+
     /// The host from the URI authority (HTTP/2, absolute-form) or else the `Host` header
     /// (HTTP/1.1). A missing port is 443 for an `https` URI, else 80. A malformed `Host`
     /// header counts as no host: then only routes without hosts can match.
     pub(super) fn from_request(uri: &Uri, headers: &HeaderMap) -> RequestHost {
-        let mut out = RequestHost {
-            host: InlineVec::new(),
-            port: None,
-        };
+        let mut out = RequestHost::none();
         let (host, port) = if let Some(authority) = uri.authority() {
             (authority.host().as_bytes(), authority.port_u16())
         } else {

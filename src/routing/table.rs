@@ -26,6 +26,9 @@ pub struct RouteTable {
     wildcard: HashMap<Box<[u8]>, Node>,
     /// The trie of routes without hosts and with `*:port` patterns.
     any: Node,
+    /// Whether any route names a host or a port: if none does, the request's host is
+    /// never looked at.
+    uses_host: bool,
 }
 
 impl fmt::Debug for RouteTable {
@@ -93,6 +96,7 @@ impl RouteTable {
             exact: HashMap::new(),
             wildcard: HashMap::new(),
             any: Node::default(),
+            uses_host: routes.iter().any(|r| !r.hosts().is_empty()),
         };
         for (rank, (_, index, host)) in keyed.into_iter().enumerate() {
             let route = &routes[index];
@@ -138,7 +142,11 @@ impl RouteTable {
     /// query values without escapes).
     pub fn find(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<usize> {
         let path = RequestPath::parse(uri.path());
-        let host = RequestHost::from_request(uri, headers);
+        let host = if self.uses_host {
+            RequestHost::from_request(uri, headers)
+        } else {
+            RequestHost::none()
+        };
         let method_bit = MethodSet::bit(method);
         let port = host.port();
         let query = uri.query();
