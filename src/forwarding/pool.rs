@@ -391,7 +391,7 @@ pin_project! {
         // Whether the connection may be replaced if it turns out closed (not when it
         // was opened for this request).
         reused: bool,
-        replay: Option<Replay>,
+        replay: Replay,
     }
 }
 
@@ -410,7 +410,7 @@ where
             in_flight: None,
             send,
             reused,
-            replay: None,
+            replay: Replay::default(),
         })
     }
 }
@@ -466,19 +466,24 @@ where
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(response)) => {
                         this.in_flight.set(None);
-                        *this.replay = None;
+                        this.replay.disarm();
                         return Poll::Ready(Ok(response));
                     }
                     Poll::Ready(Err(mut e)) => {
                         this.in_flight.set(None);
-                        match (e.take_message(), this.replay.take()) {
+                        let replay = match e.message() {
+                            None if *this.reused && closed_under(e.error()) => this.replay.take(),
+                            _ => None,
+                        };
+                        this.replay.disarm();
+                        match (e.take_message(), replay) {
                             (Some(request), _) if *this.reused => (request, false),
                             // Written, then the connection closed under it: the
                             // keep-alive race. Idempotent and body-less: send it again,
                             // on a new connection (the idle ones may be as stale).
-                            (None, Some(replay)) if *this.reused && closed_under(e.error()) => {
+                            (None, Some(replay)) => {
                                 tracing::debug!(error = %e.error(), "reused connection closed under an idempotent request; sending it again");
-                                (replay.into_request(), true)
+                                (replay, true)
                             }
                             _ => return Poll::Ready(Err(e.into_error().into())),
                         }
@@ -576,7 +581,7 @@ where
 {
     fn start(self: Pin<&mut Self>, request: Request<B>) {
         let this = self.project();
-        *this.replay = Replay::of(&request);
+        this.replay.arm(&request);
         *this.pending = Some(request);
         *this.reused = true;
     }
@@ -589,29 +594,56 @@ where
 /// The head of an idempotent request without a body, kept while it goes out on a
 /// reused connection: if the destination closed that connection while it was idle
 /// and the close crosses the request (the keep-alive race), the request is sent once
-/// more on another connection, as .NET's `SocketsHttpHandler` (YARP) and nginx do.
-/// Costs a copy of the header map per such request.
+/// more on a new connection, as .NET's `SocketsHttpHandler` (YARP) and nginx do.
+/// It lives in the pooled connection, so its header vector is refilled per request
+/// without allocating once it has grown; the entries are reference-counted clones.
+#[derive(Default)]
 struct Replay {
+    /// Whether the request in flight can be sent again.
+    armed: bool,
     method: http::Method,
     uri: Uri,
-    headers: http::HeaderMap,
+    headers: Vec<(http::header::HeaderName, http::HeaderValue)>,
 }
 
 impl Replay {
-    fn of<B: Body>(request: &Request<B>) -> Option<Replay> {
-        (request.method().is_idempotent() && request.body().is_end_stream()).then(|| Replay {
-            method: request.method().clone(),
-            uri: request.uri().clone(),
-            headers: request.headers().clone(),
-        })
+    fn arm<B: Body>(&mut self, request: &Request<B>) {
+        self.armed = request.method().is_idempotent() && request.body().is_end_stream();
+        if self.armed {
+            self.method = request.method().clone();
+            self.uri = request.uri().clone();
+            self.headers.clear();
+            self.headers.extend(
+                request
+                    .headers()
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.clone())),
+            );
+        }
     }
 
-    fn into_request<B: Default>(self) -> Request<B> {
+    /// The request is answered: let go of its parts (they hold the client's buffers).
+    fn disarm(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            self.uri = Uri::default();
+            self.headers.clear();
+        }
+    }
+
+    /// The request to send again, once.
+    fn take<B: Default>(&mut self) -> Option<Request<B>> {
+        if !std::mem::take(&mut self.armed) {
+            return None;
+        }
         let mut request = Request::new(B::default());
-        *request.method_mut() = self.method;
-        *request.uri_mut() = self.uri;
-        *request.headers_mut() = self.headers;
-        request
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = std::mem::take(&mut self.uri);
+        let headers = request.headers_mut();
+        headers.reserve(self.headers.len());
+        for (name, value) in self.headers.drain(..) {
+            headers.append(name, value);
+        }
+        Some(request)
     }
 }
 
