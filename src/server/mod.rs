@@ -30,16 +30,43 @@ use crate::request::ConnectionInfo;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What [`Server`] serves: a hyper service answering with [`ProxyBody`] responses,
+/// shareable across connections and threads (every pipeline, fused or layered through
+/// [`ProxyService`], is one).
+pub trait ServeService:
+    hyper::service::Service<
+        Request<Incoming>,
+        Response = Response<ProxyBody>,
+        Future: Send + 'static,
+        Error: Into<BoxError>,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> ServeService for S where
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<ProxyBody>,
+            Future: Send + 'static,
+            Error: Into<BoxError>,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Listens on one or more sockets and serves a hyper service on each connection
 /// (HTTP/1.1 and HTTP/2 detected per connection); a listener may terminate TLS
 /// (rustls, ALPN `h2` and `http/1.1`), in which case requests carry
 /// [`ConnectionInfo`] with `tls: true`.
 ///
 /// ```no_run
-/// # use fuseway::server::Server;
-/// # async fn run<S>(service: S) -> std::io::Result<()>
-/// # where S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<fuseway::body::ProxyBody>> + Clone + Send + Sync + 'static,
-/// #       S::Future: Send + 'static, S::Error: Into<Box<dyn std::error::Error + Send + Sync>> {
+/// # use fuseway::server::{Server, ServeService};
+/// # async fn run<S: ServeService>(service: S) -> std::io::Result<()> {
 /// let server = Server::bind(&["127.0.0.1:0".parse().unwrap()]).await?;
 /// println!("listening on {:?}", server.local_addrs());
 /// server.serve(service, async { tokio::signal::ctrl_c().await.ok(); }).await
@@ -189,13 +216,7 @@ impl Server {
     /// requests finish (bounded by the graceful timeout) and return.
     pub async fn serve<S>(self, service: S, shutdown: impl Future<Output = ()>) -> io::Result<()>
     where
-        S: hyper::service::Service<Request<Incoming>, Response = Response<ProxyBody>>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
-        S::Error: Into<BoxError>,
+        S: ServeService,
     {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
@@ -246,13 +267,7 @@ impl Server {
     ) -> io::Result<()>
     where
         F: Fn() -> S + Send + Sync + 'static,
-        S: hyper::service::Service<Request<Incoming>, Response = Response<ProxyBody>>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
-        S::Error: Into<BoxError>,
+        S: ServeService,
     {
         let (stop_tx, stop_rx) = watch::channel(false);
         let connections = Arc::new(Semaphore::new(self.options.max_connections));
@@ -344,13 +359,7 @@ async fn accept_loop<S>(
     options: Arc<ServerOptions>,
     connections: Arc<Semaphore>,
 ) where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<ProxyBody>>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
+    S: ServeService,
 {
     let Listener { tcp: listener, tls } = listener;
     let local = listener
