@@ -577,3 +577,38 @@ async fn connections_to_the_destination_are_kept_alive_and_reused() {
     p.wait_idle("c", "d1").await;
     p.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_forwarder_counts_the_connections_it_opens() {
+    use std::sync::atomic::Ordering;
+    let (url, _stop, accepted) = counting_backend().await;
+    let config: fuseway::config::ProxyConfig =
+        serde_json::from_str(&simple_config(&[("d1", &url)], "")).unwrap();
+    let state = Arc::new(fuseway::state::ProxyState::new(config).unwrap());
+    let forwarder = fuseway::forwarding::Forwarder::new();
+    let service = fuseway::server::ProxyService::new(fuseway::pipeline::layered_default_with(
+        state,
+        forwarder.clone(),
+    ));
+    let server = fuseway::server::Server::bind(&["127.0.0.1:0".parse().unwrap()])
+        .await
+        .unwrap();
+    let addr = server.local_addrs()[0];
+    let (stop, stopped) = oneshot::channel::<()>();
+    let served = tokio::spawn(server.serve(service, async {
+        let _ = stopped.await;
+    }));
+    let client = h1_client();
+    for i in 0..20 {
+        let r = client
+            .get(format!("http://{addr}/n/{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.text().await.unwrap(), format!("/n/{i} 0"));
+    }
+    assert_eq!(forwarder.connections_opened(), 1);
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    let _ = stop.send(());
+    within("the server to stop", served).await.unwrap().unwrap();
+}

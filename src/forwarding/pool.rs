@@ -14,7 +14,8 @@
 //! - A connection found closed when taken (the destination closed it while idle), or
 //!   that fails before the request was written, is replaced by another idle one or a
 //!   new one and the request goes there: it was never sent, so any method is safe to
-//!   send again.
+//!   send again. One that closes *after* the request was written (the keep-alive race)
+//!   gets an idempotent body-less request once more, on a new connection ([`Replay`]).
 //! - **HTTP/2 connections are shared**: one per pool, driven by its own task; each
 //!   request is one boxed exchange.
 //! - **Upgrades** (WebSockets) get a connection of their own, driven by a task that
@@ -22,7 +23,8 @@
 //!
 //! Idle HTTP/1.1 connections are not polled while they wait: a destination's close is
 //! seen when a request takes the connection. Idle connections are kept for
-//! [`IDLE_TIMEOUT`], at most [`MAX_IDLE_PER_POOL`] per pool.
+//! [`IDLE_TIMEOUT`], at most [`MAX_IDLE_PER_POOL`] per pool; every few thousand
+//! requests a sweep closes expired ones everywhere and forgets unused pools.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
@@ -158,15 +160,27 @@ type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
 /// The forwarder's pools and the connectors they open connections with.
 pub(crate) struct Pools<B> {
     connectors: super::client::Connectors,
-    pools: Mutex<HashMap<Key, Arc<Pool<B>>, FxBuild>>,
+    pools: Mutex<PoolMap<B>>,
     opened: Arc<AtomicU64>,
 }
+
+struct PoolMap<B> {
+    pools: HashMap<Key, Arc<Pool<B>>, FxBuild>,
+    /// Look-ups since the last sweep.
+    lookups: u32,
+}
+
+/// Look-ups between two sweeps of the pools.
+const SWEEP_EVERY: u32 = 4096;
 
 impl<B: SendBody> Pools<B> {
     pub(crate) fn new() -> Self {
         Pools {
             connectors: super::client::Connectors::new(),
-            pools: Mutex::new(HashMap::default()),
+            pools: Mutex::new(PoolMap {
+                pools: HashMap::default(),
+                lookups: 0,
+            }),
             opened: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -238,8 +252,13 @@ impl<B: SendBody> Pools<B> {
     }
 
     fn pool(&self, key: Key) -> Arc<Pool<B>> {
-        let mut pools = self.pools.lock().expect("pools lock");
-        if let Some(pool) = pools.get(&key) {
+        let mut map = self.pools.lock().expect("pools lock");
+        map.lookups += 1;
+        if map.lookups >= SWEEP_EVERY {
+            map.lookups = 0;
+            sweep(&mut map.pools);
+        }
+        if let Some(pool) = map.pools.get(&key) {
             return pool.clone();
         }
         let connector = self
@@ -259,9 +278,30 @@ impl<B: SendBody> Pools<B> {
             shared: Mutex::new(None),
             opened: self.opened.clone(),
         });
-        pools.insert(key, pool.clone());
+        map.pools.insert(key, pool.clone());
         pool
     }
+}
+
+/// Close idle connections past [`IDLE_TIMEOUT`] in every pool, and forget pools that
+/// nothing uses any more (destinations removed by a reload): without it they would
+/// keep their idle sockets, since nobody takes from them.
+fn sweep<B>(pools: &mut HashMap<Key, Arc<Pool<B>>, FxBuild>) {
+    let now = Instant::now();
+    pools.retain(|_, pool| {
+        let mut idle = pool.idle.lock().expect("pool lock");
+        let expired = idle.partition_point(|i| now.duration_since(i.since) >= IDLE_TIMEOUT);
+        idle.drain(..expired);
+        let shared = pool
+            .shared
+            .lock()
+            .expect("pool lock")
+            .as_ref()
+            .is_some_and(|s| !s.is_closed());
+        // Exchanges in flight hold it weakly: one that ends after this finds no pool
+        // and closes its connection.
+        !idle.is_empty() || shared || Arc::strong_count(pool) > 1
+    });
 }
 
 /// The connections to one destination authority.
@@ -790,4 +830,50 @@ impl Exchange for Upgrade {
     fn poll_connection(self: Pin<&mut Self>, _cx: &mut Context<'_>) {}
 
     fn finish(self: Pin<Box<Self>>, _reusable: bool) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Empty;
+
+    fn key(authority: &'static str) -> Key {
+        Key {
+            https: false,
+            authority: Authority::from_static(authority),
+            version: UpstreamVersion::Http1,
+            accept_any_certificate: false,
+        }
+    }
+
+    #[test]
+    fn sweeps_forget_pools_nothing_uses() {
+        let pools = Pools::<Empty<Bytes>>::new();
+        let kept = pools.pool(key("127.0.0.1:1"));
+        drop(pools.pool(key("127.0.0.1:2")));
+        assert!(
+            Arc::ptr_eq(&kept, &pools.pool(key("127.0.0.1:1"))),
+            "one pool per key"
+        );
+        let mut map = pools.pools.lock().unwrap();
+        assert_eq!(map.pools.len(), 2);
+        sweep(&mut map.pools);
+        assert_eq!(map.pools.len(), 1, "the unused pool is forgotten");
+        assert!(map.pools.contains_key(&key("127.0.0.1:1")));
+    }
+
+    #[test]
+    fn keys_hash_and_compare_on_the_authority_as_written() {
+        use std::hash::BuildHasher;
+        let build = FxBuild::default();
+        assert_eq!(
+            build.hash_one(key("a.example:80")),
+            build.hash_one(key("a.example:80"))
+        );
+        assert_ne!(key("a.example:80"), key("a.example:81"));
+        let mut h2 = key("a.example:80");
+        h2.version = UpstreamVersion::Http2;
+        assert_ne!(key("a.example:80"), h2);
+        assert_ne!(build.hash_one(key("a.example:80")), build.hash_one(h2));
+    }
 }
