@@ -364,3 +364,71 @@ async fn the_binary_binds_tls_listeners_from_its_config() {
     child.start_kill().unwrap();
     let _ = child.wait().await;
 }
+
+/// `https://` destinations are verified against the system's roots, which
+/// `SSL_CERT_FILE` replaces (as for OpenSSL and curl): a destination whose certificate
+/// is in that file is reached, without `DangerousAcceptAnyServerCertificate`; without
+/// the file the same destination is refused (502).
+#[tokio::test]
+async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let (cert, key) = self_signed();
+    let backend = https_backend(&cert, &key).await;
+    let dir = TempDir::new("roots");
+    let roots = dir.write("roots.pem", &cert);
+    for (trusted, expected) in [(true, 200), (false, 502)] {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let config = common::simple_config(
+            &[("d1", &format!("https://127.0.0.1:{}", backend.port()))],
+            "",
+        );
+        let file = dir.write("proxy.json", &config);
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"));
+        command
+            .arg("--config")
+            .arg(&file)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "info")
+            .env_remove("SSL_CERT_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if trusted {
+            command.env("SSL_CERT_FILE", &roots);
+        } else {
+            // An empty file: no system roots at all, only the Mozilla set.
+            command.env("SSL_CERT_FILE", dir.write("empty.pem", ""));
+        }
+        let mut child = command.spawn().unwrap();
+        let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+        within("the listening log line", async {
+            while let Some(line) = log.next_line().await.unwrap() {
+                if line.contains("fuseway listening") {
+                    return;
+                }
+            }
+            panic!("fuseway exited before listening");
+        })
+        .await;
+        let r = within(
+            "an answer",
+            common::h1_client()
+                .get(format!("http://127.0.0.1:{port}/verified"))
+                .send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), expected, "trusted: {trusted}");
+        if trusted {
+            assert_eq!(r.text().await.unwrap(), "HTTP/1.1 /verified");
+        }
+        child.start_kill().unwrap();
+        let _ = child.wait().await;
+    }
+}

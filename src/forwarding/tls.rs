@@ -1,6 +1,6 @@
 //! TLS towards `https://` destinations (rustls with the `ring` provider).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -11,9 +11,9 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// A client config that validates destinations against the web PKI roots, or accepts
-/// any certificate when `accept_any` (the cluster's
-/// `DangerousAcceptAnyServerCertificate`, meant for tests).
+/// A client config that validates destinations against [`roots`], or accepts any
+/// certificate when `accept_any` (the cluster's `DangerousAcceptAnyServerCertificate`,
+/// meant for tests).
 pub(crate) fn client_config(accept_any: bool) -> ClientConfig {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -24,11 +24,36 @@ pub(crate) fn client_config(accept_any: bool) -> ClientConfig {
             .with_custom_certificate_verifier(Arc::new(AcceptAny(provider())))
             .with_no_client_auth()
     } else {
-        let roots = RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        builder.with_root_certificates(roots).with_no_client_auth()
+        builder
+            .with_root_certificates(roots())
+            .with_no_client_auth()
     }
+}
+
+/// The trust anchors for `https://` destinations, loaded once per process: the
+/// system's (the platform store; or, when set, the PEM file `SSL_CERT_FILE` and the
+/// directories `SSL_CERT_DIR` instead, as OpenSSL and curl read them) plus the Mozilla
+/// set (webpki-roots), so that a machine without a store still verifies public sites.
+fn roots() -> Arc<RootCertStore> {
+    static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let mut roots = RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            };
+            let native = rustls_native_certs::load_native_certs();
+            for error in &native.errors {
+                tracing::warn!(%error, "some system root certificates could not be loaded");
+            }
+            let (added, ignored) = roots.add_parsable_certificates(native.certs);
+            tracing::debug!(
+                added,
+                ignored,
+                "system root certificates for https destinations"
+            );
+            Arc::new(roots)
+        })
+        .clone()
 }
 
 #[derive(Debug)]
