@@ -157,8 +157,9 @@ impl Drop for ExchangeGuard {
 
 /// The terminal service of every pipeline: forwards a [`Balanced`] request.
 ///
-/// `B` is the request body type; the forwarder keeps one pooled client per HTTP
-/// version and certificate policy, shared by all its clones.
+/// `B` is the request body type. The forwarder's connection pools (one per
+/// destination authority, HTTP version and certificate policy) are shared by all its
+/// clones; the binary gives each worker thread a forwarder of its own.
 pub struct Forwarder<B> {
     pools: Arc<Pools<UpstreamBody<RequestBody<B>>>>,
 }
