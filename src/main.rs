@@ -1,3 +1,5 @@
+use std::io::Write;
+
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -10,6 +12,9 @@ async fn main() {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // A closed stderr must not stop the proxy: by default a failed log write is
+        // reported with `eprintln!`, which panics when stderr itself is gone.
+        .log_internal_errors(false)
         .init();
     #[cfg(feature = "count-allocs")]
     count_allocs::report_on_sigusr1();
@@ -18,7 +23,7 @@ async fn main() {
     #[cfg(feature = "count-allocs")]
     count_allocs::report("exit");
     if let Err(e) = result {
-        eprintln!("fuseway: {e}");
+        let _ = writeln!(std::io::stderr(), "fuseway: {e}");
         std::process::exit(1);
     }
 }
@@ -30,6 +35,7 @@ async fn main() {
 mod count_allocs {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
+    use std::io::Write;
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
     /// One counter pair per cache line; each thread counts in its own slot, so counting
@@ -102,7 +108,10 @@ mod count_allocs {
             allocations += slot.allocations.load(Ordering::Relaxed);
             bytes += slot.bytes.load(Ordering::Relaxed);
         }
-        eprintln!("fuseway-allocs: allocations={allocations} bytes={bytes} at={at}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "fuseway-allocs: allocations={allocations} bytes={bytes} at={at}"
+        );
     }
 
     /// Print the totals on every SIGUSR1.

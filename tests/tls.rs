@@ -319,7 +319,6 @@ async fn https_destinations_over_http1_and_http2() {
 #[tokio::test]
 async fn the_binary_binds_tls_listeners_from_its_config() {
     use std::process::Stdio;
-    use tokio::io::{AsyncBufReadExt, BufReader};
 
     let (cert, key) = self_signed();
     let dir = TempDir::new("binary");
@@ -343,16 +342,7 @@ async fn the_binary_binds_tls_listeners_from_its_config() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
-    within("the listening log line", async {
-        while let Some(line) = log.next_line().await.unwrap() {
-            if line.contains("fuseway listening") {
-                return;
-            }
-        }
-        panic!("fuseway exited before listening");
-    })
-    .await;
+    until_listening(&mut child).await;
     let r = https_client(&cert, None)
         .get(format!("https://127.0.0.1:{port}/from-binary"))
         .send()
@@ -372,7 +362,6 @@ async fn the_binary_binds_tls_listeners_from_its_config() {
 #[tokio::test]
 async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
     use std::process::Stdio;
-    use tokio::io::{AsyncBufReadExt, BufReader};
 
     let (cert, key) = self_signed();
     let backend = https_backend(&cert, &key).await;
@@ -406,16 +395,7 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
             command.env("SSL_CERT_FILE", dir.write("empty.pem", ""));
         }
         let mut child = command.spawn().unwrap();
-        let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
-        within("the listening log line", async {
-            while let Some(line) = log.next_line().await.unwrap() {
-                if line.contains("fuseway listening") {
-                    return;
-                }
-            }
-            panic!("fuseway exited before listening");
-        })
-        .await;
+        until_listening(&mut child).await;
         let r = within(
             "an answer",
             common::h1_client()
@@ -431,4 +411,21 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
         child.start_kill().unwrap();
         let _ = child.wait().await;
     }
+}
+
+/// Wait for the binary's "fuseway listening" log line (its stderr piped). The log is
+/// closed afterwards: the binary must keep serving with its stderr gone (its later log
+/// lines fail to write).
+async fn until_listening(child: &mut tokio::process::Child) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+    within("the listening log line", async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if line.contains("fuseway listening") {
+                return;
+            }
+        }
+        panic!("fuseway exited before listening");
+    })
+    .await;
 }

@@ -35,20 +35,22 @@ pub(super) async fn run(
     let server = Server::bind(&addrs).await?;
     let proxy = server.local_addrs()[0];
     let admin_task = super::spawn_admin(admin, &state).await?;
-    println!("fuseway demo: proxy on http://{proxy}, backends on http://{a} and http://{b}");
-    println!("Try:");
-    println!(
-        "  curl -i http://{proxy}/hello              # route `all` -> cluster `main` -> backend-a"
+    let mut text = format!(
+        "fuseway demo: proxy on http://{proxy}, backends on http://{a} and http://{b}\n\
+         Try:\n\
+         \x20 curl -i http://{proxy}/hello              # route `all` -> cluster `main` -> backend-a\n\
+         \x20 curl -i http://{proxy}/b/anything         # route `b` -> cluster `second` -> backend-b\n\
+         \x20 curl -i --http2-prior-knowledge http://{proxy}/hello   # h2c to the proxy\n\
+         \x20 curl -i -H 'Host: api.example.com' http://{proxy}/x    # host route `api`\n"
     );
-    println!(
-        "  curl -i http://{proxy}/b/anything         # route `b` -> cluster `second` -> backend-b"
-    );
-    println!("  curl -i --http2-prior-knowledge http://{proxy}/hello   # h2c to the proxy");
-    println!("  curl -i -H 'Host: api.example.com' http://{proxy}/x    # host route `api`");
     for addr in admin_task.addrs() {
-        println!("Status page: http://{addr}/ (also /status.json, /metrics)");
+        text.push_str(&format!(
+            "Status page: http://{addr}/ (also /status.json, /metrics)\n"
+        ));
     }
-    println!("Ctrl-C to stop.");
+    text.push_str("Ctrl-C to stop.\n");
+    // A closed stdout must not stop the proxy (`println!` would panic).
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     let service = pipeline::FusedDefault::from_state(state);
     server.serve(service, shutdown_signal()).await?;
     admin_task.stop().await;
