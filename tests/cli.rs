@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Stdio;
 
-use common::{h1_client, h2c_client, within};
+use common::{h1_client, h2c_client, strip_ansi, within};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -115,13 +115,7 @@ async fn runs_a_config_file_and_stops_on_sigterm() {
     within("the serving log line", async {
         while let Some(line) = log.next_line().await.unwrap() {
             if line.contains("serving") {
-                // Without the terminal colours (`ESC [ ... m`).
-                let mut pieces = line.split('\x1b');
-                let mut plain = pieces.next().unwrap_or("").to_owned();
-                for piece in pieces {
-                    plain.push_str(piece.split_once('m').map_or(piece, |(_, rest)| rest));
-                }
-                assert!(plain.contains("workers=3"), "{line}");
+                assert!(strip_ansi(&line).contains("workers=3"), "{line}");
                 return;
             }
         }

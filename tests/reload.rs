@@ -392,20 +392,3 @@ async fn the_binary_reloads_an_edited_file_and_serves_its_admin_listener() {
     let _ = child.wait().await;
     std::fs::remove_dir_all(&dir).ok();
 }
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}

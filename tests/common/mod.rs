@@ -243,3 +243,21 @@ pub fn h2c_client() -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// `s` without its terminal escape sequences (`ESC [ ... m` colours).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
