@@ -215,42 +215,6 @@ impl<B: SendBody> Pools<B> {
         }
     }
 
-    /// Send `request` and read at most `limit` bytes of its response body, so that the
-    /// connection goes back to its pool (for active health probes): the status.
-    pub(crate) async fn status_of(
-        &self,
-        request: Request<B>,
-        scheme: &Scheme,
-        authority: &Authority,
-        version: UpstreamVersion,
-        accept_any_certificate: bool,
-        limit: usize,
-    ) -> Result<http::StatusCode, BoxError> {
-        let mut exchange = self.send(
-            request,
-            scheme,
-            authority,
-            version,
-            accept_any_certificate,
-            false,
-        );
-        let response = std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx)).await?;
-        let status = response.status();
-        let mut body = std::pin::pin!(http_body_util::Limited::new(response.into_body(), limit));
-        let ended = std::future::poll_fn(|cx| loop {
-            exchange.as_mut().poll_connection(cx);
-            match body.as_mut().poll_frame(cx) {
-                Poll::Ready(Some(Ok(_))) => continue,
-                Poll::Ready(Some(Err(_))) => return Poll::Ready(false),
-                Poll::Ready(None) => return Poll::Ready(true),
-                Poll::Pending => return Poll::Pending,
-            }
-        })
-        .await;
-        exchange.finish(ended);
-        Ok(status)
-    }
-
     fn pool(&self, key: Key) -> Arc<Pool<B>> {
         let mut map = self.pools.lock().expect("pools lock");
         map.lookups += 1;
@@ -281,6 +245,29 @@ impl<B: SendBody> Pools<B> {
         map.pools.insert(key, pool.clone());
         pool
     }
+}
+
+/// Drive `exchange` to its response and read at most `limit` bytes of the body, so
+/// that the connection goes back to its pool (for active health probes): the status.
+pub(crate) async fn status_of(
+    mut exchange: BoxExchange,
+    limit: usize,
+) -> Result<http::StatusCode, BoxError> {
+    let response = std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx)).await?;
+    let status = response.status();
+    let mut body = std::pin::pin!(http_body_util::Limited::new(response.into_body(), limit));
+    let ended = std::future::poll_fn(|cx| loop {
+        exchange.as_mut().poll_connection(cx);
+        match body.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(_))) => continue,
+            Poll::Ready(Some(Err(_))) => return Poll::Ready(false),
+            Poll::Ready(None) => return Poll::Ready(true),
+            Poll::Pending => return Poll::Pending,
+        }
+    })
+    .await;
+    exchange.finish(ended);
+    Ok(status)
 }
 
 /// Close idle connections past [`IDLE_TIMEOUT`] in every pool, and forget pools that
@@ -375,9 +362,8 @@ impl<B: SendBody> Pool<B> {
                 connection.as_mut().start(request);
                 connection
             }
-            None => H1::boxed(
-                Arc::downgrade(self),
-                Link::Connecting(self.connect_h1()),
+            None => H1::connecting(
+                self,
                 request,
                 |sender: &mut http1::SendRequest<B>, request| sender.try_send_request(request),
             ),
@@ -441,15 +427,16 @@ where
     F: Future<Output = Result<Response<Incoming>, http1_error::TrySend<B>>> + Send + 'static,
     S: Fn(&mut http1::SendRequest<B>, Request<B>) -> F + Send + Copy + 'static,
 {
-    fn boxed(pool: Weak<Pool<B>>, link: Link<B>, request: Request<B>, send: S) -> BoxExchange {
-        let reused = matches!(link, Link::Open { .. });
+    /// An exchange for `request` on a new connection (the one allocation a pooled
+    /// connection costs).
+    fn connecting(pool: &Arc<Pool<B>>, request: Request<B>, send: S) -> BoxExchange {
         Box::pin(H1 {
-            pool,
-            link,
+            pool: Arc::downgrade(pool),
+            link: Link::Connecting(pool.connect_h1()),
             pending: Some(request),
             in_flight: None,
             send,
-            reused,
+            reused: false,
             replay: Replay::default(),
         })
     }

@@ -15,7 +15,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::settings::ActiveSettings;
 use super::HealthState;
-use crate::forwarding::pool::Pools;
+use crate::forwarding::pool::{self, Pools};
 use crate::state::{
     Cluster, Destination, DestinationState, HttpSettings, ProxyState, Snapshot, UpstreamVersion,
 };
@@ -360,14 +360,15 @@ impl Prober {
             headers.insert(HOST, host.clone());
         }
         let deadline = Instant::now() + plan.settings.timeout;
-        let sent = self.pools.status_of(
+        let exchange = self.pools.send(
             request,
             &scheme,
             &authority,
             plan.http.version,
             plan.http.accept_any_certificate,
-            DRAIN_LIMIT,
+            false,
         );
+        let sent = pool::status_of(exchange, DRAIN_LIMIT);
         match tokio::time::timeout_at(deadline, sent).await {
             Ok(Ok(status)) => {
                 tracing::debug!(
