@@ -64,6 +64,7 @@ pub mod body;
 pub mod cli;
 pub mod config;
 pub mod forwarding;
+mod fxhash;
 pub mod health;
 pub mod limits;
 pub mod pipeline;

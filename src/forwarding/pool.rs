@@ -46,6 +46,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::client::{Connector, Io};
+use crate::fxhash::FxBuild;
 use crate::state::UpstreamVersion;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -124,38 +125,6 @@ impl std::hash::Hash for Key {
     }
 }
 
-/// FxHash (rustc's): a multiply and a rotate per word; the pools' keys are few and
-/// come from the config, so no flooding defence is needed.
-#[derive(Default)]
-struct FxHasher(u64);
-
-impl std::hash::Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
-        }
-        for &b in chunks.remainder() {
-            self.add(u64::from(b));
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-impl FxHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
 
 /// The forwarder's pools and the connectors they open connections with.
 pub(crate) struct Pools<B> {

@@ -1,7 +1,7 @@
 //! The compiled route table: host dispatch over segment tries.
 
 use std::collections::hash_map::Entry as MapEntry;
-use std::collections::HashMap;
+use crate::fxhash::FxHashMap;
 use std::fmt;
 
 use http::{HeaderMap, Method, Uri};
@@ -21,9 +21,9 @@ use crate::config::{ConfigErrors, RouteConfig};
 pub struct RouteTable {
     routes: Vec<CompiledRoute>,
     /// Tries of routes with an exact host pattern, by host.
-    exact: HashMap<Box<[u8]>, Node>,
+    exact: FxHashMap<Box<[u8]>, Node>,
     /// Tries of routes with a `*.suffix` host pattern, by suffix.
-    wildcard: HashMap<Box<[u8]>, Node>,
+    wildcard: FxHashMap<Box<[u8]>, Node>,
     /// The trie of routes without hosts and with `*:port` patterns.
     any: Node,
     /// Whether any route names a host or a port: if none does, the request's host is
@@ -52,7 +52,7 @@ impl RouteTable {
     ) -> Result<RouteTable, ConfigErrors> {
         let mut errors = ConfigErrors::default();
         let mut compiled = Vec::new();
-        let mut first_with_key = HashMap::new();
+        let mut first_with_key = FxHashMap::default();
         for (id, config) in routes {
             let Some(route) = CompiledRoute::compile(id, config, &mut errors) else {
                 continue;
@@ -93,8 +93,8 @@ impl RouteTable {
 
         let mut table = RouteTable {
             routes: Vec::new(),
-            exact: HashMap::new(),
-            wildcard: HashMap::new(),
+            exact: FxHashMap::default(),
+            wildcard: FxHashMap::default(),
             any: Node::default(),
             uses_host: routes.iter().any(|r| !r.hosts().is_empty()),
         };

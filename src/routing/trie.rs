@@ -6,7 +6,7 @@
 //! node also knows the best rank anywhere below it, so a search skips subtrees that
 //! cannot beat the best match found so far (branch and bound).
 
-use std::collections::HashMap;
+use crate::fxhash::FxHashMap;
 
 use super::constraint::Constraint;
 use super::path::RequestPath;
@@ -46,7 +46,7 @@ impl Best {
 /// A trie node (the root stands for `/`).
 #[derive(Debug)]
 pub(super) struct Node {
-    literals: HashMap<Box<[u8]>, Node>,
+    literals: FxHashMap<Box<[u8]>, Node>,
     params: Vec<(Box<[Constraint]>, Node)>,
     terminal: Vec<Entry>,
     catch_all: Vec<Entry>,
@@ -57,7 +57,7 @@ pub(super) struct Node {
 impl Default for Node {
     fn default() -> Self {
         Node {
-            literals: HashMap::new(),
+            literals: FxHashMap::default(),
             params: Vec::new(),
             terminal: Vec::new(),
             catch_all: Vec::new(),
