@@ -615,6 +615,106 @@ async fn silent_connections_are_closed_by_the_header_read_timeout() {
     f.proxy.shutdown().await;
 }
 
+/// The header read timeout bounds only the wait for a request head: a response that
+/// streams, or an upload that trickles, for longer than the timeout is not cut, and the
+/// keep-alive wait after it starts when the response has ended.
+#[tokio::test]
+async fn slow_bodies_outlive_the_header_read_timeout_and_idle_starts_after_them() {
+    let chunk_every = Duration::from_millis(100);
+    let b = backend(move |req: Request<Incoming>| async move {
+        if req.uri().path() == "/stream" {
+            // Eight chunks over 800 ms: well past the 300 ms header read timeout.
+            let stream = futures_util::stream::unfold(0u8, move |i| async move {
+                if i == 8 {
+                    return None;
+                }
+                tokio::time::sleep(chunk_every).await;
+                Some((
+                    Ok::<_, BoxError>(Frame::data(Bytes::from(vec![b'a' + i]))),
+                    i + 1,
+                ))
+            });
+            Response::new(BodyExt::boxed(StreamBody::new(stream)))
+        } else {
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            Response::new(full(format!("got {}", body.len())))
+        }
+    })
+    .await;
+    let proxy = start(&simple_config(&[("d", &b.url())], ""), slow_options()).await;
+
+    let stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake::<_, TestBody>(TokioIo::new(stream))
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    let get = |path: &str| {
+        Request::get(path)
+            .header("host", "x")
+            .body(BodyExt::boxed(
+                Empty::<Bytes>::new().map_err(|e| match e {}),
+            ))
+            .unwrap()
+    };
+
+    let started = Instant::now();
+    let r = within("the slow response", async {
+        let r = sender.send_request(get("/stream")).await.unwrap();
+        r.into_body().collect().await.unwrap().to_bytes()
+    })
+    .await;
+    assert_eq!(&r[..], b"abcdefgh", "the whole slow response arrived");
+    assert!(started.elapsed() > Duration::from_millis(700));
+
+    // An upload trickling for 500 ms on the same connection.
+    let upload = futures_util::stream::unfold(0u8, move |i| async move {
+        if i == 5 {
+            return None;
+        }
+        tokio::time::sleep(chunk_every).await;
+        Some((
+            Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"0123456789"))),
+            i + 1,
+        ))
+    });
+    let post = Request::post("/upload")
+        .header("host", "x")
+        .body(BodyExt::boxed(StreamBody::new(upload)))
+        .unwrap();
+    let r = within("the slow upload", async {
+        let r = sender.send_request(post).await.unwrap();
+        r.into_body().collect().await.unwrap().to_bytes()
+    })
+    .await;
+    assert_eq!(&r[..], b"got 50", "the whole slow upload arrived");
+
+    // Idle for half the timeout after that response: still open.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    within("the keep-alive connection to be ready", sender.ready())
+        .await
+        .expect("the connection is still open");
+    let r = within("a request after a short idle", async {
+        let r = sender.send_request(get("/stream")).await.unwrap();
+        r.into_body().collect().await.unwrap().to_bytes()
+    })
+    .await;
+    assert_eq!(&r[..], b"abcdefgh");
+
+    // Then idle past the timeout: the proxy closes it.
+    let idle = Instant::now();
+    within("the idle connection to be closed", connection)
+        .await
+        .unwrap()
+        .expect("closed cleanly");
+    let took = idle.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+        "closed {took:?} after the last response for a 300 ms timeout"
+    );
+    proxy.shutdown().await;
+}
+
 // ===== clients that go away =====
 
 /// `/gate*` waits forever (until cancelled); `/stream*` sends a first chunk and

@@ -125,7 +125,6 @@ impl std::hash::Hash for Key {
     }
 }
 
-
 /// The forwarder's pools and the connectors they open connections with.
 pub(crate) struct Pools<B> {
     connectors: super::client::Connectors,

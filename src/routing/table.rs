@@ -1,7 +1,7 @@
 //! The compiled route table: host dispatch over segment tries.
 
-use std::collections::hash_map::Entry as MapEntry;
 use crate::fxhash::FxHashMap;
+use std::collections::hash_map::Entry as MapEntry;
 use std::fmt;
 
 use http::{HeaderMap, Method, Uri};

@@ -1,6 +1,7 @@
 //! The server: listeners speaking HTTP/1.1 and HTTP/2 (h2c in clear, ALPN over TLS),
 //! graceful shutdown.
 
+mod idle;
 mod service;
 mod tls;
 
@@ -339,16 +340,64 @@ async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
 
 /// Wait until the first bytes tell HTTP/1 from HTTP/2 (as hyper-util's detection
 /// does: the HTTP/2 preface or anything else), or the client closes.
-async fn protocol_known(stream: &tokio::net::TcpStream) -> io::Result<()> {
+async fn protocol_known(stream: &tokio::net::TcpStream) -> io::Result<Protocol> {
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let mut buf = [0u8; PREFACE.len()];
     loop {
         let n = stream.peek(&mut buf).await?;
-        if n == 0 || n == PREFACE.len() || buf[..n] != PREFACE[..n] {
-            return Ok(());
+        if n == PREFACE.len() && buf == PREFACE {
+            return Ok(Protocol::Http2);
+        }
+        if n == 0 || buf[..n] != PREFACE[..n] {
+            return Ok(Protocol::Http1);
         }
         // Part of the preface: peeking does not consume it, so wait before looking again.
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The protocol a client speaks on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// The service for one connection, and its activity when the header read timeout
+/// applies (HTTP/1.1: HTTP/2 has its own flow control and keep-alive).
+fn served<S>(
+    service: S,
+    info: ConnectionInfo,
+    protocol: Protocol,
+) -> (Served<S>, Option<Arc<idle::Activity>>) {
+    let activity = (protocol == Protocol::Http1).then(idle::Activity::new);
+    let svc = Served {
+        inner: service,
+        info,
+        activity: activity.clone(),
+    };
+    (svc, activity)
+}
+
+/// Drive a connection to its end; an HTTP/1.1 one is closed once it has waited for a
+/// request head longer than `timeout`.
+async fn drive<F, E>(
+    connection: F,
+    activity: Option<Arc<idle::Activity>>,
+    timeout: Duration,
+    remote: SocketAddr,
+) where
+    F: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let ended = match activity {
+        Some(activity) => idle::IdleLimited::new(connection, activity, timeout).await,
+        None => Some(connection.await),
+    };
+    match ended {
+        Some(Ok(())) => {}
+        Some(Err(e)) => tracing::debug!(error = %e, %remote, "connection ended with an error"),
+        None => tracing::debug!(%remote, "no request head within the header read timeout; closing"),
     }
 }
 
@@ -369,7 +418,8 @@ async fn accept_loop<S>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(options.header_read_timeout)
+        // Kept per connection instead (`idle`): hyper's arms a timer per request.
+        .header_read_timeout(None)
         .max_buf_size(options.max_header_size.max(8192));
     builder
         .http2()
@@ -403,14 +453,12 @@ async fn accept_loop<S>(
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
-        let svc = Served {
-            inner: service.clone(),
-            info: ConnectionInfo {
-                remote,
-                local,
-                tls: tls.is_some(),
-            },
+        let info = ConnectionInfo {
+            remote,
+            local,
+            tls: tls.is_some(),
         };
+        let service = service.clone();
         match &tls {
             None => {
                 let watcher = graceful.watcher();
@@ -426,21 +474,20 @@ async fn accept_loop<S>(
                         known = tokio::time::timeout(timeout, protocol_known(&stream)) => known,
                         _ = stop.changed() => return,
                     };
-                    if !matches!(known, Ok(Ok(()))) {
+                    let Ok(Ok(protocol)) = known else {
                         tracing::debug!(%remote, "no request within the header read timeout; closing");
                         return;
-                    }
+                    };
+                    let (svc, activity) = served(service, info, protocol);
                     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-                    if let Err(e) = watcher.watch(conn.into_owned()).await {
-                        tracing::debug!(error = %e, %remote, "connection ended with an error");
-                    }
+                    drive(watcher.watch(conn.into_owned()), activity, timeout, remote).await;
                     drop(permit);
                 });
             }
             Some(acceptor) => {
                 // The handshake runs on the connection's task, bounded like a request head.
-                let handshake =
-                    tokio::time::timeout(options.header_read_timeout, acceptor.accept(stream));
+                let timeout = options.header_read_timeout;
+                let handshake = tokio::time::timeout(timeout, acceptor.accept(stream));
                 let watcher = graceful.watcher();
                 let builder = builder.clone();
                 tokio::spawn(async move {
@@ -455,12 +502,15 @@ async fn accept_loop<S>(
                             return;
                         }
                     };
+                    let protocol = match stream.get_ref().1.alpn_protocol() {
+                        Some(b"h2") => Protocol::Http2,
+                        _ => Protocol::Http1,
+                    };
+                    let (svc, activity) = served(service, info, protocol);
                     let conn = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), svc)
                         .into_owned();
-                    if let Err(e) = watcher.watch(conn).await {
-                        tracing::debug!(error = %e, %remote, "connection ended with an error");
-                    }
+                    drive(watcher.watch(conn), activity, timeout, remote).await;
                     drop(permit);
                 });
             }

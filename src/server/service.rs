@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use futures_util::future::{CatchUnwind, FutureExt};
@@ -11,6 +12,7 @@ use pin_project_lite::pin_project;
 use tower::util::Oneshot;
 use tower_service::Service;
 
+use super::idle::{Activity, Busy, ServedBody};
 use crate::body::ProxyBody;
 use crate::request::ConnectionInfo;
 
@@ -77,29 +79,36 @@ where
 /// polls its future (no per-request allocation, unlike an extensions insert), and turns a panic anywhere in the
 /// pipeline into a `500` for that request alone (stage guards are released by the
 /// unwinding; the connection and the server keep serving).
+///
+/// On HTTP/1.1 connections it also marks the connection busy from the request's head
+/// until its response body has been sent (see [`idle`](super::idle)).
 #[derive(Debug, Clone)]
 pub(crate) struct Served<S> {
     pub(crate) inner: S,
     pub(crate) info: ConnectionInfo,
+    pub(crate) activity: Option<Arc<Activity>>,
 }
 
 impl<S, B> hyper::service::Service<Request<B>> for Served<S>
 where
     S: hyper::service::Service<Request<B>, Response = Response<ProxyBody>>,
 {
-    type Response = Response<ProxyBody>;
+    type Response = Response<ServedBody>;
     type Error = S::Error;
     type Future = ServedFuture<S::Future>;
 
     fn call(&self, request: Request<B>) -> Self::Future {
+        let busy = self.activity.as_ref().map(Activity::enter);
         let _current = self.info.enter();
         match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
             Ok(future) => ServedFuture::Running {
                 inner: AssertUnwindSafe(future).catch_unwind(),
                 info: self.info,
+                busy,
             },
             Err(panic) => ServedFuture::Panicked {
                 message: Some(panic_message(&panic)),
+                busy,
             },
         }
     }
@@ -109,8 +118,13 @@ pin_project! {
     /// The future of [`Served`].
     #[project = ServedProj]
     pub(crate) enum ServedFuture<F> {
-        Running { #[pin] inner: CatchUnwind<AssertUnwindSafe<F>>, info: ConnectionInfo },
-        Panicked { message: Option<String> },
+        Running {
+            #[pin]
+            inner: CatchUnwind<AssertUnwindSafe<F>>,
+            info: ConnectionInfo,
+            busy: Option<Busy>,
+        },
+        Panicked { message: Option<String>, busy: Option<Busy> },
     }
 }
 
@@ -118,24 +132,31 @@ impl<F, E> Future for ServedFuture<F>
 where
     F: Future<Output = Result<Response<ProxyBody>, E>>,
 {
-    type Output = Result<Response<ProxyBody>, E>;
+    type Output = Result<Response<ServedBody>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let message = match self.project() {
-            ServedProj::Running { inner, info } => {
+        let (message, busy) = match self.project() {
+            ServedProj::Running { inner, info, busy } => {
                 let polled = {
                     let _current = info.enter();
                     inner.poll(cx)
                 };
                 match ready!(polled) {
-                    Ok(result) => return Poll::Ready(result),
-                    Err(panic) => panic_message(&panic),
+                    Ok(result) => {
+                        let busy = busy.take();
+                        return Poll::Ready(
+                            result.map(|response| response.map(|b| ServedBody::new(b, busy))),
+                        );
+                    }
+                    Err(panic) => (panic_message(&panic), busy.take()),
                 }
             }
-            ServedProj::Panicked { message } => message.take().unwrap_or_default(),
+            ServedProj::Panicked { message, busy } => {
+                (message.take().unwrap_or_default(), busy.take())
+            }
         };
         tracing::error!(panic = %message, "the pipeline panicked; answering 500");
-        let mut response = Response::new(ProxyBody::empty());
+        let mut response = Response::new(ServedBody::new(ProxyBody::empty(), busy));
         *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
         Poll::Ready(Ok(response))
     }
