@@ -1,6 +1,5 @@
 //! [`ProxyBody`]: the one concrete response body type of every pipeline.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -10,7 +9,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use crate::forwarding::upgrade::Handoff;
 use crate::forwarding::ExchangeGuard;
@@ -46,10 +45,11 @@ pin_project! {
     struct Upstream {
         #[pin]
         body: Incoming,
-        #[pin]
-        idle: Sleep,
         timeout: Duration,
         deadline: Option<Instant>,
+        // When the destination must have sent the next frame: set when the body
+        // first waits after a frame, on the exchange's timer.
+        idle_by: Option<Instant>,
         guard: Option<ExchangeGuard>,
         trailers: Option<TrailerTransforms>,
         // The destination's body failed: reported on the next poll, after the server
@@ -131,9 +131,9 @@ impl ProxyBody {
         Kind::Upstream {
             inner: Upstream {
                 body,
-                idle: tokio::time::sleep_until(next_deadline(timeout, deadline)),
                 timeout,
                 deadline,
+                idle_by: None,
                 guard,
                 trailers: None,
                 failed: None,
@@ -246,10 +246,8 @@ impl Upstream {
                 }
                 if this.body.is_end_stream() {
                     Self::finish(this.guard, Ok(()));
-                } else {
-                    this.idle
-                        .reset(next_deadline(*this.timeout, *this.deadline));
                 }
+                *this.idle_by = None;
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -271,7 +269,13 @@ impl Upstream {
                 }
             }
             Poll::Pending => {
-                ready!(this.idle.poll(cx));
+                let idle_by = *this
+                    .idle_by
+                    .get_or_insert_with(|| next_deadline(*this.timeout, *this.deadline));
+                let Some(guard) = this.guard.as_mut() else {
+                    return Poll::Pending;
+                };
+                ready!(guard.poll_deadline(cx, idle_by));
                 let error = ForwardError::kind_only(ForwardErrorKind::RequestTimedOut);
                 Self::fail(this.guard, &error);
                 Poll::Ready(Some(Err(error)))

@@ -3,7 +3,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
@@ -178,6 +178,80 @@ async fn body_that_stalls_after_headers_is_aborted_by_activity_timeout() {
         "the client must see an aborted body, not a clean end"
     );
     p.wait_idle("c", "slow").await;
+    p.shutdown().await;
+}
+
+/// The activity timeout of a request on a reused connection counts from that request,
+/// not from an earlier one on the same connection (the connection's timer is moved
+/// lazily), also after the timer fired while the connection was idle in its pool.
+#[tokio::test]
+async fn the_activity_timeout_of_a_reused_connection_counts_from_its_request() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+            let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                if req.uri().path() == "/slow" {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, std::convert::Infallible>(Response::new(full("fast")))
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc),
+            );
+        }
+    });
+    let timeout = Duration::from_millis(300);
+    let p = proxy(&simple_config(
+        &[("d", &format!("http://{addr}"))],
+        r#""HttpRequest": { "ActivityTimeout": "300ms" },"#,
+    ))
+    .await;
+    let client = h1_client();
+
+    // 1. A fast request leaves its connection in the pool with the timer set for its
+    //    deadline; 200 ms later a stalled request takes that connection.
+    let r = client.get(p.url("/fast")).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "fast");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent = Instant::now();
+    let r = within("the stalled request", client.get(p.url("/slow")).send())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+    let took = sent.elapsed();
+    assert!(
+        took >= timeout - Duration::from_millis(20),
+        "timed out after {took:?}: the earlier request's deadline was used"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "the pooled connection was reused");
+
+    // 2. The timer fires while the connection waits in the pool; the next request on
+    //    it still gets its whole timeout.
+    let r = client.get(p.url("/fast")).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "fast");
+    let opened = accepted.load(Ordering::SeqCst);
+    tokio::time::sleep(timeout + Duration::from_millis(200)).await;
+    let sent = Instant::now();
+    let r = within("the second stalled request", client.get(p.url("/slow")).send())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+    let took = sent.elapsed();
+    assert!(
+        took >= timeout - Duration::from_millis(20),
+        "timed out after {took:?}: the timer that fired in the pool was taken as expired"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), opened, "reused again");
+    p.wait_idle("c", "d").await;
     p.shutdown().await;
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::Version;
 use pin_project_lite::pin_project;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use super::expect::Gate;
 use super::pool::BoxExchange;
@@ -20,8 +20,8 @@ pin_project! {
     /// The forwarder's future: waits for the destination's response headers within
     /// the activity timeout, then hands the streamed body to the client.
     pub struct ResponseFuture {
-        #[pin]
-        timeout: Sleep,
+        // The response head must have arrived by then (on the exchange's timer).
+        headers_by: Instant,
         state: State,
         target: Option<(RouteContext, usize)>,
     }
@@ -71,7 +71,7 @@ impl ResponseFuture {
         let idle = Instant::now() + activity_timeout;
         let headers_by = context.limits().deadline.map_or(idle, |d| d.min(idle));
         ResponseFuture {
-            timeout: tokio::time::sleep_until(headers_by),
+            headers_by,
             state: State::Sending {
                 upstream,
                 guard,
@@ -85,7 +85,7 @@ impl ResponseFuture {
 
     pub(super) fn failed(error: ForwardError, context: RouteContext, destination: usize) -> Self {
         ResponseFuture {
-            timeout: tokio::time::sleep(Duration::ZERO),
+            headers_by: Instant::now(),
             state: State::Failed(Some(error)),
             target: Some((context, destination)),
         }
@@ -168,7 +168,7 @@ impl Future for ResponseFuture {
                     }
                 }
                 Poll::Ready(Err(e)) => ForwardError::new(classify(&*e), e),
-                Poll::Pending => match this.timeout.poll(cx) {
+                Poll::Pending => match upstream.as_mut().poll_deadline(cx, *this.headers_by) {
                     Poll::Ready(()) => ForwardError::kind_only(ForwardErrorKind::RequestTimedOut),
                     Poll::Pending => return Poll::Pending,
                 },

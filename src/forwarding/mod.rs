@@ -130,6 +130,19 @@ impl ExchangeGuard {
         }
     }
 
+    /// Ready once `deadline` has passed, on the exchange's timer (pending for ever
+    /// when the exchange is over).
+    pub(crate) fn poll_deadline(
+        &mut self,
+        cx: &mut Context<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Poll<()> {
+        match self.upstream.as_mut() {
+            Some(upstream) => upstream.as_mut().poll_deadline(cx, deadline),
+            None => Poll::Pending,
+        }
+    }
+
     /// The exchange is over: `Some(result)` when the body ended or failed, `None` when
     /// it was abandoned (client gone).
     pub(crate) fn finish(&mut self, result: Option<Result<(), ForwardErrorKind>>) {

@@ -43,6 +43,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use pin_project_lite::pin_project;
+use tokio::time::Instant as TokioInstant;
 use tower_service::Service;
 
 use super::client::{Connector, Io};
@@ -84,6 +85,13 @@ pub(crate) trait Exchange: Send {
 
     /// Drive the connection while the response body streams.
     fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>);
+
+    /// Ready once `deadline` has passed: the exchange's timer (see [`Deadline`]).
+    fn poll_deadline(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        deadline: TokioInstant,
+    ) -> Poll<()>;
 
     /// The exchange is over; `reusable` when its response ended cleanly and the
     /// connection may carry another request.
@@ -350,6 +358,58 @@ impl<B: SendBody> Pool<B> {
     }
 }
 
+// ---- Timers ----
+
+pin_project! {
+    /// An exchange's timer (the activity timeout while it waits for the response head
+    /// and between body frames), moved lazily: a deadline later than the one the
+    /// timer is set for is only noted, and the timer is moved when it fires. A pooled
+    /// HTTP/1.1 connection keeps one for all its requests, so with the same timeout
+    /// each request's later deadline costs no registration in the runtime's timer
+    /// wheel (and no removal when the request ends) — only a timer that fires before
+    /// a deadline is re-registered, once per timeout period.
+    pub(crate) struct Deadline {
+        #[pin]
+        sleep: tokio::time::Sleep,
+    }
+}
+
+/// What a new timer is set to before its first deadline: far enough never to fire.
+const UNSET: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl Deadline {
+    fn new() -> Self {
+        Deadline {
+            sleep: tokio::time::sleep(UNSET),
+        }
+    }
+
+    /// Ready once `deadline` has passed.
+    fn poll_until(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: TokioInstant) -> Poll<()> {
+        let mut sleep = self.project().sleep;
+        if deadline < sleep.deadline() {
+            sleep.as_mut().reset(deadline);
+        }
+        loop {
+            std::task::ready!(sleep.as_mut().poll(cx));
+            // Set for an earlier deadline (an earlier request's): move it on.
+            if TokioInstant::now() >= deadline {
+                return Poll::Ready(());
+            }
+            sleep.as_mut().reset(deadline);
+        }
+    }
+
+    /// Let go of the waker of the task that polled it last (before the connection
+    /// waits in its pool): when it fires, it wakes nothing.
+    fn release(self: Pin<&mut Self>) {
+        let _ = self
+            .project()
+            .sleep
+            .poll(&mut Context::from_waker(Waker::noop()));
+    }
+}
+
 // ---- HTTP/1.1, driven inline ----
 
 /// The state of an HTTP/1.1 exchange's connection.
@@ -386,6 +446,8 @@ pin_project! {
         // was opened for this request).
         reused: bool,
         replay: Replay,
+        #[pin]
+        timer: Deadline,
     }
 }
 
@@ -406,6 +468,7 @@ where
             send,
             reused: false,
             replay: Replay::default(),
+            timer: Deadline::new(),
         })
     }
 }
@@ -541,6 +604,14 @@ where
         }
     }
 
+    fn poll_deadline(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        deadline: TokioInstant,
+    ) -> Poll<()> {
+        self.project().timer.poll_until(cx, deadline)
+    }
+
     fn finish(mut self: Pin<Box<Self>>, reusable: bool) {
         if !reusable || self.pending.is_some() || self.in_flight.is_some() {
             return;
@@ -561,6 +632,7 @@ where
         if connection.as_mut().poll(&mut cx).is_ready() || !sender.is_ready() {
             return;
         }
+        this.timer.release();
         if let Some(pool) = this.pool.upgrade() {
             *this.reused = true;
             pool.put_idle(self);
@@ -671,6 +743,8 @@ pin_project! {
         #[pin]
         in_flight: Option<F>,
         send: S,
+        #[pin]
+        timer: Deadline,
     }
 }
 
@@ -688,6 +762,7 @@ fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExch
         pending: None,
         in_flight: None,
         send,
+        timer: Deadline::new(),
     };
     match shared {
         Some(mut sender) => exchange.in_flight = Some(send(&mut sender, request)),
@@ -747,6 +822,14 @@ where
 
     fn poll_connection(self: Pin<&mut Self>, _cx: &mut Context<'_>) {}
 
+    fn poll_deadline(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        deadline: TokioInstant,
+    ) -> Poll<()> {
+        self.project().timer.poll_until(cx, deadline)
+    }
+
     fn finish(self: Pin<Box<Self>>, _reusable: bool) {}
 }
 
@@ -756,6 +839,8 @@ pin_project! {
     struct Upgrade {
         #[pin]
         response: Connecting<Response<Incoming>>,
+        #[pin]
+        timer: Deadline,
     }
 }
 
@@ -771,6 +856,7 @@ fn upgrade_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> Bo
             });
             Ok(sender.send_request(request).await?)
         }),
+        timer: Deadline::new(),
     })
 }
 
@@ -783,6 +869,14 @@ impl Exchange for Upgrade {
     }
 
     fn poll_connection(self: Pin<&mut Self>, _cx: &mut Context<'_>) {}
+
+    fn poll_deadline(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        deadline: TokioInstant,
+    ) -> Poll<()> {
+        self.project().timer.poll_until(cx, deadline)
+    }
 
     fn finish(self: Pin<Box<Self>>, _reusable: bool) {}
 }
