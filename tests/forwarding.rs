@@ -232,7 +232,11 @@ async fn the_activity_timeout_of_a_reused_connection_counts_from_its_request() {
         took >= timeout - Duration::from_millis(20),
         "timed out after {took:?}: the earlier request's deadline was used"
     );
-    assert_eq!(accepted.load(Ordering::SeqCst), 1, "the pooled connection was reused");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "the pooled connection was reused"
+    );
 
     // 2. The timer fires while the connection waits in the pool; the next request on
     //    it still gets its whole timeout.
@@ -241,9 +245,12 @@ async fn the_activity_timeout_of_a_reused_connection_counts_from_its_request() {
     let opened = accepted.load(Ordering::SeqCst);
     tokio::time::sleep(timeout + Duration::from_millis(200)).await;
     let sent = Instant::now();
-    let r = within("the second stalled request", client.get(p.url("/slow")).send())
-        .await
-        .unwrap();
+    let r = within(
+        "the second stalled request",
+        client.get(p.url("/slow")).send(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
     let took = sent.elapsed();
     assert!(
@@ -532,6 +539,58 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
         .unwrap();
     assert_eq!(r.text().await.unwrap(), "done");
     within("shutdown", shutdown).await.unwrap();
+}
+
+/// Shutdown asks idle keep-alive connections to close at once — HTTP/1.1 and h2c — and
+/// does not wait the graceful timeout (5 s here) for them.
+#[tokio::test]
+async fn graceful_shutdown_closes_idle_connections_at_once() {
+    let b = echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let request = || {
+        Request::get("/x")
+            .header("host", "x")
+            .body(http_body_util::Empty::<Bytes>::new())
+            .unwrap()
+    };
+    let stream = TcpStream::connect(p.addr).await.unwrap();
+    let (mut h1, h1_conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    let h1_conn = tokio::spawn(h1_conn);
+    let stream = TcpStream::connect(p.addr).await.unwrap();
+    let (mut h2, h2_conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    let h2_conn = tokio::spawn(h2_conn);
+    for (name, r) in [
+        ("h1", within("h1", h1.send_request(request())).await),
+        ("h2c", within("h2c", h2.send_request(request())).await),
+    ] {
+        let r = r.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{name}");
+        r.into_body().collect().await.unwrap();
+    }
+    p.wait_idle("c", "d1").await;
+    let started = Instant::now();
+    p.shutdown().await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "shutdown took {took:?}: it waited for idle connections"
+    );
+    within("the HTTP/1.1 connection to close", h1_conn)
+        .await
+        .unwrap()
+        .expect("closed cleanly");
+    within("the h2c connection to close", h2_conn)
+        .await
+        .unwrap()
+        .expect("closed cleanly (GOAWAY)");
 }
 
 /// The client's address reaches `X-Forwarded-For` on HTTP/1.1 and on h2c, where hyper

@@ -1,6 +1,7 @@
 //! The server: listeners speaking HTTP/1.1 and HTTP/2 (h2c in clear, ALPN over TLS),
 //! graceful shutdown.
 
+mod drain;
 mod idle;
 mod service;
 mod tls;
@@ -15,7 +16,6 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -429,7 +429,7 @@ async fn accept_loop<S>(
         // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
         .enable_connect_protocol();
     let builder = Arc::new(builder);
-    let graceful = GracefulShutdown::new();
+    let graceful = drain::Drain::new();
     loop {
         // Wait for a free connection slot before accepting: excess clients queue in the
         // kernel's backlog instead of consuming memory here.

@@ -1,0 +1,140 @@
+//! Graceful shutdown of client connections.
+//!
+//! The same contract as hyper-util's `GracefulShutdown` — on shutdown every connection
+//! is asked to finish what it is doing and close, and shutdown waits until all of them
+//! have — without its cost on the hot path: hyper-util's watcher polls a channel (a
+//! lock) every time the connection is polled. Here a connection registers its task's
+//! waker with the shutdown signal once, on its first poll, and afterwards only reads a
+//! flag.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hyper_util::server::graceful::GracefulConnection;
+use pin_project_lite::pin_project;
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::Notify;
+
+/// The connections of one listener, and their shutdown.
+#[derive(Debug)]
+pub(crate) struct Drain {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    draining: AtomicBool,
+    /// Wakes every connection when draining starts.
+    signal: Arc<Notify>,
+    live: AtomicUsize,
+    /// Wakes `shutdown` when the last connection has ended.
+    ended: Notify,
+}
+
+impl Drain {
+    pub(crate) fn new() -> Self {
+        Drain {
+            shared: Arc::default(),
+        }
+    }
+
+    /// A new connection (counted from now on: shutdown waits for it).
+    pub(crate) fn watcher(&self) -> Watcher {
+        self.shared.live.fetch_add(1, Ordering::AcqRel);
+        Watcher {
+            // Created before the flag can be read: a shutdown from now on reaches it.
+            signal: self.shared.signal.clone().notified_owned(),
+            live: Live(self.shared.clone()),
+        }
+    }
+
+    /// Ask every connection to shut down, and wait until all of them have ended.
+    pub(crate) async fn shutdown(self) {
+        let shared = &self.shared;
+        shared.draining.store(true, Ordering::Release);
+        shared.signal.notify_waiters();
+        loop {
+            let ended = shared.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if shared.live.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+/// A connection counted by its [`Drain`], before it is served.
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    signal: OwnedNotified,
+    live: Live,
+}
+
+impl Watcher {
+    /// Drive `connection` to its end; once draining starts it is asked to shut down
+    /// gracefully (finish the request in flight, then close).
+    pub(crate) fn watch<C: GracefulConnection>(self, connection: C) -> Watched<C> {
+        Watched {
+            connection,
+            signal: self.signal,
+            registered: false,
+            asked: false,
+            live: self.live,
+        }
+    }
+}
+
+/// One live connection: counted until dropped.
+#[derive(Debug)]
+struct Live(Arc<Shared>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if self.0.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.ended.notify_waiters();
+        }
+    }
+}
+
+pin_project! {
+    /// A connection under a [`Drain`].
+    #[must_use = "futures do nothing unless polled"]
+    pub(crate) struct Watched<C> {
+        #[pin]
+        connection: C,
+        #[pin]
+        signal: OwnedNotified,
+        // The signal holds this task's waker (it was polled once).
+        registered: bool,
+        // The connection has been asked to shut down.
+        asked: bool,
+        live: Live,
+    }
+}
+
+impl<C: GracefulConnection> Future for Watched<C> {
+    type Output = C::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
+        let mut this = self.project();
+        if !*this.asked {
+            let draining = if *this.registered {
+                this.live.0.draining.load(Ordering::Acquire)
+            } else {
+                *this.registered = true;
+                this.signal.as_mut().poll(cx).is_ready()
+                    || this.live.0.draining.load(Ordering::Acquire)
+            };
+            if draining {
+                *this.asked = true;
+                this.connection.as_mut().graceful_shutdown();
+            }
+        }
+        this.connection.poll(cx)
+    }
+}
