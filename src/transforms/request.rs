@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Method;
 
@@ -316,8 +317,48 @@ fn forwarded_header(
 }
 
 /// An IP address as `X-Forwarded-For` writes it (IPv4-mapped IPv6 as IPv4).
+///
+/// The values of the last few client addresses are kept per thread, already shared,
+/// so that the requests of a keep-alive connection (or of many clients behind one
+/// load balancer) reuse one value: a reference-count increment instead of two
+/// allocations (the value, and its promotion to shared storage when the keep-alive
+/// replay or a transform clones it).
 pub(crate) fn ip_value(ip: IpAddr) -> HeaderValue {
-    match unmap(ip) {
+    const SLOTS: usize = 8;
+    thread_local! {
+        static RECENT: std::cell::RefCell<[Option<(IpAddr, HeaderValue)>; SLOTS]> =
+            const { std::cell::RefCell::new([const { None }; SLOTS]) };
+    }
+    let ip = unmap(ip);
+    let slot = match ip {
+        IpAddr::V4(v4) => v4.to_bits() as usize,
+        IpAddr::V6(v6) => v6.to_bits() as usize,
+    } % SLOTS;
+    RECENT
+        .try_with(|recent| {
+            let mut recent = recent.borrow_mut();
+            match &recent[slot] {
+                Some((cached, value)) if *cached == ip => value.clone(),
+                _ => {
+                    let value = shared(format_ip(ip));
+                    recent[slot] = Some((ip, value.clone()));
+                    value
+                }
+            }
+        })
+        .unwrap_or_else(|_| format_ip(ip))
+}
+
+/// `value` backed by shared storage, so that its clones allocate nothing.
+fn shared(value: HeaderValue) -> HeaderValue {
+    let bytes = Bytes::copy_from_slice(value.as_bytes());
+    // The first clone of a `Bytes` made from a vector moves it to shared storage.
+    let _promoted = bytes.clone();
+    HeaderValue::from_maybe_shared(bytes).expect("the bytes of a header value")
+}
+
+fn format_ip(ip: IpAddr) -> HeaderValue {
+    match ip {
         // Dotted decimal by hand: `Display` costs ~1 300 instructions, this ~60, and it
         // runs for every request.
         IpAddr::V4(v4) => {

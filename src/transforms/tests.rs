@@ -306,4 +306,13 @@ fn forwarded_for_values_match_display() {
     // IPv4-mapped IPv6 is written as IPv4.
     let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
     assert_eq!(request::ip_value(mapped), "192.0.2.1");
+    // The per-thread cache: addresses sharing a slot, asked for in turns, each get
+    // their own text; a repeated one gets the same shared bytes.
+    let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.9".parse().unwrap());
+    for _ in 0..3 {
+        assert_eq!(request::ip_value(a), "10.0.0.1");
+        assert_eq!(request::ip_value(b), "10.0.0.9");
+    }
+    let (first, again) = (request::ip_value(b), request::ip_value(b));
+    assert_eq!(first.as_bytes().as_ptr(), again.as_bytes().as_ptr());
 }
