@@ -242,14 +242,25 @@ where
                     UpstreamVersion::Http2 => None,
                 };
                 let outgoing = outgoing.map(|body| UpstreamBody::new(body, gate.clone()));
-                let address = context.cluster().destinations()[destination].address();
+                let dest = &context.cluster().destinations()[destination];
+                let address = dest.address();
+                let limit = match http.max_connections_per_server {
+                    Some(max) => Some((&**dest.state(), max)),
+                    None => {
+                        dest.state().drop_shared_pool();
+                        None
+                    }
+                };
                 let upstream = self.pools.send(
                     outgoing,
-                    &address.scheme,
-                    &address.authority,
-                    version,
-                    http.accept_any_certificate,
-                    upgrade.is_some(),
+                    pool::Target {
+                        scheme: &address.scheme,
+                        authority: &address.authority,
+                        version,
+                        accept_any_certificate: http.accept_any_certificate,
+                        upgrade: upgrade.is_some(),
+                        limit,
+                    },
                 );
                 ResponseFuture::sending(
                     upstream,

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -48,7 +48,7 @@ use tower_service::Service;
 
 use super::client::{Connector, Io};
 use crate::fxhash::FxBuild;
-use crate::state::UpstreamVersion;
+use crate::state::{DestinationState, UpstreamVersion};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 type Connecting<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
@@ -133,6 +133,20 @@ impl std::hash::Hash for Key {
     }
 }
 
+/// Where [`Pools::send`] sends a request, and how.
+pub(crate) struct Target<'a> {
+    pub(crate) scheme: &'a Scheme,
+    pub(crate) authority: &'a Authority,
+    pub(crate) version: UpstreamVersion,
+    pub(crate) accept_any_certificate: bool,
+    /// An upgrade (WebSocket): a connection of its own, outside the pool.
+    pub(crate) upgrade: bool,
+    /// The destination and its cluster's `MaxConnectionsPerServer`: the request goes
+    /// through the destination's pool, shared by every forwarder, and waits for a
+    /// connection at the limit.
+    pub(crate) limit: Option<(&'a DestinationState, usize)>,
+}
+
 /// The forwarder's pools and the connectors they open connections with.
 pub(crate) struct Pools<B> {
     connectors: super::client::Connectors,
@@ -166,24 +180,32 @@ impl<B: SendBody> Pools<B> {
         self.opened.load(Ordering::Relaxed)
     }
 
-    /// Start sending `request` to `scheme://authority` with `version` (an upgrade on a
-    /// connection of its own). The request's URI is sent as it is: origin-form for
-    /// HTTP/1.1, absolute for HTTP/2.
-    pub(crate) fn send(
-        &self,
-        request: Request<B>,
-        scheme: &Scheme,
-        authority: &Authority,
-        version: UpstreamVersion,
-        accept_any_certificate: bool,
-        upgrade: bool,
-    ) -> BoxExchange {
-        let pool = self.pool(Key {
+    /// Start sending `request` to `to` (an upgrade on a connection of its own). The
+    /// request's URI is sent as it is: origin-form for HTTP/1.1, absolute for HTTP/2.
+    pub(crate) fn send(&self, request: Request<B>, to: Target<'_>) -> BoxExchange {
+        let Target {
+            scheme,
+            authority,
+            version,
+            accept_any_certificate,
+            upgrade,
+            limit,
+        } = to;
+        let key = Key {
             https: *scheme == Scheme::HTTPS,
             authority: authority.clone(),
             version,
             accept_any_certificate,
-        });
+        };
+        let pool = match limit {
+            None => self.pool(key),
+            Some((destination, max)) => destination.shared_pool(
+                |pool: &Pool<B>| {
+                    pool.key == key && pool.limit.as_ref().inspect(|l| l.set_max(max)).is_some()
+                },
+                || self.new_pool(key.clone(), Some(Limit::new(max))),
+            ),
+        };
         match (version, upgrade) {
             (_, true) => upgrade_exchange(&pool, request),
             (UpstreamVersion::Http1, false) => pool.checkout_h1(request),
@@ -201,11 +223,17 @@ impl<B: SendBody> Pools<B> {
         if let Some(pool) = map.pools.get(&key) {
             return pool.clone();
         }
+        let pool = Arc::new(self.new_pool(key.clone(), None));
+        map.pools.insert(key, pool.clone());
+        pool
+    }
+
+    fn new_pool(&self, key: Key, limit: Option<Arc<Limit>>) -> Pool<B> {
         let connector = self
             .connectors
             .get(key.version, key.accept_any_certificate)
             .clone();
-        let pool = Arc::new(Pool {
+        Pool {
             connector,
             target: format!(
                 "{}://{}",
@@ -214,12 +242,12 @@ impl<B: SendBody> Pools<B> {
             )
             .parse()
             .expect("scheme and authority make a URI"),
+            key,
             idle: Mutex::new(Vec::new()),
             shared: Mutex::new(None),
             opened: self.opened.clone(),
-        });
-        map.pools.insert(key, pool.clone());
-        pool
+            limit,
+        }
     }
 }
 
@@ -272,11 +300,171 @@ struct Pool<B> {
     connector: Connector,
     /// `scheme://authority`, what the connector is called with.
     target: Uri,
+    key: Key,
     /// Idle HTTP/1.1 connections, the most recently used last.
     idle: Mutex<Vec<Idle<B>>>,
     /// The shared HTTP/2 connection.
     shared: Mutex<Option<http2::SendRequest<B>>>,
     opened: Arc<AtomicU64>,
+    /// The cluster's `MaxConnectionsPerServer`, for a destination's pool shared by
+    /// every forwarder.
+    limit: Option<Arc<Limit>>,
+}
+
+/// The HTTP/1.1 connections a pool may have open at once, and the exchanges waiting
+/// for one (in arrival order).
+#[derive(Debug)]
+struct Limit {
+    max: AtomicUsize,
+    state: Mutex<LimitState>,
+}
+
+#[derive(Debug, Default)]
+struct LimitState {
+    open: usize,
+    queue: std::collections::VecDeque<(u64, Waker)>,
+    next_ticket: u64,
+}
+
+/// One open connection under a [`Limit`]; dropped when the connection closes.
+#[derive(Debug)]
+struct Permit(Arc<Limit>);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().expect("limit lock");
+        state.open -= 1;
+        let next = state.queue.pop_front();
+        drop(state);
+        if let Some((_, waker)) = next {
+            waker.wake();
+        }
+    }
+}
+
+impl Limit {
+    fn new(max: usize) -> Arc<Limit> {
+        Arc::new(Limit {
+            max: AtomicUsize::new(max),
+            state: Mutex::default(),
+        })
+    }
+
+    /// Whether exchanges are queued: a new one queues behind them.
+    fn queued(&self) -> bool {
+        !self.state.lock().expect("limit lock").queue.is_empty()
+    }
+
+    /// A new connection may be opened (nobody is queued ahead).
+    fn try_open(self: &Arc<Self>) -> Option<Permit> {
+        let mut state = self.state.lock().expect("limit lock");
+        if state.open < self.max.load(Ordering::Relaxed) && state.queue.is_empty() {
+            state.open += 1;
+            return Some(Permit(self.clone()));
+        }
+        None
+    }
+
+    /// A new connection may be opened for the exchange holding `ticket` (its turn has
+    /// come); else it is, or stays, queued with `waker`, to be woken when a connection
+    /// comes back to the pool or closes.
+    fn open_or_queue(
+        self: &Arc<Self>,
+        waker: &Waker,
+        ticket: &mut Option<Ticket>,
+    ) -> Option<Permit> {
+        let mut state = self.state.lock().expect("limit lock");
+        let position = ticket
+            .as_ref()
+            .map(|t| state.queue.iter().position(|(q, _)| *q == t.id));
+        // Taken off the queue by a wake-up (its turn), or nobody queued.
+        let turn = match position {
+            Some(None) => true,
+            Some(Some(_)) => false,
+            None => state.queue.is_empty(),
+        };
+        if turn && state.open < self.max.load(Ordering::Relaxed) {
+            state.open += 1;
+            drop(state);
+            if let Some(mut t) = ticket.take() {
+                t.done = true;
+            }
+            return Some(Permit(self.clone()));
+        }
+        match (position, ticket.as_ref()) {
+            (Some(Some(at)), _) => state.queue[at].1.clone_from(waker),
+            // Woken but beaten to the connection: first again.
+            (Some(None), Some(t)) => state.queue.push_front((t.id, waker.clone())),
+            _ => {
+                let id = state.next_ticket;
+                state.next_ticket += 1;
+                state.queue.push_back((id, waker.clone()));
+                drop(state);
+                *ticket = Some(Ticket {
+                    limit: self.clone(),
+                    id,
+                    done: false,
+                });
+            }
+        }
+        None
+    }
+
+    /// A connection came back to the pool: wake the first exchange queued.
+    fn wake_one(&self) {
+        let next = self.state.lock().expect("limit lock").queue.pop_front();
+        if let Some((_, waker)) = next {
+            waker.wake();
+        }
+    }
+
+    /// The configured limit changed (a reload): queued exchanges look again.
+    fn set_max(&self, max: usize) {
+        if self.max.load(Ordering::Relaxed) != max && self.max.swap(max, Ordering::Relaxed) != max {
+            let queue = std::mem::take(&mut self.state.lock().expect("limit lock").queue);
+            for (_, waker) in queue {
+                waker.wake();
+            }
+        }
+    }
+}
+
+/// An exchange's place in a [`Limit`]'s queue. Dropped without having got a
+/// connection after it was woken for one, it passes the turn on.
+#[derive(Debug)]
+struct Ticket {
+    limit: Arc<Limit>,
+    id: u64,
+    /// It got a connection: nothing to pass on.
+    done: bool,
+}
+
+impl Ticket {
+    /// The exchange got a connection.
+    fn leave(ticket: &mut Option<Ticket>) {
+        if let Some(mut t) = ticket.take() {
+            t.done = true;
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut state = self.limit.state.lock().expect("limit lock");
+        let queued = state.queue.iter().position(|(q, _)| *q == self.id);
+        let next = match queued {
+            Some(at) => {
+                state.queue.remove(at);
+                None
+            }
+            None if !self.done => state.queue.pop_front(),
+            None => None,
+        };
+        drop(state);
+        if let Some((_, waker)) = next {
+            waker.wake();
+        }
+    }
 }
 
 struct Idle<B> {
@@ -286,7 +474,7 @@ struct Idle<B> {
 
 impl<B: SendBody> Pool<B> {
     /// Open a connection: TCP (and TLS), then the HTTP/1.1 handshake.
-    fn connect_h1(&self) -> Connecting<Link<B>> {
+    fn connect_h1(&self, permit: Option<Permit>) -> Connecting<Link<B>> {
         let io = self.connect_io();
         Box::pin(async move {
             let (sender, connection) = http1::Builder::new().handshake(io.await?).await?;
@@ -294,8 +482,40 @@ impl<B: SendBody> Pool<B> {
                 sender,
                 connection: Box::pin(connection),
                 closed: false,
+                _permit: permit,
             })
         })
+    }
+
+    /// A new connection, or (at the pool's limit) a place in its queue.
+    fn new_link(&self) -> Link<B> {
+        match &self.limit {
+            None => Link::Connecting(self.connect_h1(None)),
+            Some(limit) => match limit.try_open() {
+                Some(permit) => Link::Connecting(self.connect_h1(Some(permit))),
+                None => Link::Waiting { ticket: None },
+            },
+        }
+    }
+
+    /// For an exchange waiting at the pool's limit: an idle connection, or a new one
+    /// once a connection has closed; until then the exchange is queued.
+    fn poll_link(&self, cx: &mut Context<'_>, ticket: &mut Option<Ticket>) -> Poll<Link<B>> {
+        let Some(limit) = &self.limit else {
+            return Poll::Ready(Link::Connecting(self.connect_h1(None)));
+        };
+        // Queue first, then look: a connection coming back in between wakes us.
+        if let Some(permit) = limit.open_or_queue(cx.waker(), ticket) {
+            return Poll::Ready(Link::Connecting(self.connect_h1(Some(permit))));
+        }
+        while let Some(mut idle) = self.take_idle() {
+            let link = idle.as_mut().take_link();
+            if matches!(link, Link::Open { .. }) {
+                Ticket::leave(ticket);
+                return Poll::Ready(link);
+            }
+        }
+        Poll::Pending
     }
 
     fn connect_io(&self) -> impl Future<Output = Result<Io, BoxError>> + Send + 'static {
@@ -329,11 +549,17 @@ impl<B: SendBody> Pool<B> {
                 since: now,
             });
         }
+        drop(idle);
+        if let Some(limit) = &self.limit {
+            limit.wake_one();
+        }
     }
 
-    /// An HTTP/1.1 exchange on an idle connection, or on a new one.
+    /// An HTTP/1.1 exchange on an idle connection, or on a new one (behind those
+    /// queued at the pool's limit).
     fn checkout_h1(self: &Arc<Self>, request: Request<B>) -> BoxExchange {
-        match self.take_idle() {
+        let queued = self.limit.as_ref().is_some_and(|l| l.queued());
+        match (!queued).then(|| self.take_idle()).flatten() {
             Some(mut connection) => {
                 connection.as_mut().start(request);
                 connection
@@ -354,7 +580,7 @@ impl<B: SendBody> Pool<B> {
                 return link;
             }
         }
-        Link::Connecting(self.connect_h1())
+        self.new_link()
     }
 }
 
@@ -415,11 +641,18 @@ impl Deadline {
 /// The state of an HTTP/1.1 exchange's connection.
 enum Link<B> {
     Connecting(Connecting<Link<B>>),
+    /// Waiting for a connection of a pool at its connection limit: `ticket` is the
+    /// exchange's place in the pool's queue, once it has one.
+    Waiting {
+        ticket: Option<Ticket>,
+    },
     Open {
         sender: http1::SendRequest<B>,
         connection: Driver,
         /// The connection's future has completed: it is closed.
         closed: bool,
+        /// The connection's place under its pool's limit, released when it closes.
+        _permit: Option<Permit>,
     },
     None,
 }
@@ -457,12 +690,12 @@ where
     F: Future<Output = Result<Response<Incoming>, http1_error::TrySend<B>>> + Send + 'static,
     S: Fn(&mut http1::SendRequest<B>, Request<B>) -> F + Send + Copy + 'static,
 {
-    /// An exchange for `request` on a new connection (the one allocation a pooled
-    /// connection costs).
+    /// An exchange for `request` on a new connection, or waiting for one at the
+    /// pool's limit (the one allocation a pooled connection costs).
     fn connecting(pool: &Arc<Pool<B>>, request: Request<B>, send: S) -> BoxExchange {
         Box::pin(H1 {
             pool: Arc::downgrade(pool),
-            link: Link::Connecting(pool.connect_h1()),
+            link: pool.new_link(),
             pending: Some(request),
             in_flight: None,
             send,
@@ -489,6 +722,14 @@ where
     ) -> Poll<Result<Response<Incoming>, BoxError>> {
         let mut this = self.project();
         loop {
+            if let Link::Waiting { ticket } = this.link {
+                let Some(pool) = this.pool.upgrade() else {
+                    return Poll::Ready(Err("the forwarder was dropped".into()));
+                };
+                let link = std::task::ready!(pool.poll_link(cx, ticket));
+                *this.reused = matches!(link, Link::Open { .. });
+                *this.link = link;
+            }
             if let Link::Connecting(connecting) = this.link {
                 match connecting.as_mut().poll(cx) {
                     Poll::Ready(Ok(link)) => *this.link = link,
@@ -503,6 +744,7 @@ where
                 sender,
                 connection,
                 closed,
+                ..
             } = this.link
             else {
                 return Poll::Ready(Err("the exchange has no connection".into()));
@@ -583,7 +825,9 @@ where
                 return Poll::Ready(Err("the forwarder was dropped".into()));
             };
             *this.link = if fresh {
-                Link::Connecting(pool.connect_h1())
+                // The closed connection goes first: it frees its place under the limit.
+                *this.link = Link::None;
+                pool.new_link()
             } else {
                 tracing::debug!("pooled connection closed before the request was sent; retrying");
                 pool.relink_h1()
@@ -621,6 +865,7 @@ where
             sender,
             connection,
             closed: false,
+            ..
         } = this.link
         else {
             return;
@@ -885,6 +1130,56 @@ impl Exchange for Upgrade {
 mod tests {
     use super::*;
     use http_body_util::Empty;
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counted() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count::default());
+        (count.clone(), Waker::from(count))
+    }
+
+    #[test]
+    fn a_limit_queues_in_order_and_passes_an_unused_turn_on() {
+        let limit = Limit::new(1);
+        let first = limit.try_open().expect("below the limit");
+        assert!(limit.try_open().is_none(), "at the limit");
+        let ((a_count, a), (b_count, b)) = (counted(), counted());
+        let (mut a_ticket, mut b_ticket) = (None, None);
+        assert!(limit.open_or_queue(&a, &mut a_ticket).is_none());
+        assert!(limit.open_or_queue(&b, &mut b_ticket).is_none());
+        assert!(limit.queued());
+        assert!(limit.try_open().is_none(), "a newcomer queues behind them");
+        // The connection closes: the first in the queue is woken, and its turn it is.
+        drop(first);
+        assert_eq!(a_count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(b_count.0.load(Ordering::SeqCst), 0);
+        assert!(
+            limit.open_or_queue(&b, &mut b_ticket).is_none(),
+            "not b's turn"
+        );
+        // `a` gives up without taking its turn: it passes to `b`.
+        drop(a_ticket);
+        assert_eq!(b_count.0.load(Ordering::SeqCst), 1);
+        let second = limit.open_or_queue(&b, &mut b_ticket).expect("b's turn");
+        assert!(b_ticket.is_none() && !limit.queued());
+        // A connection coming back to the pool wakes the first one queued.
+        let (c_count, c) = counted();
+        let mut c_ticket = None;
+        assert!(limit.open_or_queue(&c, &mut c_ticket).is_none());
+        limit.wake_one();
+        assert_eq!(c_count.0.load(Ordering::SeqCst), 1);
+        Ticket::leave(&mut c_ticket);
+        drop(second);
+        assert!(limit.try_open().is_some(), "below the limit again");
+    }
 
     fn key(authority: &'static str) -> Key {
         Key {

@@ -362,11 +362,16 @@ impl Prober {
         let deadline = Instant::now() + plan.settings.timeout;
         let exchange = self.pools.send(
             request,
-            &scheme,
-            &authority,
-            plan.http.version,
-            plan.http.accept_any_certificate,
-            false,
+            pool::Target {
+                scheme: &scheme,
+                authority: &authority,
+                version: plan.http.version,
+                accept_any_certificate: plan.http.accept_any_certificate,
+                upgrade: false,
+                // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
+                // where they go through a client of their own).
+                limit: None,
+            },
         );
         let sent = pool::status_of(exchange, DRAIN_LIMIT);
         match tokio::time::timeout_at(deadline, sent).await {

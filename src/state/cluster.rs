@@ -31,6 +31,10 @@ pub struct HttpSettings {
     pub activity_timeout: Duration,
     /// Skip certificate validation towards `https://` destinations.
     pub accept_any_certificate: bool,
+    /// Most HTTP/1.1 connections open at once to each destination (YARP's
+    /// `HttpClient.MaxConnectionsPerServer`), across all worker threads; further
+    /// requests wait for one. `None`: no limit.
+    pub max_connections_per_server: Option<usize>,
 }
 
 /// YARP's default `ActivityTimeout`.
@@ -53,6 +57,11 @@ impl HttpSettings {
                 .as_ref()
                 .and_then(|c| c.dangerous_accept_any_server_certificate)
                 .unwrap_or(false),
+            max_connections_per_server: config
+                .http_client
+                .as_ref()
+                .and_then(|c| c.max_connections_per_server)
+                .map(|n| n as usize),
         }
     }
 }

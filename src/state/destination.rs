@@ -1,8 +1,9 @@
 //! Destinations and their runtime state.
 
+use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use http::uri::{Authority, Scheme};
 use http::HeaderValue;
@@ -20,6 +21,11 @@ pub struct DestinationState {
     id: Arc<str>,
     concurrent: AtomicUsize,
     health: DestinationHealth,
+    /// The connection pool of this destination while its cluster limits connections
+    /// per server: one for every forwarder (each worker's), so that the limit holds
+    /// for the process. Type-erased: the forwarder's pool type.
+    shared_pool: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
+    has_shared_pool: AtomicBool,
 }
 
 impl DestinationState {
@@ -29,6 +35,37 @@ impl DestinationState {
             id,
             concurrent: AtomicUsize::new(0),
             health: DestinationHealth::default(),
+            shared_pool: Mutex::new(None),
+            has_shared_pool: AtomicBool::new(false),
+        }
+    }
+
+    /// The destination's shared connection pool: the one kept if it is a `T` that
+    /// `fits`, else a new one from `make` (which replaces it).
+    pub(crate) fn shared_pool<T: Any + Send + Sync>(
+        &self,
+        fits: impl FnOnce(&T) -> bool,
+        make: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        let mut slot = self.shared_pool.lock().expect("shared pool lock");
+        if let Some(pool) = slot.as_ref().and_then(|p| p.clone().downcast::<T>().ok()) {
+            if fits(&pool) {
+                return pool;
+            }
+        }
+        let pool = Arc::new(make());
+        *slot = Some(pool.clone());
+        self.has_shared_pool.store(true, Ordering::Release);
+        pool
+    }
+
+    /// Let the shared pool go (its cluster no longer limits connections).
+    pub(crate) fn drop_shared_pool(&self) {
+        if self.has_shared_pool.load(Ordering::Relaxed)
+            && self.has_shared_pool.swap(false, Ordering::AcqRel)
+        {
+            let pool = self.shared_pool.lock().expect("shared pool lock").take();
+            drop(pool);
         }
     }
 
