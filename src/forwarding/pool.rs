@@ -20,6 +20,12 @@
 //!   request is one boxed exchange.
 //! - **Upgrades** (WebSockets) get a connection of their own, driven by a task that
 //!   hands the upgraded stream over on `101`.
+//! - A destination whose cluster sets `MaxConnectionsPerServer` has **one pool for the
+//!   process**, kept in its [`DestinationState`] and shared by every forwarder, with a
+//!   [`Limit`]: a request finding no idle connection and no room for a new one queues
+//!   until a connection comes back (it takes that one) or closes (it opens one).
+//! - Each exchange has a [`Deadline`] timer for the activity timeout; a pooled
+//!   HTTP/1.1 connection keeps one for all its requests.
 //!
 //! Idle HTTP/1.1 connections are not polled while they wait: a destination's close is
 //! seen when a request takes the connection. Idle connections are kept for
