@@ -102,7 +102,10 @@ pub struct ServerOptions {
     /// Most concurrent HTTP/2 streams per connection (default 100).
     pub max_concurrent_streams: u32,
     /// Time allowed to receive a request's headers on HTTP/1.1 before the connection is
-    /// closed (slowloris; default 30 s).
+    /// closed (slowloris; default 30 s), counted from the accept or from the end of the
+    /// previous response: also how long an idle keep-alive connection is kept. A
+    /// response or request body taking longer is not cut (the cluster's
+    /// `ActivityTimeout` bounds those).
     pub header_read_timeout: Duration,
     /// Largest request head on HTTP/1.1 (bytes); larger ones get 431 (default 64 KiB).
     pub max_header_size: usize,
