@@ -35,7 +35,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::uri::{PathAndQuery, Scheme, Uri};
-use http::{header, HeaderValue, Request, Version};
+use http::{header, Request, Version};
 use http_body::Body;
 use tower_service::Service;
 
@@ -297,7 +297,7 @@ fn outgoing<B>(
         .authority()
         .and_then(|a| {
             let host = a.as_str().rsplit_once('@').map_or(a.as_str(), |(_, h)| h);
-            HeaderValue::from_str(host).ok()
+            crate::transforms::host_value(host)
         })
         .or_else(|| parts.headers.get(header::HOST).cloned());
     let conn = ConnectionInfo::from_extensions(&parts.extensions);

@@ -46,6 +46,7 @@ use crate::config::{
 };
 use crate::routing::RouteValuesCapture;
 
+pub(crate) use request::host_value;
 pub use request::{ClientRequest, RewrittenUri};
 pub use response::TrailerTransforms;
 

@@ -349,6 +349,34 @@ pub(crate) fn ip_value(ip: IpAddr) -> HeaderValue {
         .unwrap_or_else(|_| format_ip(ip))
 }
 
+/// `host` (an HTTP/2 request's `:authority`) as a header value for `X-Forwarded-Host`
+/// and the like: `None` when it is not a valid one. Kept per thread like
+/// [`ip_value`]'s, for the same reason: most requests name one of a few hosts.
+pub(crate) fn host_value(host: &str) -> Option<HeaderValue> {
+    const SLOTS: usize = 4;
+    thread_local! {
+        static RECENT: std::cell::RefCell<[Option<HeaderValue>; SLOTS]> =
+            const { std::cell::RefCell::new([const { None }; SLOTS]) };
+    }
+    let slot = {
+        use std::hash::BuildHasher;
+        crate::fxhash::FxBuild::default().hash_one(host.as_bytes()) as usize % SLOTS
+    };
+    RECENT
+        .try_with(|recent| {
+            let mut recent = recent.borrow_mut();
+            match &recent[slot] {
+                Some(value) if value.as_bytes() == host.as_bytes() => Some(value.clone()),
+                _ => {
+                    let value = shared(HeaderValue::from_str(host).ok()?);
+                    recent[slot] = Some(value.clone());
+                    Some(value)
+                }
+            }
+        })
+        .unwrap_or_else(|_| HeaderValue::from_str(host).ok())
+}
+
 /// `value` backed by shared storage, so that its clones allocate nothing.
 fn shared(value: HeaderValue) -> HeaderValue {
     let bytes = Bytes::copy_from_slice(value.as_bytes());

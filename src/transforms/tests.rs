@@ -316,3 +316,19 @@ fn forwarded_for_values_match_display() {
     let (first, again) = (request::ip_value(b), request::ip_value(b));
     assert_eq!(first.as_bytes().as_ptr(), again.as_bytes().as_ptr());
 }
+
+#[test]
+fn host_values_are_kept_per_thread_and_checked() {
+    let hosts: Vec<String> = (0..12).map(|i| format!("h{i}.example:8{i}")).collect();
+    for _ in 0..3 {
+        for h in &hosts {
+            assert_eq!(request::host_value(h).unwrap(), h.as_str());
+        }
+    }
+    let (first, again) = (
+        request::host_value("api.example").unwrap(),
+        request::host_value("api.example").unwrap(),
+    );
+    assert_eq!(first.as_bytes().as_ptr(), again.as_bytes().as_ptr());
+    assert!(request::host_value("bad\nhost").is_none());
+}
