@@ -367,7 +367,8 @@ enum Protocol {
 }
 
 /// The service for one connection, and its activity when the header read timeout
-/// applies (HTTP/1.1: HTTP/2 has its own flow control and keep-alive).
+/// applies: on HTTP/1.1 (as hyper's own did), not on HTTP/2, whose requests are streams
+/// of a connection that stays open between them.
 fn served<S>(
     service: S,
     info: ConnectionInfo,
