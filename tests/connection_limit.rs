@@ -90,19 +90,18 @@ fn limited_config(url: &str, max: u32, activity: &str) -> String {
     )
 }
 
-#[tokio::test]
-async fn requests_beyond_the_limit_wait_for_a_connection() {
-    let mut b = gated_backend().await;
-    let p = proxy(&limited_config(&b.url, 2, "10s")).await;
-    // Six concurrent requests, each on a client connection of its own.
-    let requests: Vec<_> = (0..6)
-        .map(|_| {
+/// Six concurrent requests to `urls` (each on a client connection of its own) under a
+/// limit of two: two reach the destination and the others wait in the proxy; once the
+/// destination answers, all six complete over the same two connections.
+async fn six_through_two_connections(b: &mut Gated, urls: impl Iterator<Item = String>) {
+    let requests: Vec<_> = urls
+        .take(6)
+        .map(|url| {
             let client = h1_client();
-            let url = p.url("/held");
             tokio::spawn(async move { client.get(url).send().await })
         })
         .collect();
-    // Two reach the destination; the others wait in the proxy.
+    assert_eq!(requests.len(), 6);
     for _ in 0..2 {
         within("a request to arrive", b.arrived.recv())
             .await
@@ -126,6 +125,13 @@ async fn requests_beyond_the_limit_wait_for_a_connection() {
         "no connection beyond the limit"
     );
     assert!(b.most_in_flight.load(Ordering::SeqCst) <= 2);
+}
+
+#[tokio::test]
+async fn requests_beyond_the_limit_wait_for_a_connection() {
+    let mut b = gated_backend().await;
+    let p = proxy(&limited_config(&b.url, 2, "10s")).await;
+    six_through_two_connections(&mut b, std::iter::repeat_with(|| p.url("/held"))).await;
     p.wait_idle("c", "d").await;
     p.shutdown().await;
 }
@@ -155,30 +161,8 @@ async fn the_limit_holds_across_forwarders() {
         }));
         stops.push(stop);
     }
-    let requests: Vec<_> = (0..6)
-        .map(|i| {
-            let client = h1_client();
-            let url = format!("http://{}/held", addrs[i % 2]);
-            tokio::spawn(async move { client.get(url).send().await })
-        })
-        .collect();
-    for _ in 0..2 {
-        within("a request to arrive", b.arrived.recv())
-            .await
-            .unwrap();
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        b.arrived.try_recv().is_err(),
-        "a third request went through"
-    );
-    b.release.add_permits(6);
-    for r in requests {
-        let r = within("a response", r).await.unwrap().unwrap();
-        assert_eq!(r.status(), StatusCode::OK);
-    }
-    assert_eq!(b.accepted.load(Ordering::SeqCst), 2);
-    assert!(b.most_in_flight.load(Ordering::SeqCst) <= 2);
+    let urls = addrs.iter().cycle().map(|a| format!("http://{a}/held"));
+    six_through_two_connections(&mut b, urls).await;
     drop(stops);
 }
 

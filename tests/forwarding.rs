@@ -222,12 +222,7 @@ async fn the_activity_timeout_of_a_reused_connection_counts_from_its_request() {
     let r = client.get(p.url("/fast")).send().await.unwrap();
     assert_eq!(r.text().await.unwrap(), "fast");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let sent = Instant::now();
-    let r = within("the stalled request", client.get(p.url("/slow")).send())
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
-    let took = sent.elapsed();
+    let took = stalled(&client, &p.url("/slow")).await;
     assert!(
         took >= timeout - Duration::from_millis(20),
         "timed out after {took:?}: the earlier request's deadline was used"
@@ -244,15 +239,7 @@ async fn the_activity_timeout_of_a_reused_connection_counts_from_its_request() {
     assert_eq!(r.text().await.unwrap(), "fast");
     let opened = accepted.load(Ordering::SeqCst);
     tokio::time::sleep(timeout + Duration::from_millis(200)).await;
-    let sent = Instant::now();
-    let r = within(
-        "the second stalled request",
-        client.get(p.url("/slow")).send(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
-    let took = sent.elapsed();
+    let took = stalled(&client, &p.url("/slow")).await;
     assert!(
         took >= timeout - Duration::from_millis(20),
         "timed out after {took:?}: the timer that fired in the pool was taken as expired"
@@ -260,6 +247,16 @@ async fn the_activity_timeout_of_a_reused_connection_counts_from_its_request() {
     assert_eq!(accepted.load(Ordering::SeqCst), opened, "reused again");
     p.wait_idle("c", "d").await;
     p.shutdown().await;
+}
+
+/// Send a request the destination never answers: it must get 504; how long that took.
+async fn stalled(client: &reqwest::Client, url: &str) -> Duration {
+    let sent = Instant::now();
+    let r = within("the stalled request", client.get(url).send())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+    sent.elapsed()
 }
 
 fn tokio_stream<T: Send + 'static>(
