@@ -16,12 +16,13 @@ use tokio::sync::{mpsc, Semaphore};
 
 /// A backend that counts its connections (accepted, and open now at most) and holds
 /// every request to `/held` until a permit is added to `release`; it reports each
-/// request's arrival on the channel.
+/// request's arrival on `arrived` and each connection's end on `closed`.
 struct Gated {
     url: String,
     accepted: Arc<AtomicUsize>,
     release: Arc<Semaphore>,
     arrived: mpsc::UnboundedReceiver<()>,
+    closed: mpsc::UnboundedReceiver<()>,
     most_in_flight: Arc<AtomicUsize>,
 }
 
@@ -33,11 +34,13 @@ async fn gated_backend() -> Gated {
     let in_flight = Arc::new(AtomicUsize::new(0));
     let most_in_flight = Arc::new(AtomicUsize::new(0));
     let (tx, arrived) = mpsc::unbounded_channel();
+    let (closed_tx, closed) = mpsc::unbounded_channel();
     let g = Gated {
         url,
         accepted: accepted.clone(),
         release: release.clone(),
         arrived,
+        closed,
         most_in_flight: most_in_flight.clone(),
     };
     tokio::spawn(async move {
@@ -63,10 +66,13 @@ async fn gated_backend() -> Gated {
                     Ok::<_, std::convert::Infallible>(Response::new(full("ok")))
                 }
             });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc),
-            );
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            let closed_tx = closed_tx.clone();
+            tokio::spawn(async move {
+                let _ = connection.await;
+                let _ = closed_tx.send(());
+            });
         }
     });
     g
@@ -217,6 +223,39 @@ async fn a_request_waiting_past_the_activity_timeout_is_504() {
         1,
         "never two requests at the destination"
     );
+    p.wait_idle("c", "d").await;
+    p.shutdown().await;
+}
+
+/// A reload that lifts the limit lets the destination's shared pool go: its idle
+/// connection is closed, and requests go on through the forwarder's own pool.
+#[tokio::test]
+async fn a_reload_without_the_limit_closes_the_shared_pool() {
+    let mut b = gated_backend().await;
+    let p = proxy(&limited_config(&b.url, 2, "10s")).await;
+    let client = h1_client();
+    let r = within("a request", client.get(p.url("/fast")).send())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let unlimited = simple_config(&[("d", &b.url)], "");
+    p.state
+        .update(serde_json::from_str(&unlimited).unwrap())
+        .unwrap();
+    within(
+        "the shared pool's idle connection to close",
+        b.closed.recv(),
+    )
+    .await
+    .unwrap();
+    let r = within(
+        "a request after the reload",
+        client.get(p.url("/fast")).send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 2, "a new connection");
     p.wait_idle("c", "d").await;
     p.shutdown().await;
 }

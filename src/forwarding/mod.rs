@@ -244,13 +244,9 @@ where
                 let outgoing = outgoing.map(|body| UpstreamBody::new(body, gate.clone()));
                 let dest = &context.cluster().destinations()[destination];
                 let address = dest.address();
-                let limit = match http.max_connections_per_server {
-                    Some(max) => Some((&**dest.state(), max)),
-                    None => {
-                        dest.state().drop_shared_pool();
-                        None
-                    }
-                };
+                let limit = http
+                    .max_connections_per_server
+                    .map(|max| (&**dest.state(), max));
                 let upstream = self.pools.send(
                     outgoing,
                     pool::Target {

@@ -205,12 +205,17 @@ impl<B: SendBody> Pools<B> {
         };
         let pool = match limit {
             None => self.pool(key),
-            Some((destination, max)) => destination.shared_pool(
-                |pool: &Pool<B>| {
-                    pool.key == key && pool.limit.as_ref().inspect(|l| l.set_max(max)).is_some()
-                },
-                || self.new_pool(key.clone(), Some(Limit::new(max))),
-            ),
+            Some((destination, max)) => {
+                let pool = destination.shared_pool(
+                    |pool: &Pool<B>| pool.key == key && pool.limit.is_some(),
+                    || self.new_pool(key.clone(), Some(Limit::new(max))),
+                );
+                if let Some(limit) = &pool.limit {
+                    // A reload may have changed it.
+                    limit.set_max(max);
+                }
+                pool
+            }
         };
         match (version, upgrade) {
             (_, true) => upgrade_exchange(&pool, request),

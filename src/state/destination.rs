@@ -2,7 +2,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use http::uri::{Authority, Scheme};
@@ -25,7 +25,6 @@ pub struct DestinationState {
     /// per server: one for every forwarder (each worker's), so that the limit holds
     /// for the process. Type-erased: the forwarder's pool type.
     shared_pool: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
-    has_shared_pool: AtomicBool,
 }
 
 impl DestinationState {
@@ -36,7 +35,6 @@ impl DestinationState {
             concurrent: AtomicUsize::new(0),
             health: DestinationHealth::default(),
             shared_pool: Mutex::new(None),
-            has_shared_pool: AtomicBool::new(false),
         }
     }
 
@@ -55,18 +53,13 @@ impl DestinationState {
         }
         let pool = Arc::new(make());
         *slot = Some(pool.clone());
-        self.has_shared_pool.store(true, Ordering::Release);
         pool
     }
 
-    /// Let the shared pool go (its cluster no longer limits connections).
+    /// Let the shared pool go (a reload left its cluster without a connection limit).
     pub(crate) fn drop_shared_pool(&self) {
-        if self.has_shared_pool.load(Ordering::Relaxed)
-            && self.has_shared_pool.swap(false, Ordering::AcqRel)
-        {
-            let pool = self.shared_pool.lock().expect("shared pool lock").take();
-            drop(pool);
-        }
+        let pool = self.shared_pool.lock().expect("shared pool lock").take();
+        drop(pool);
     }
 
     /// Its health (active and passive).

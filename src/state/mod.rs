@@ -132,6 +132,15 @@ impl ProxyState {
                 .is_some_and(|cl| cl.destination(d).is_some())
         });
         self.metrics.retain_destinations(&snapshot);
+        // Destinations of clusters that no longer limit connections let their shared
+        // pools (and the idle connections in them) go.
+        for cluster in snapshot.clusters() {
+            if cluster.http().max_connections_per_server.is_none() {
+                for destination in cluster.destinations() {
+                    destination.state().drop_shared_pool();
+                }
+            }
+        }
         self.current.store(Arc::new(snapshot));
         *registry = next;
         self.generation.send_modify(|g| *g += 1);
