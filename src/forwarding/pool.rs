@@ -343,13 +343,8 @@ struct Permit(Arc<Limit>);
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let mut state = self.0.state.lock().expect("limit lock");
-        state.open -= 1;
-        let next = state.queue.pop_front();
-        drop(state);
-        if let Some((_, waker)) = next {
-            waker.wake();
-        }
+        self.0.state.lock().expect("limit lock").open -= 1;
+        self.0.wake_one();
     }
 }
 
@@ -397,9 +392,7 @@ impl Limit {
         if turn && state.open < self.max.load(Ordering::Relaxed) {
             state.open += 1;
             drop(state);
-            if let Some(mut t) = ticket.take() {
-                t.done = true;
-            }
+            Ticket::leave(ticket);
             return Some(Permit(self.clone()));
         }
         match (position, ticket.as_ref()) {
@@ -421,7 +414,8 @@ impl Limit {
         None
     }
 
-    /// A connection came back to the pool: wake the first exchange queued.
+    /// A connection came back to the pool, or one closed: wake the first exchange
+    /// queued.
     fn wake_one(&self) {
         let next = self.state.lock().expect("limit lock").queue.pop_front();
         if let Some((_, waker)) = next {
