@@ -143,6 +143,10 @@ impl Candidates {
     pub fn nth(&self, k: usize) -> Option<usize> {
         match &self.bits {
             Bits::Inline(b) => {
+                // All of 0..n (every destination available, the common case): k itself.
+                if b & b.wrapping_add(1) == 0 {
+                    return (k < b.trailing_ones() as usize).then_some(k);
+                }
                 // Clear the k lowest members, then take the lowest left: no scan.
                 if k >= b.count_ones() as usize {
                     return None;
@@ -226,6 +230,11 @@ mod tests {
         for n in [0, 1, 5, 64, 127, 128, 129, 200, 256] {
             let mut c = Candidates::all(n);
             assert_eq!(c.len(), n, "n={n}");
+            assert_eq!((0..=n).map(|k| c.nth(k)).collect::<Vec<_>>(), {
+                let mut all: Vec<_> = (0..n).map(Some).collect();
+                all.push(None);
+                all
+            });
             c.retain(|i| i % 3 == 0);
             let expected: Vec<usize> = (0..n).filter(|i| i % 3 == 0).collect();
             assert_eq!(c.iter().collect::<Vec<_>>(), expected, "n={n}");

@@ -34,18 +34,18 @@ impl<'a> RequestPath<'a> {
     /// or trailing slashes) and `.` segments, and let `..` remove the segment before it.
     pub(super) fn parse(raw: &'a str) -> RequestPath<'a> {
         let raw = raw.as_bytes();
-        // Most paths are already normal (no escape, no upper case, no dot segment): then
-        // the segments are spans of the raw path and nothing is copied.
-        if let Some(spans) = Self::normal_spans(raw) {
-            return RequestPath {
-                text: Text::Raw(raw),
-                spans,
-            };
-        }
+        // Built where it is returned (it is large: no moves of it on the way).
         let mut path = RequestPath {
-            text: Text::Decoded(InlineVec::new()),
+            text: Text::Raw(raw),
             spans: InlineVec::new(),
         };
+        // Most paths are already normal (no escape, no upper case, no dot segment): then
+        // the segments are spans of the raw path and nothing is copied.
+        if path.split_normal(raw) {
+            return path;
+        }
+        path.text = Text::Decoded(InlineVec::new());
+        path.spans.truncate(0);
         for raw_segment in raw.split(|&b| b == b'/') {
             if !raw_segment.is_empty() {
                 path.push_segment(raw_segment);
@@ -54,27 +54,39 @@ impl<'a> RequestPath<'a> {
         path
     }
 
-    /// The segment spans of `raw` if it needs no normalisation beyond dropping empty
-    /// segments.
-    fn normal_spans(raw: &[u8]) -> Option<InlineVec<(u32, u32), INLINE_SEGMENTS>> {
-        if raw.len() > u32::MAX as usize || raw.iter().any(|&b| b == b'%' || b.is_ascii_uppercase())
-        {
-            return None;
+    /// Split `raw` into spans if it needs no normalisation beyond dropping empty
+    /// segments; `false` (spans incomplete) if it does.
+    fn split_normal(&mut self, raw: &[u8]) -> bool {
+        if raw.len() > u32::MAX as usize {
+            return false;
         }
-        let mut spans = InlineVec::new();
+        // One pass: each byte is checked and splits at the same time.
         let mut start = 0;
-        for (i, &b) in raw.iter().chain(std::iter::once(&b'/')).enumerate() {
-            if b == b'/' {
-                if i > start {
-                    if raw[start] == b'.' {
-                        return None; // maybe a dot segment
+        for (i, &b) in raw.iter().enumerate() {
+            match b {
+                b'/' => {
+                    if !self.push_normal(raw, start, i) {
+                        return false;
                     }
-                    spans.push((start as u32, i as u32));
+                    start = i + 1;
                 }
-                start = i + 1;
+                b'%' | b'A'..=b'Z' => return false,
+                _ => {}
             }
         }
-        Some(spans)
+        self.push_normal(raw, start, raw.len())
+    }
+
+    /// Keep `raw[start..end]` as a segment unless it is empty; `false` if it may be a
+    /// dot segment.
+    fn push_normal(&mut self, raw: &[u8], start: usize, end: usize) -> bool {
+        if end > start {
+            if raw[start] == b'.' {
+                return false;
+            }
+            self.spans.push((start as u32, end as u32));
+        }
+        true
     }
 
     fn bytes(&mut self) -> &mut InlineVec<u8, INLINE_BYTES> {
