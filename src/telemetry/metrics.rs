@@ -6,12 +6,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 use crate::health::HealthState;
@@ -62,8 +63,67 @@ struct ReloadLabels {
 /// (cluster id, destination id).
 type DestinationKey = (Arc<str>, Arc<str>);
 
-fn new_histogram() -> Histogram {
-    Histogram::new(DURATION_BUCKETS)
+/// [`DURATION_BUCKETS`] in nanoseconds.
+const DURATION_BUCKET_NANOS: [u64; DURATION_BUCKETS.len()] = {
+    let mut nanos = [0; DURATION_BUCKETS.len()];
+    let mut i = 0;
+    while i < nanos.len() {
+        nanos[i] = (DURATION_BUCKETS[i] * 1e9) as u64;
+        i += 1;
+    }
+    nanos
+};
+
+/// The request durations of one target, a Prometheus histogram over
+/// [`DURATION_BUCKETS`]: an observation is two relaxed atomic additions, no lock
+/// (prometheus-client's `Histogram` locks a mutex per observation, on every request).
+/// A scrape reads the buckets one by one, so while requests complete it may see a
+/// count and a sum a few requests apart — as every lock-free histogram does.
+#[derive(Debug, Clone, Default)]
+struct DurationHistogram(Arc<DurationCounts>);
+
+#[derive(Debug, Default)]
+struct DurationCounts {
+    /// Observations per bucket (at most its upper bound, above the previous one), then
+    /// the ones above the last bound.
+    buckets: [AtomicU64; DURATION_BUCKETS.len() + 1],
+    /// Sum of the observations in nanoseconds (wraps after 584 years of them).
+    sum_nanos: AtomicU64,
+}
+
+impl DurationHistogram {
+    fn observe(&self, duration: Duration) {
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = DURATION_BUCKET_NANOS
+            .iter()
+            .position(|&bound| nanos <= bound)
+            .unwrap_or(DURATION_BUCKETS.len());
+        self.0.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.0.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for DurationHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for DurationHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
+        let mut buckets = [(f64::INFINITY, 0); DURATION_BUCKETS.len() + 1];
+        for (i, (bound, count)) in buckets.iter_mut().enumerate() {
+            if let Some(b) = DURATION_BUCKETS.get(i) {
+                *bound = *b;
+            }
+            *count = self.0.buckets[i].load(Ordering::Relaxed);
+        }
+        let count = buckets.iter().map(|(_, c)| c).sum();
+        let sum = self.0.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
 }
 
 /// Every metric of one [`ProxyState`](crate::state::ProxyState), in a
@@ -72,7 +132,7 @@ fn new_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
-    durations: Family<TargetLabels, Histogram, fn() -> Histogram>,
+    durations: Family<TargetLabels, DurationHistogram>,
     errors: Family<ErrorLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     in_flight: Gauge,
@@ -99,9 +159,7 @@ impl Metrics {
     /// A registry with fuseway's metrics, all at zero.
     pub fn new() -> Self {
         let requests = Family::<RequestLabels, Counter>::default();
-        let durations = Family::<TargetLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-            new_histogram,
-        );
+        let durations = Family::<TargetLabels, DurationHistogram>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
         let in_flight = Gauge::default();
@@ -268,7 +326,7 @@ impl Metrics {
             }
         };
         target.count(&self.requests, status, true);
-        target.duration.observe(elapsed.as_secs_f64());
+        target.duration.observe(elapsed);
         if let Some(kind) = error {
             let labels = ErrorLabels {
                 route: target.labels.route.clone(),
@@ -354,14 +412,14 @@ impl RouteTelemetry {
 pub(crate) struct Target {
     labels: TargetLabels,
     statuses: [OnceLock<(u16, Counter)>; STATUS_SLOTS],
-    duration: Histogram,
+    duration: DurationHistogram,
     recent: Option<Arc<RecentErrors>>,
 }
 
 impl Target {
     fn new(
         labels: TargetLabels,
-        durations: &Family<TargetLabels, Histogram, fn() -> Histogram>,
+        durations: &Family<TargetLabels, DurationHistogram>,
         recent: Option<Arc<RecentErrors>>,
     ) -> Self {
         Target {
@@ -531,6 +589,40 @@ impl Collector for SnapshotGauges {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn duration_histogram_buckets_sum_and_text() {
+        let family = Family::<TargetLabels, DurationHistogram>::default();
+        let labels = TargetLabels {
+            route: "r".into(),
+            cluster: "c".into(),
+            destination: "d".into(),
+        };
+        let h = family.get_or_create_owned(&labels);
+        for ms in [0.5, 1.0, 3.0, 3.0, 40_000.0] {
+            h.observe(Duration::from_secs_f64(ms / 1000.0));
+        }
+        let mut registry = Registry::default();
+        registry.register("d", "durations", family);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let value = |series: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(series))
+                .unwrap_or_else(|| panic!("no {series} in\n{text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let l = r#"route="r",cluster="c",destination="d""#;
+        // Cumulative: 0.5 ms and 1 ms at most 1 ms (the bound is inclusive), 3 ms twice.
+        assert_eq!(value(&format!("d_bucket{{le=\"0.001\",{l}}}")), 2.0);
+        assert_eq!(value(&format!("d_bucket{{le=\"0.0025\",{l}}}")), 2.0);
+        assert_eq!(value(&format!("d_bucket{{le=\"0.005\",{l}}}")), 4.0);
+        assert_eq!(value(&format!("d_bucket{{le=\"30.0\",{l}}}")), 4.0);
+        assert_eq!(value(&format!("d_bucket{{le=\"+Inf\",{l}}}")), 5.0);
+        assert_eq!(value(&format!("d_count{{{l}}}")), 5.0);
+        assert!((value(&format!("d_sum{{{l}}}")) - 40.0075).abs() < 1e-9);
+    }
 
     #[test]
     fn recent_errors_age_out() {
