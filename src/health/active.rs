@@ -402,7 +402,11 @@ mod tests {
     use crate::config::{parse, Format};
 
     fn dest() -> DestinationState {
-        DestinationState::new("c".into(), "d".into())
+        DestinationState::new(
+            &crate::state::ClusterState::default(),
+            "c".into(),
+            "d".into(),
+        )
     }
 
     #[test]

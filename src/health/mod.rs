@@ -48,7 +48,7 @@ mod passive;
 mod settings;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::time::Instant;
@@ -69,14 +69,17 @@ pub use settings::{
 use passive::PassiveWindow;
 
 /// The destinations of `cluster` that requests may go to, by its
-/// `AvailableDestinationsPolicy`. Does not allocate for clusters of up to 128
-/// destinations; reads the clock only when a destination is passively unhealthy.
+/// `AvailableDestinationsPolicy`. O(1) while none of the cluster's destinations is
+/// unhealthy (the common case), else one pass over them. Does not allocate for clusters
+/// of up to 128 destinations; reads the clock only when a destination is passively
+/// unhealthy.
 pub fn available(cluster: &Cluster) -> Candidates {
     let destinations = cluster.destinations();
     let mut candidates = Candidates::all(destinations.len());
     let health = cluster.health();
     let (active, passive) = (health.active.is_some(), health.passive.is_some());
-    if !active && !passive {
+    // The common case in O(1): no destination of the cluster is out of rotation.
+    if (!active && !passive) || cluster.state().unhealthy().none() {
         return candidates;
     }
     let mut now = None;
@@ -138,16 +141,73 @@ impl fmt::Display for HealthState {
     }
 }
 
-/// Health of one destination; lives in its [`DestinationState`] and survives reloads.
+/// How many of a cluster's destinations are unhealthy (actively and passively each
+/// count once), kept by the destinations' state changes: while it is zero, [`available`]
+/// does not look at each destination.
 #[derive(Debug, Default)]
+pub(crate) struct UnhealthyCount(AtomicU32);
+
+impl UnhealthyCount {
+    /// No destination of the cluster is unhealthy.
+    pub(crate) fn none(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == 0
+    }
+
+    /// Count a state change from `old` to `new`.
+    fn change(&self, old: HealthState, new: HealthState) {
+        match (old, new) {
+            (HealthState::Unhealthy, HealthState::Unhealthy) => {}
+            (_, HealthState::Unhealthy) => {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+            (HealthState::Unhealthy, _) => {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Health of one destination; lives in its [`DestinationState`] and survives reloads.
+#[derive(Debug)]
 pub struct DestinationHealth {
     active: AtomicU8,
     passive: AtomicU8,
     consecutive_failures: AtomicU32,
     window: Mutex<PassiveWindow>,
+    /// Successful requests recorded without the window's lock, not yet in the window.
+    successes: AtomicU64,
+    /// Until when (nanoseconds after `created`, plus one; 0: not now) a success may be
+    /// recorded without the lock: see `passive::record`.
+    quiet_until: AtomicU64,
+    created: Instant,
+    /// Its cluster's count of unhealthy destinations.
+    cluster: Arc<UnhealthyCount>,
+}
+
+impl Drop for DestinationHealth {
+    fn drop(&mut self) {
+        self.cluster.change(self.active(), HealthState::Unknown);
+        self.cluster
+            .change(self.passive_raw(), HealthState::Unknown);
+    }
 }
 
 impl DestinationHealth {
+    /// The health of a destination of the cluster that keeps `count`.
+    pub(crate) fn counted_in(count: Arc<UnhealthyCount>) -> Self {
+        DestinationHealth {
+            active: AtomicU8::default(),
+            passive: AtomicU8::default(),
+            consecutive_failures: AtomicU32::default(),
+            window: Mutex::default(),
+            successes: AtomicU64::default(),
+            quiet_until: AtomicU64::default(),
+            created: Instant::now(),
+            cluster: count,
+        }
+    }
+
     /// Its active (probing) state.
     pub fn active(&self) -> HealthState {
         HealthState::from_u8(self.active.load(Ordering::Acquire))
@@ -177,7 +237,8 @@ impl DestinationHealth {
     /// (failed, total) requests in the passive detection window, as of the last
     /// record (buckets leave the window when the next request is recorded).
     pub fn passive_counts(&self) -> (u64, u64) {
-        self.lock_window().counts()
+        let (failed, total) = self.lock_window().counts();
+        (failed, total + self.successes.load(Ordering::Relaxed))
     }
 
     fn passive_raw(&self) -> HealthState {
@@ -185,11 +246,16 @@ impl DestinationHealth {
     }
 
     fn store_passive(&self, state: HealthState) {
-        self.passive.store(state.to_u8(), Ordering::Release);
+        self.store(&self.passive, state);
     }
 
     fn store_active(&self, state: HealthState) {
-        self.active.store(state.to_u8(), Ordering::Release);
+        self.store(&self.active, state);
+    }
+
+    fn store(&self, slot: &AtomicU8, state: HealthState) {
+        let old = HealthState::from_u8(slot.swap(state.to_u8(), Ordering::AcqRel));
+        self.cluster.change(old, state);
     }
 
     fn lock_window(&self) -> MutexGuard<'_, PassiveWindow> {

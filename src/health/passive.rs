@@ -6,6 +6,7 @@
 //! allocates. Every function takes `now`, so the arithmetic is tested without sleeping.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
@@ -95,6 +96,32 @@ impl PassiveWindow {
     pub(crate) fn counts(&self) -> (u64, u64) {
         (self.failed, self.total)
     }
+
+    /// Until when no bucket opens or leaves the window (the open bucket's end, or an
+    /// earlier closed bucket's departure); `None` without an open bucket.
+    fn stable_until(&self, settings: &PassiveSettings) -> Option<Instant> {
+        let open = self.open?.ends_at;
+        Some(match self.closed.front() {
+            Some(oldest) => open.min(oldest.ends_at + settings.detection_window),
+            None => open,
+        })
+    }
+
+    /// Count `n` successes recorded without the lock into the open bucket (where they
+    /// happened: the lock-free path is closed before the bucket ends).
+    fn add_successes(&mut self, n: u64) {
+        if let Some(open) = self.open.as_mut() {
+            open.total += n;
+            self.total += n;
+        }
+    }
+}
+
+/// `at` as nanoseconds after `created`, plus one (so that 0 means "never").
+fn since(created: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(created).as_nanos())
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
 }
 
 /// Back to unknown when the reactivation time of an unhealthy destination is over.
@@ -131,6 +158,13 @@ pub(crate) fn refresh(dest: &DestinationState, now: impl FnOnce() -> Instant) ->
 
 /// Record one proxied request of `dest` that ended at `now`, and move its passive state
 /// to the verdict (logging transitions). Returns the new state.
+///
+/// A success on a healthy destination whose window already holds the minimal count
+/// cannot change the verdict (it only lowers the failure rate) as long as no bucket
+/// opens or leaves the window: then it is only counted, with one atomic addition and
+/// no lock, and joins the window at the next locked record. Every other record takes
+/// the window's lock. (A reload that tightens the policy is judged from the next locked
+/// record on: at the latest when the open bucket ends.)
 pub(crate) fn record(
     dest: &DestinationState,
     now: Instant,
@@ -138,10 +172,26 @@ pub(crate) fn record(
     settings: &PassiveSettings,
 ) -> HealthState {
     let health = dest.health();
+    let at = since(health.created, now);
+    if !failed && at < health.quiet_until.load(Ordering::Acquire) {
+        health.successes.fetch_add(1, Ordering::Relaxed);
+        return HealthState::Healthy;
+    }
     let mut window = health.lock_window();
+    window.add_successes(health.successes.swap(0, Ordering::Relaxed));
     let previous = reactivate_if_due(dest, &mut window, now);
     window.add(now, failed, settings);
     let verdict = window.verdict(settings);
+    let quiet = match window.stable_until(settings) {
+        Some(until)
+            if verdict == HealthState::Healthy
+                && window.total >= u64::from(settings.minimal_total_count) =>
+        {
+            since(health.created, until)
+        }
+        _ => 0,
+    };
+    health.quiet_until.store(quiet, Ordering::Release);
     if verdict != previous {
         health.store_passive(verdict);
         if verdict == HealthState::Unhealthy {
@@ -177,7 +227,11 @@ mod tests {
     use super::*;
 
     fn dest() -> DestinationState {
-        DestinationState::new("c".into(), "d".into())
+        DestinationState::new(
+            &crate::state::ClusterState::default(),
+            "c".into(),
+            "d".into(),
+        )
     }
 
     fn secs(s: f64) -> Duration {
@@ -343,6 +397,86 @@ mod tests {
         // At 60 s: back to unknown, then this one failure of one is judged: healthy.
         assert_eq!(record(&d, t0 + secs(60.0), true, &s), HealthState::Healthy);
         assert_eq!(d.health().lock_window().counts(), (1, 1));
+    }
+
+    #[test]
+    fn successes_on_a_judged_healthy_destination_skip_the_lock() {
+        let s = settings();
+        let t0 = Instant::now();
+        let d = dest();
+        let h = d.health();
+        many(&d, t0, 10, 0, &s);
+        assert_eq!(
+            h.successes.load(Ordering::Relaxed),
+            0,
+            "below the minimal count"
+        );
+        many(&d, t0, 5, 0, &s);
+        assert_eq!(h.successes.load(Ordering::Relaxed), 5);
+        assert_eq!(h.lock_window().counts(), (0, 10));
+        assert_eq!(h.passive_counts(), (0, 15));
+        // A failure takes the lock and brings them into the window.
+        assert_eq!(record(&d, t0, true, &s), HealthState::Healthy);
+        assert_eq!(h.lock_window().counts(), (1, 16));
+        assert_eq!(h.successes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn lock_free_successes_leave_the_window_with_their_bucket() {
+        let s = settings();
+        let t0 = Instant::now();
+        let d = dest();
+        many(&d, t0, 15, 0, &s); // 5 of them without the lock
+                                 // The bucket of t0 ends at t0 + 1 s: this one takes the lock and closes it.
+        record(&d, t0 + secs(1.0), false, &s);
+        assert_eq!(d.health().lock_window().counts(), (0, 16));
+        // At t0 + 61 s the bucket of t0 has left the window, all 15 with it.
+        record(&d, t0 + secs(61.0), true, &s);
+        assert_eq!(d.health().passive_counts(), (1, 2));
+    }
+
+    /// The verdicts and counts of `record` against the window alone, locked for every
+    /// request (the reference), over a random sequence of successes and failures.
+    #[test]
+    fn the_lock_free_path_changes_no_verdict() {
+        let s = PassiveSettings {
+            // Buckets of 50 ms; a bad phase (~2 s) sees several reactivations.
+            detection_window: secs(0.5),
+            reactivation_period: secs(0.5),
+            ..settings()
+        };
+        let t0 = Instant::now();
+        let mut rng = fastrand::Rng::with_seed(7);
+        let d = dest();
+        let mut reference = PassiveWindow::default();
+        let mut state = HealthState::Unknown;
+        let mut now = t0;
+        let mut lock_free = 0;
+        for i in 0..20_000 {
+            now += Duration::from_micros(rng.u64(0..2_000));
+            // Phases of mostly successes and of many failures.
+            let failed = rng.f64() < if (i / 2_000) % 2 == 0 { 0.05 } else { 0.6 };
+            if state == HealthState::Unhealthy && reference.reactivate_at_due(now) {
+                reference.clear();
+                state = HealthState::Unknown;
+            }
+            reference.add(now, failed, &s);
+            let verdict = reference.verdict(&s);
+            if verdict != state {
+                state = verdict;
+                reference.reactivate_at =
+                    (verdict == HealthState::Unhealthy).then(|| now + s.reactivation());
+            }
+            let before = d.health().successes.load(Ordering::Relaxed);
+            assert_eq!(record(&d, now, failed, &s), verdict, "request {i}");
+            lock_free += u64::from(d.health().successes.load(Ordering::Relaxed) > before);
+            assert_eq!(
+                d.health().passive_counts(),
+                reference.counts(),
+                "request {i}"
+            );
+        }
+        assert!(lock_free > 5_000, "{lock_free} requests without the lock");
     }
 
     #[test]

@@ -313,3 +313,34 @@ fn records_use_the_completion_time() {
     .complete_at(t0 + Duration::from_secs(61), Ok(()));
     assert_eq!(d.health().passive_counts(), (0, 1));
 }
+
+#[test]
+fn the_cluster_counts_its_unhealthy_destinations() {
+    let s = state(BOTH, 3);
+    let snap = s.snapshot();
+    let count = |snap: &Snapshot| {
+        let cluster = snap.cluster("c").unwrap();
+        cluster.state().unhealthy().0.load(Ordering::Relaxed)
+    };
+    assert_eq!(count(&snap), 0);
+    dest(&snap, 0).health().store_active(HealthState::Unhealthy);
+    dest(&snap, 0).health().store_active(HealthState::Unhealthy);
+    assert_eq!(count(&snap), 1, "a state kept is not counted twice");
+    passively_unhealthy(&snap, 0);
+    dest(&snap, 1).health().store_active(HealthState::Unhealthy);
+    assert_eq!(count(&snap), 3, "active and passive count apart");
+    dest(&snap, 0).health().store_active(HealthState::Healthy);
+    assert_eq!(count(&snap), 2);
+    assert_eq!(available_ids(&snap), [2]);
+
+    // A reload that removes d1 and d2: the count forgets them once they are gone.
+    s.update(state(BOTH, 1).snapshot().config().clone())
+        .unwrap();
+    assert_eq!(count(&s.snapshot()), 2, "the old snapshot still holds d1");
+    drop(snap);
+    let snap = s.snapshot();
+    assert_eq!(count(&snap), 1, "d0 is still passively unhealthy");
+    dest(&snap, 0).health().store_passive(HealthState::Healthy);
+    assert_eq!(count(&snap), 0);
+    assert_eq!(available_ids(&snap), [0]);
+}

@@ -10,7 +10,7 @@ use http::HeaderValue;
 
 use crate::balancing::BalancerState;
 use crate::config::{ConfigError, DestinationConfig};
-use crate::health::DestinationHealth;
+use crate::health::{DestinationHealth, UnhealthyCount};
 use crate::limits::RouteState;
 
 /// Runtime state of one destination that outlives configuration reloads for as long
@@ -28,12 +28,13 @@ pub struct DestinationState {
 }
 
 impl DestinationState {
-    pub(crate) fn new(cluster_id: Arc<str>, id: Arc<str>) -> Self {
+    /// The state of destination `id` of `cluster`, whose id is `cluster_id`.
+    pub(crate) fn new(cluster: &ClusterState, cluster_id: Arc<str>, id: Arc<str>) -> Self {
         DestinationState {
             cluster_id,
             id,
             concurrent: AtomicUsize::new(0),
-            health: DestinationHealth::default(),
+            health: DestinationHealth::counted_in(cluster.unhealthy.clone()),
             shared_pool: Mutex::new(None),
         }
     }
@@ -96,9 +97,15 @@ impl DestinationState {
 pub struct ClusterState {
     concurrent: AtomicUsize,
     balancer: BalancerState,
+    unhealthy: Arc<UnhealthyCount>,
 }
 
 impl ClusterState {
+    /// How many of its destinations are unhealthy.
+    pub(crate) fn unhealthy(&self) -> &UnhealthyCount {
+        &self.unhealthy
+    }
+
     /// The balancer's runtime state.
     pub fn balancer(&self) -> &BalancerState {
         &self.balancer
@@ -290,7 +297,11 @@ mod tests {
 
     #[test]
     fn guards_release_on_drop() {
-        let d = Arc::new(DestinationState::new("c".into(), "d".into()));
+        let d = Arc::new(DestinationState::new(
+            &ClusterState::default(),
+            "c".into(),
+            "d".into(),
+        ));
         let g1 = d.enter();
         let g2 = d.enter();
         assert_eq!(d.concurrent_requests(), 2);

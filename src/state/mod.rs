@@ -182,7 +182,9 @@ fn build(
             let dstate = registry
                 .destinations
                 .entry((cid.clone(), did.clone()))
-                .or_insert_with(|| Arc::new(DestinationState::new(cid.clone(), did.clone())))
+                .or_insert_with(|| {
+                    Arc::new(DestinationState::new(&state, cid.clone(), did.clone()))
+                })
                 .clone();
             let path = format!("Clusters.{cid}.Destinations.{did}");
             match Destination::new(did, dcfg, dstate, &path) {
