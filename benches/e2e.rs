@@ -1,7 +1,10 @@
 //! End-to-end bench (BENCHMARKS.md §3): a hyper backend (100-byte body), the release
 //! `fuseway` binary (built with `--features count-allocs`) and a load generator, each
 //! its own process on 127.0.0.1; HTTP/1.1 and h2c, 32 connections, alternating rounds
-//! direct -> fuseway [-> nginx -> haproxy, when installed].
+//! direct -> fuseway -> hyper-legacy -> hyper-pool [-> nginx -> haproxy, when installed].
+//! `hyper-legacy` and `hyper-pool` are `examples/bare_proxy.rs`: a bare hyper proxy (no
+//! routing, no transforms) over hyper-util's legacy client or its composable pool — the
+//! floor of a proxy built on those pools, against which fuseway's own pool is measured.
 //!
 //! ```text
 //! cargo bench --bench e2e                          # 3 rounds x (5 s warm-up + 10 s) per target and protocol
@@ -135,6 +138,8 @@ fn build(dir: &Path) {
             "bench_backend",
             "--example",
             "loadgen",
+            "--example",
+            "bare_proxy",
         ])
         .env("CARGO_TARGET_DIR", target_dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -255,6 +260,8 @@ fn rss_mb(pid: u32) -> f64 {
 enum Kind {
     Direct,
     Fuseway,
+    HyperLegacy,
+    HyperPool,
     Nginx,
     Haproxy,
 }
@@ -264,6 +271,8 @@ impl Kind {
         match self {
             Kind::Direct => "direct",
             Kind::Fuseway => "fuseway",
+            Kind::HyperLegacy => "hyper-legacy",
+            Kind::HyperPool => "hyper-pool",
             Kind::Nginx => "nginx",
             Kind::Haproxy => "haproxy",
         }
@@ -329,6 +338,29 @@ fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr) -> Target {
 }
 
 /// `fuseway-allocs: allocations=N bytes=M at=...`
+/// `examples/bare_proxy.rs` with hyper-util's legacy client or its composable pool, two
+/// workers like fuseway's default on this machine kind.
+fn start_bare(dir: &Path, backend: SocketAddr, kind: Kind) -> Option<Target> {
+    let client = if kind == Kind::HyperLegacy {
+        "legacy"
+    } else {
+        "pool"
+    };
+    let mut process = spawn(
+        "bare_proxy",
+        Command::new(dir.join("examples").join("bare_proxy"))
+            .args(["--listen", "127.0.0.1:0", "--backend", &backend.to_string()])
+            .args(["--client", client, "--workers", "2"])
+            .stdout(Stdio::piped()),
+    );
+    let mut out = BufReader::new(process.child.stdout.take().expect("piped stdout"));
+    let port = read_line(&mut out)
+        .and_then(|l| l.strip_prefix("listening ")?.parse::<SocketAddr>().ok())
+        .expect("bare_proxy prints `listening ADDR`")
+        .port();
+    peer_up(kind, process, port, port)
+}
+
 fn parse_allocs(line: &str) -> Option<(u64, u64)> {
     let rest = line.strip_prefix("fuseway-allocs: ")?;
     let kv = key_values(rest);
@@ -603,7 +635,7 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
     println!();
     println!("summary: medians over rounds (proxy CPU = user+sys of the proxy's processes over the window / requests)");
     println!(
-        "{:<6} {:<9} {:>9} {:>10} {:>8} {:>14} {:>11} {:>8} {:>8} {:>7} {:>7}",
+        "{:<6} {:<13} {:>9} {:>10} {:>8} {:>14} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
         "http",
         "target",
         "rps",
@@ -611,6 +643,7 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
         "errors",
         "proxy CPU µs/r",
         "allocs/req",
+        "bytes/req",
         "RSS MB",
         "p50 µs",
         "p99 µs",
@@ -637,7 +670,7 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
             let show =
                 |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}")).unwrap_or("-".into());
             println!(
-                "{:<6} {:<9} {:>9.0} {:>10} {:>8} {:>14} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
+                "{:<6} {:<13} {:>9.0} {:>10} {:>8} {:>14} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
                 if http == 2 { "h2c" } else { "1.1" },
                 k.label(),
                 rps,
@@ -658,7 +691,7 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
         }
         let Some(f) = fuseway_cpu else { continue };
         for &k in kinds {
-            if !matches!(k, Kind::Nginx | Kind::Haproxy) {
+            if matches!(k, Kind::Direct | Kind::Fuseway) {
                 continue;
             }
             let cpu = median(of(k).filter_map(|r| r.proxy_cpu_us).collect());
@@ -704,6 +737,9 @@ fn main() {
         },
         start_fuseway(&dir, &tmp, backend_addr),
     ];
+    for kind in [Kind::HyperLegacy, Kind::HyperPool] {
+        targets.extend(start_bare(&dir, backend_addr, kind));
+    }
     match on_path("nginx") {
         Some(nginx) => targets.extend(start_nginx(&nginx, &tmp, backend_addr)),
         None => println!("e2e: nginx is not installed: its rounds are skipped"),
