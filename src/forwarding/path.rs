@@ -35,11 +35,12 @@ pub(crate) fn normalize(path: &str) -> Option<String> {
 fn needs_normalizing(path: &str) -> bool {
     // One pass first: a path without `.`, `%` or a doubled `/` is normal (almost
     // every path).
-    let bytes = path.as_bytes();
-    let suspect = bytes
-        .iter()
-        .zip(bytes.iter().skip(1).chain([&0]))
-        .any(|(&b, &next)| b == b'.' || b == b'%' || (b == b'/' && next == b'/'));
+    let mut previous = 0;
+    let suspect = path.bytes().any(|b| {
+        let doubled = b == b'/' && previous == b'/';
+        previous = b;
+        b == b'.' || b == b'%' || doubled
+    });
     suspect && (path.contains("//") || path.split('/').any(|seg| dots(seg).is_some()))
 }
 
