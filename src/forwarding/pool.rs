@@ -292,8 +292,7 @@ fn sweep<B>(pools: &mut HashMap<Key, Arc<Pool<B>>, FxBuild>) {
     let now = Instant::now();
     pools.retain(|_, pool| {
         let mut idle = pool.idle.lock().expect("pool lock");
-        let expired = idle.partition_point(|i| now.duration_since(i.since) >= IDLE_TIMEOUT);
-        idle.drain(..expired);
+        drop_expired(&mut idle, now);
         let shared = pool
             .shared
             .lock()
@@ -477,6 +476,16 @@ struct Idle<B> {
     since: Instant,
 }
 
+/// Close the connections of `idle` (oldest first) that have been idle for
+/// [`IDLE_TIMEOUT`] at `now`. Nothing expired (the common case) costs one comparison.
+fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant) {
+    let expired = |i: &Idle<B>| now.duration_since(i.since) >= IDLE_TIMEOUT;
+    if idle.first().is_some_and(expired) {
+        let expired = idle.partition_point(expired);
+        idle.drain(..expired);
+    }
+}
+
 impl<B: SendBody> Pool<B> {
     /// Open a connection: TCP (and TLS), then the HTTP/1.1 handshake.
     fn connect_h1(&self, permit: Option<Permit>) -> Connecting<Link<B>> {
@@ -544,10 +553,7 @@ impl<B: SendBody> Pool<B> {
     fn put_idle(&self, connection: Pin<Box<dyn H1Slot<B>>>) {
         let now = Instant::now();
         let mut idle = self.idle.lock().expect("pool lock");
-        let expired = idle.partition_point(|i| now.duration_since(i.since) >= IDLE_TIMEOUT);
-        if expired > 0 {
-            idle.drain(..expired);
-        }
+        drop_expired(&mut idle, now);
         if idle.len() < MAX_IDLE_PER_POOL {
             idle.push(Idle {
                 connection,
@@ -1209,6 +1215,40 @@ mod tests {
         sweep(&mut map.pools);
         assert_eq!(map.pools.len(), 1, "the unused pool is forgotten");
         assert!(map.pools.contains_key(&key("127.0.0.1:1")));
+    }
+
+    #[tokio::test]
+    async fn idle_connections_past_the_timeout_are_closed_oldest_first() {
+        let pools = Pools::<Empty<Bytes>>::new();
+        let pool = pools.pool(key("127.0.0.1:1"));
+        let slot = || -> Pin<Box<dyn H1Slot<Empty<Bytes>>>> {
+            Box::pin(H1 {
+                pool: Arc::downgrade(&pool),
+                link: Link::None,
+                pending: None,
+                in_flight: None,
+                send: |s: &mut http1::SendRequest<Empty<Bytes>>, r| s.try_send_request(r),
+                reused: true,
+                replay: Replay::default(),
+                timer: Deadline::new(),
+            })
+        };
+        let t0 = Instant::now();
+        let second = Duration::from_secs(1);
+        let mut idle: Vec<Idle<Empty<Bytes>>> = [t0, t0, t0 + 60 * second]
+            .into_iter()
+            .map(|since| Idle {
+                connection: slot(),
+                since,
+            })
+            .collect();
+        drop_expired(&mut idle, t0 + IDLE_TIMEOUT - second);
+        assert_eq!(idle.len(), 3, "nothing has been idle for the timeout yet");
+        drop_expired(&mut idle, t0 + IDLE_TIMEOUT);
+        assert_eq!(idle.len(), 1, "the two oldest are closed");
+        assert_eq!(idle[0].since, t0 + 60 * second, "the youngest is kept");
+        drop_expired(&mut idle, t0 + 60 * second + IDLE_TIMEOUT);
+        assert!(idle.is_empty());
     }
 
     #[test]
