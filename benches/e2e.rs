@@ -337,7 +337,6 @@ fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr) -> Target {
     }
 }
 
-/// `fuseway-allocs: allocations=N bytes=M at=...`
 /// `examples/bare_proxy.rs` with hyper-util's legacy client or its composable pool, two
 /// workers like fuseway's default on this machine kind.
 fn start_bare(dir: &Path, backend: SocketAddr, kind: Kind) -> Option<Target> {
@@ -361,6 +360,7 @@ fn start_bare(dir: &Path, backend: SocketAddr, kind: Kind) -> Option<Target> {
     peer_up(kind, process, port, port)
 }
 
+/// `fuseway-allocs: allocations=N bytes=M at=...`
 fn parse_allocs(line: &str) -> Option<(u64, u64)> {
     let rest = line.strip_prefix("fuseway-allocs: ")?;
     let kv = key_values(rest);
