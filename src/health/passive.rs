@@ -426,8 +426,9 @@ mod tests {
         let s = settings();
         let t0 = Instant::now();
         let d = dest();
-        many(&d, t0, 15, 0, &s); // 5 of them without the lock
-                                 // The bucket of t0 ends at t0 + 1 s: this one takes the lock and closes it.
+        // 5 of them without the lock.
+        many(&d, t0, 15, 0, &s);
+        // The bucket of t0 ends at t0 + 1 s: this one takes the lock and closes it.
         record(&d, t0 + secs(1.0), false, &s);
         assert_eq!(d.health().lock_window().counts(), (0, 16));
         // At t0 + 61 s the bucket of t0 has left the window, all 15 with it.
