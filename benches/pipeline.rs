@@ -50,6 +50,7 @@ use fuseway::routing::Routing;
 use fuseway::server::ProxyService;
 use fuseway::stage::{Stage, StageService};
 use fuseway::state::ProxyState;
+use fuseway::telemetry::Telemetry;
 use fuseway::testing::{block_on, StubForwarder, StubMode};
 use http::{Request, Response};
 use http_body_util::Empty;
@@ -497,6 +498,8 @@ fn variants(scenario: &Scenario, mode: StubMode) -> Variants {
             let b: Boxed<Routed<Body>> = boxed(StageService::new(Limits::new(), b));
             let b: Boxed<Routed<Body>> = boxed(StageService::new(SessionAffinity::new(), b));
             let b: Boxed<Req> = boxed(StageService::new(Routing::new(state.clone()), b));
+            // The default pipeline's first stage, as in `layered_default_with`.
+            let b: Boxed<Req> = boxed(StageService::new(Telemetry::new(state), b));
             (
                 served(fused, request),
                 served(ProxyService::new(lean), request),
