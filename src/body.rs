@@ -210,7 +210,7 @@ impl Body for ProxyBody {
 }
 
 fn next_deadline(timeout: Duration, deadline: Option<Instant>) -> Instant {
-    let idle = Instant::now() + timeout;
+    let idle = crate::clock::now() + timeout;
     deadline.map_or(idle, |d| d.min(idle))
 }
 

@@ -62,6 +62,7 @@ pub mod affinity;
 pub mod balancing;
 pub mod body;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod forwarding;
 mod fxhash;

@@ -109,6 +109,8 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     let waker = futures_util::task::noop_waker();
     let mut cx = Context::from_waker(&waker);
     loop {
+        // As the server does: one clock reading per poll (see `clock`).
+        let _moment = crate::clock::Moment::open();
         if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
             return out;
         }

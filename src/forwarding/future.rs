@@ -68,7 +68,7 @@ impl ResponseFuture {
         client_version: Version,
         exchange: Exchange,
     ) -> Self {
-        let idle = Instant::now() + activity_timeout;
+        let idle = crate::clock::now() + activity_timeout;
         let headers_by = context.limits().deadline.map_or(idle, |d| d.min(idle));
         ResponseFuture {
             headers_by,

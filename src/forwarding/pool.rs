@@ -39,7 +39,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::{Authority, Scheme};
@@ -49,7 +49,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use pin_project_lite::pin_project;
-use tokio::time::Instant as TokioInstant;
+use tokio::time::Instant;
 use tower_service::Service;
 
 use super::client::{Connector, Io};
@@ -93,11 +93,7 @@ pub(crate) trait Exchange: Send {
     fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>);
 
     /// Ready once `deadline` has passed: the exchange's timer (see [`Deadline`]).
-    fn poll_deadline(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        deadline: TokioInstant,
-    ) -> Poll<()>;
+    fn poll_deadline(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: Instant) -> Poll<()>;
 
     /// The exchange is over; `reusable` when its response ended cleanly and the
     /// connection may carry another request.
@@ -542,7 +538,7 @@ impl<B: SendBody> Pool<B> {
     fn take_idle(&self) -> Option<Pin<Box<dyn H1Slot<B>>>> {
         let mut idle = self.idle.lock().expect("pool lock");
         let fresh = idle.pop()?;
-        if fresh.since.elapsed() < IDLE_TIMEOUT {
+        if crate::clock::now().saturating_duration_since(fresh.since) < IDLE_TIMEOUT {
             return Some(fresh.connection);
         }
         // Everything below it is older still.
@@ -551,7 +547,7 @@ impl<B: SendBody> Pool<B> {
     }
 
     fn put_idle(&self, connection: Pin<Box<dyn H1Slot<B>>>) {
-        let now = Instant::now();
+        let now = crate::clock::now();
         let mut idle = self.idle.lock().expect("pool lock");
         drop_expired(&mut idle, now);
         if idle.len() < MAX_IDLE_PER_POOL {
@@ -622,7 +618,7 @@ impl Deadline {
     }
 
     /// Ready once `deadline` has passed.
-    fn poll_until(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: TokioInstant) -> Poll<()> {
+    fn poll_until(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
         let mut sleep = self.project().sleep;
         if deadline < sleep.deadline() {
             sleep.as_mut().reset(deadline);
@@ -630,7 +626,7 @@ impl Deadline {
         loop {
             std::task::ready!(sleep.as_mut().poll(cx));
             // Set for an earlier deadline (an earlier request's): move it on.
-            if TokioInstant::now() >= deadline {
+            if Instant::now() >= deadline {
                 return Poll::Ready(());
             }
             sleep.as_mut().reset(deadline);
@@ -859,11 +855,7 @@ where
         }
     }
 
-    fn poll_deadline(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        deadline: TokioInstant,
-    ) -> Poll<()> {
+    fn poll_deadline(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
         self.project().timer.poll_until(cx, deadline)
     }
 
@@ -1078,11 +1070,7 @@ where
 
     fn poll_connection(self: Pin<&mut Self>, _cx: &mut Context<'_>) {}
 
-    fn poll_deadline(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        deadline: TokioInstant,
-    ) -> Poll<()> {
+    fn poll_deadline(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
         self.project().timer.poll_until(cx, deadline)
     }
 
@@ -1126,11 +1114,7 @@ impl Exchange for Upgrade {
 
     fn poll_connection(self: Pin<&mut Self>, _cx: &mut Context<'_>) {}
 
-    fn poll_deadline(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        deadline: TokioInstant,
-    ) -> Poll<()> {
+    fn poll_deadline(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
         self.project().timer.poll_until(cx, deadline)
     }
 

@@ -89,7 +89,7 @@ pub fn available(cluster: &Cluster) -> Candidates {
         let state = destination.state();
         let out = (active && state.health().active() == HealthState::Unhealthy)
             || (passive
-                && passive::refresh(state, || *now.get_or_insert_with(Instant::now))
+                && passive::refresh(state, || *now.get_or_insert_with(crate::clock::now))
                     == HealthState::Unhealthy);
         if out {
             candidates.remove(i);
@@ -277,7 +277,7 @@ pub struct PassiveRecord {
 impl PassiveRecord {
     /// Record the exchange's result: `Ok(())` when the body completed, else the error.
     pub(crate) fn complete(self, result: Result<(), ForwardErrorKind>) {
-        self.complete_at(Instant::now(), result);
+        self.complete_at(crate::clock::now(), result);
     }
 
     fn complete_at(self, now: Instant, result: Result<(), ForwardErrorKind>) {

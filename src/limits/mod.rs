@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use http::header::{CONTENT_LENGTH, RETRY_AFTER};
 use http::{HeaderValue, StatusCode};
-use tokio::time::Instant;
 
 pub use rate::RateLimiter;
 
@@ -147,7 +146,7 @@ impl<B> Stage<Routed<B>> for Limits {
             }
         }
         // The clock is read only for a route that needs it (rate limit, timeout).
-        let now = (limits.rate.is_some() || limits.timeout.is_some()).then(Instant::now);
+        let now = (limits.rate.is_some() || limits.timeout.is_some()).then(crate::clock::now);
         if let (Some((per_second, burst)), Some(now)) = (limits.rate, now) {
             if let Err(wait) = route.state().rate.acquire(now, per_second, burst) {
                 tracing::debug!(route = route.id(), "rate limit: 429");

@@ -74,7 +74,9 @@ impl Drop for Busy {
         let activity = &self.0;
         // Stamp first: the timer reads the count, then the stamp.
         if activity.in_flight.load(Ordering::Relaxed) == 1 {
-            let since = activity.origin.elapsed().as_nanos();
+            let since = crate::clock::now()
+                .saturating_duration_since(activity.origin)
+                .as_nanos();
             activity
                 .idle_since
                 .store(u64::try_from(since).unwrap_or(u64::MAX), Ordering::Release);
@@ -108,9 +110,19 @@ impl Body for ServedBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.project();
-        let polled = this.body.poll_frame(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+        let mut this = self.project();
+        // The body's end releases the exchange (its connection back to the pool, the
+        // passive-health record): one clock reading for all of it.
+        let _moment = crate::clock::Moment::open();
+        let polled = this.body.as_mut().poll_frame(cx);
+        // Its last frame handed over (hyper may drop a body whose length it knows
+        // without polling it again), the connection is idle from now.
+        let ended = match &polled {
+            Poll::Ready(Some(Ok(_))) => this.body.is_end_stream(),
+            Poll::Ready(None | Some(Err(_))) => true,
+            Poll::Pending => false,
+        };
+        if ended {
             *this.busy = None;
         }
         polled

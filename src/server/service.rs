@@ -100,6 +100,7 @@ where
     fn call(&self, request: Request<B>) -> Self::Future {
         let busy = self.activity.as_ref().map(Activity::enter);
         let _current = self.info.enter();
+        let _moment = crate::clock::Moment::open();
         match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
             Ok(future) => ServedFuture::Running {
                 inner: AssertUnwindSafe(future).catch_unwind(),
@@ -139,6 +140,7 @@ where
             ServedProj::Running { inner, info, busy } => {
                 let polled = {
                     let _current = info.enter();
+                    let _moment = crate::clock::Moment::open();
                     inner.poll(cx)
                 };
                 match ready!(polled) {

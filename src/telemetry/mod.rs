@@ -23,7 +23,7 @@ mod metrics;
 
 use std::sync::Arc;
 
-use std::time::Instant;
+use tokio::time::Instant;
 use tracing::field::Empty;
 
 pub use metrics::{
@@ -80,7 +80,7 @@ impl<B> Stage<http::Request<B>> for Telemetry {
             error = Empty,
         );
         let started = Started {
-            start: Instant::now(),
+            start: crate::clock::now(),
             span,
             _in_flight: self.metrics.enter(),
         };
@@ -88,7 +88,7 @@ impl<B> Stage<http::Request<B>> for Telemetry {
     }
 
     fn on_response(&self, started: Started, response: &mut ProxyResponse) {
-        let elapsed = started.start.elapsed();
+        let elapsed = crate::clock::now().saturating_duration_since(started.start);
         let status = response.status_code().as_u16();
         let outcome = &response.outcome;
         let error = outcome.error.as_ref().map(|e| e.kind());
