@@ -126,15 +126,13 @@ impl<P: FusedPipeline> Future for FusedFuture<P> {
                 stages,
                 states,
             } => {
-                let result = std::task::ready!(future.poll(cx));
+                let mut result = std::task::ready!(future.poll(cx));
                 let states = states.take().expect("polled after completion");
-                match result {
-                    Ok(mut response) => {
-                        P::on_responses(stages, states, &mut response);
-                        Poll::Ready(Ok(response))
-                    }
-                    Err(e) => Poll::Ready(Err(e)),
+                // In place: the response (~500 bytes) is moved once, not re-wrapped.
+                if let Ok(response) = &mut result {
+                    P::on_responses(stages, states, response);
                 }
+                Poll::Ready(result)
             }
         }
     }
