@@ -157,7 +157,7 @@ impl ExchangeGuard {
         self.held.take();
         self.continue_closer.take();
         if let (Some(record), Some(result)) = (self.passive.take(), result) {
-            record.complete(result);
+            record.complete(&self.target, result);
         }
     }
 }

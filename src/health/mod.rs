@@ -266,9 +266,10 @@ impl DestinationHealth {
 /// A passive-health observation waiting for the exchange to end: recorded exactly once,
 /// after the response body has finished and the concurrency counters are released;
 /// never when the client aborted.
+/// It is made for the destination of the exchange that keeps it (no reference of its
+/// own: one reference-count increment and decrement less per request).
 #[derive(Debug)]
 pub struct PassiveRecord {
-    destination: Arc<DestinationState>,
     settings: PassiveSettings,
     /// The destination answered 5xx and the cluster counts server errors.
     server_error: bool,
@@ -276,14 +277,23 @@ pub struct PassiveRecord {
 
 impl PassiveRecord {
     /// Record the exchange's result: `Ok(())` when the body completed, else the error.
-    pub(crate) fn complete(self, result: Result<(), ForwardErrorKind>) {
-        self.complete_at(crate::clock::now(), result);
+    pub(crate) fn complete(
+        self,
+        destination: &DestinationState,
+        result: Result<(), ForwardErrorKind>,
+    ) {
+        self.complete_at(destination, crate::clock::now(), result);
     }
 
-    fn complete_at(self, now: Instant, result: Result<(), ForwardErrorKind>) {
+    fn complete_at(
+        self,
+        destination: &DestinationState,
+        now: Instant,
+        result: Result<(), ForwardErrorKind>,
+    ) {
         let failed =
             self.server_error || result.is_err_and(ForwardErrorKind::is_destination_failure);
-        passive::record(&self.destination, now, failed, &self.settings);
+        passive::record(destination, now, failed, &self.settings);
     }
 }
 
@@ -303,15 +313,13 @@ impl PassiveHealth {
 
     fn arm(response: &mut ProxyResponse) {
         let outcome = &response.outcome;
-        let (Some(cluster), Some(destination)) = (outcome.cluster(), outcome.destination_state())
-        else {
+        let (Some(cluster), Some(_)) = (outcome.cluster(), outcome.destination_state()) else {
             return; // never sent to a destination
         };
         let Some(settings) = cluster.health().passive() else {
             return;
         };
         let record = PassiveRecord {
-            destination: destination.clone(),
             settings: *settings,
             server_error: settings.count_server_errors
                 && outcome.error.is_none()

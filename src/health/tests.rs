@@ -299,18 +299,16 @@ fn records_use_the_completion_time() {
     let t0 = Instant::now();
     for _ in 0..9 {
         PassiveRecord {
-            destination: d.clone(),
             settings,
             server_error: false,
         }
-        .complete_at(t0, Err(ForwardErrorKind::ResponseBodyDestination));
+        .complete_at(d, t0, Err(ForwardErrorKind::ResponseBodyDestination));
     }
     PassiveRecord {
-        destination: d.clone(),
         settings,
         server_error: false,
     }
-    .complete_at(t0 + Duration::from_secs(61), Ok(()));
+    .complete_at(d, t0 + Duration::from_secs(61), Ok(()));
     assert_eq!(d.health().passive_counts(), (0, 1));
 }
 

@@ -203,13 +203,20 @@ impl ProxyResponse {
     /// Record `record` once the exchange is over: when the streamed body ends or fails,
     /// after the counters are released (never if the client abandons the body); at
     /// once when there is no streamed body.
+    /// It is recorded for the outcome's destination (nothing without one).
     pub(crate) fn on_complete(&mut self, record: PassiveRecord) {
-        match self.response.body_mut().exchange_mut() {
+        let ProxyResponse { response, outcome } = self;
+        match response.body_mut().exchange_mut() {
             Some(exchange) => exchange.on_complete(record),
-            None => record.complete(match &self.outcome.error {
-                Some(e) => Err(e.kind()),
-                None => Ok(()),
-            }),
+            None => {
+                if let Some(destination) = outcome.destination_state() {
+                    let result = match &outcome.error {
+                        Some(e) => Err(e.kind()),
+                        None => Ok(()),
+                    };
+                    record.complete(destination, result);
+                }
+            }
         }
     }
 }
