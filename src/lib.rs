@@ -18,6 +18,8 @@
 //!   `Layer`; mix them with any tower or tower-http layer in a `ServiceBuilder` and serve
 //!   with [`ProxyService`](server::ProxyService).
 //! - **New stages**: implement [`Stage`](stage::Stage) once; it works layered and fused.
+//!   A stage that needs the time reads [`clock::now`]: one clock reading is shared by
+//!   everything that happens at the same moment (a call, a poll).
 //!
 //! # How fusion works
 //!
