@@ -103,7 +103,8 @@ impl<B> tower_service::Service<Balanced<B>> for StubForwarder {
 }
 
 /// Drive `future` to completion on the current thread with a no-op waker: no runtime,
-/// no scheduler in the measurement.
+/// no scheduler in the measurement. Each poll is one [`clock`](crate::clock) moment, as
+/// in the server.
 pub fn block_on<F: Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let waker = futures_util::task::noop_waker();

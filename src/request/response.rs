@@ -202,8 +202,8 @@ impl ProxyResponse {
 
     /// Record `record` once the exchange is over: when the streamed body ends or fails,
     /// after the counters are released (never if the client abandons the body); at
-    /// once when there is no streamed body.
-    /// It is recorded for the outcome's destination (nothing without one).
+    /// once when there is no streamed body; for the outcome's destination (nothing
+    /// without one).
     pub(crate) fn on_complete(&mut self, record: PassiveRecord) {
         let ProxyResponse { response, outcome } = self;
         match response.body_mut().exchange_mut() {

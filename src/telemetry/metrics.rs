@@ -169,12 +169,16 @@ impl ThreadGauge {
             slot.fetch_add(delta, Ordering::Relaxed);
         } else {
             // This thread is the slot's only writer.
-            slot.store(slot.load(Ordering::Relaxed).wrapping_add(delta), Ordering::Relaxed);
+            slot.store(
+                slot.load(Ordering::Relaxed).wrapping_add(delta),
+                Ordering::Relaxed,
+            );
         }
     }
 
     fn get(&self) -> i64 {
-        self.0 .0
+        self.0
+             .0
             .iter()
             .map(|slot| slot.0.load(Ordering::Relaxed))
             .fold(0, i64::wrapping_add)
