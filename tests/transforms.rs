@@ -157,6 +157,21 @@ async fn request_header_transforms_reach_the_backend() {
                 "/host",
                 json!([{ "RequestHeaderOriginalHost": "true" }]),
             ),
+            (
+                "set-host",
+                "/set-host",
+                json!([{ "RequestHeader": "Host", "Set": "set.example" }]),
+            ),
+            (
+                "remove-host",
+                "/remove-host",
+                json!([{ "RequestHeaderRemove": "Host" }]),
+            ),
+            (
+                "allow-host",
+                "/allow-host",
+                json!([{ "RequestHeadersAllowed": "host;x-a" }]),
+            ),
         ],
     )
     .await;
@@ -190,6 +205,17 @@ async fn request_header_transforms_reach_the_backend() {
     assert_eq!(values(&s.headers, "x-echo-host"), [b.addr.to_string()]);
     let s = get(&p, "/host", &[("host", "front.example")]).await;
     assert_eq!(values(&s.headers, "x-echo-host"), ["front.example"]);
+    // A transform that sets `Host` wins; removing or allowing it leaves the destination's.
+    let s = get(&p, "/set-host", &[("host", "front.example")]).await;
+    assert_eq!(values(&s.headers, "x-echo-host"), ["set.example"]);
+    for path in ["/remove-host", "/allow-host"] {
+        let s = get(&p, path, &[("host", "front.example")]).await;
+        assert_eq!(
+            values(&s.headers, "x-echo-host"),
+            [b.addr.to_string()],
+            "{path}"
+        );
+    }
     p.shutdown().await;
 }
 

@@ -292,7 +292,12 @@ fn outgoing<B>(
         .uri
         .authority()
         .and_then(|a| {
-            let host = a.as_str().rsplit_once('@').map_or(a.as_str(), |(_, h)| h);
+            // A short string: a plain scan costs a third of `rsplit_once`'s `memrchr`.
+            let all = a.as_str();
+            let host = match all.bytes().rposition(|b| b == b'@') {
+                Some(at) => &all[at + 1..],
+                None => all,
+            };
             crate::transforms::host_value(host)
         })
         .or_else(|| parts.headers.get(header::HOST).cloned());
@@ -302,7 +307,11 @@ fn outgoing<B>(
     headers::prepare_request(&mut parts.headers, parts.version);
     // The client's `Host` never goes through as such: the destination's replaces it,
     // unless a transform sets one (or asks for the original host, routed on above).
-    parts.headers.remove(header::HOST);
+    // Taken out first only when a transform may set one, to tell whether it did.
+    let transform_host = transforms.may_set_host();
+    if transform_host {
+        parts.headers.remove(header::HOST);
+    }
     let client = ClientRequest {
         path: normalized.as_deref().unwrap_or_else(|| parts.uri.path()),
         query: parts.uri.query(),
@@ -356,23 +365,20 @@ fn outgoing<B>(
     // `Host`: YARP's RequestHeaderOriginalHost rules. A `Host` set by a transform wins;
     // otherwise the destination's (its configured `Host`, else for HTTP/1.1 its
     // authority; HTTP/2 sends the authority as `:authority`), or with
-    // `RequestHeaderOriginalHost` the client's.
-    let configured = dest.config().host.is_some().then(|| dest.host_header());
-    let current = parts.headers.get(header::HOST);
-    if transforms.uses_original_host() {
-        if current.is_none() {
-            if let Some(h) = original_host.or_else(|| configured.cloned()) {
-                parts.headers.insert(header::HOST, h);
+    // `RequestHeaderOriginalHost` the client's. `insert` replaces the client's.
+    if !(transform_host && parts.headers.contains_key(header::HOST)) {
+        let configured = dest.config().host.is_some().then(|| dest.host_header());
+        let host = if transforms.uses_original_host() {
+            original_host.or_else(|| configured.cloned())
+        } else {
+            match version {
+                UpstreamVersion::Http1 => Some(dest.host_header().clone()),
+                UpstreamVersion::Http2 => configured.cloned(),
             }
-        }
-    } else if current.is_none() {
-        let host = match version {
-            UpstreamVersion::Http1 => Some(dest.host_header()),
-            UpstreamVersion::Http2 => configured,
         };
         match host {
             Some(h) => {
-                parts.headers.insert(header::HOST, h.clone());
+                parts.headers.insert(header::HOST, h);
             }
             None => {
                 parts.headers.remove(header::HOST);

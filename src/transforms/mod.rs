@@ -78,6 +78,8 @@ pub struct RouteTransforms {
     request_allowed: Option<Box<[HeaderName]>>,
     headers: Box<[HeaderOp]>,
     original_host: bool,
+    /// A header transform may write `Host` (see [`may_set_host`](Self::may_set_host)).
+    sets_host: bool,
     capture: Option<RouteValuesCapture>,
     response_allowed: Option<Box<[HeaderName]>>,
     response: Box<[ResponseOp]>,
@@ -194,6 +196,7 @@ impl RouteTransforms {
             request_allowed: None,
             headers: Box::new([]),
             original_host: false,
+            sets_host: false,
             capture: None,
             response_allowed: None,
             response: Box::new([]),
@@ -370,6 +373,13 @@ impl RouteTransforms {
         }
         t.method = method.into_boxed_slice();
         t.uri = uri.into_boxed_slice();
+        t.sets_host = headers.iter().any(|op| match op {
+            HeaderOp::Set(name, _)
+            | HeaderOp::Append(name, _)
+            | HeaderOp::RouteValue { name, .. }
+            | HeaderOp::XForwarded { name, .. } => name == http::header::HOST,
+            HeaderOp::Remove(_) | HeaderOp::Forwarded(_) => false,
+        });
         t.headers = headers.into_boxed_slice();
         t.response = response.into_boxed_slice();
         t.trailers = trailers.into_boxed_slice();
@@ -385,6 +395,13 @@ impl RouteTransforms {
     /// Whether the incoming `Host` header is kept (`RequestHeaderOriginalHost`).
     pub fn uses_original_host(&self) -> bool {
         self.original_host
+    }
+
+    /// Whether a request header transform may write `Host` (set, append, a route
+    /// value, or an `X-Forwarded-*` header whose prefixed name is `Host`). When none
+    /// does, the forwarder sets `Host` without first taking the client's out.
+    pub fn may_set_host(&self) -> bool {
+        self.sets_host
     }
 
     /// Whether there are response trailer transforms (or trailer filters).
