@@ -472,10 +472,17 @@ struct Idle<B> {
     since: Instant,
 }
 
+impl<B> Idle<B> {
+    /// It has been idle for [`IDLE_TIMEOUT`] at `now`.
+    fn expired_at(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) >= IDLE_TIMEOUT
+    }
+}
+
 /// Close the connections of `idle` (oldest first) that have been idle for
 /// [`IDLE_TIMEOUT`] at `now`. Nothing expired (the common case) costs one comparison.
 fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant) {
-    let expired = |i: &Idle<B>| now.duration_since(i.since) >= IDLE_TIMEOUT;
+    let expired = |i: &Idle<B>| i.expired_at(now);
     if idle.first().is_some_and(expired) {
         let expired = idle.partition_point(expired);
         idle.drain(..expired);
@@ -538,7 +545,7 @@ impl<B: SendBody> Pool<B> {
     fn take_idle(&self) -> Option<Pin<Box<dyn H1Slot<B>>>> {
         let mut idle = self.idle.lock().expect("pool lock");
         let fresh = idle.pop()?;
-        if crate::clock::now().saturating_duration_since(fresh.since) < IDLE_TIMEOUT {
+        if !fresh.expired_at(crate::clock::now()) {
             return Some(fresh.connection);
         }
         // Everything below it is older still.

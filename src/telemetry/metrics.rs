@@ -134,10 +134,7 @@ impl EncodeMetric for DurationHistogram {
 /// atomic additions. A change may be undone on another thread (a future moved between
 /// threads): the sum is still right.
 #[derive(Debug, Clone, Default)]
-struct ThreadGauge(Arc<ThreadSlots>);
-
-#[derive(Debug, Default)]
-struct ThreadSlots([Slot; THREAD_SLOTS]);
+struct ThreadGauge(Arc<[Slot; THREAD_SLOTS]>);
 
 #[derive(Debug, Default)]
 #[repr(align(64))]
@@ -164,7 +161,7 @@ fn thread_slot() -> usize {
 impl ThreadGauge {
     fn add(&self, delta: i64) {
         let index = thread_slot();
-        let slot = &self.0 .0[index].0;
+        let slot = &self.0[index].0;
         if index == SHARED_SLOT {
             slot.fetch_add(delta, Ordering::Relaxed);
         } else {
@@ -176,9 +173,14 @@ impl ThreadGauge {
         }
     }
 
+    /// One more, until the guard is dropped.
+    fn enter(&self) -> InFlight {
+        self.add(1);
+        InFlight(self.clone())
+    }
+
     fn get(&self) -> i64 {
         self.0
-             .0
             .iter()
             .map(|slot| slot.0.load(Ordering::Relaxed))
             .fold(0, i64::wrapping_add)
@@ -356,8 +358,7 @@ impl Metrics {
     }
 
     pub(crate) fn enter(&self) -> InFlight {
-        self.in_flight.add(1);
-        InFlight(self.in_flight.clone())
+        self.in_flight.enter()
     }
 
     /// Record a reload done by the binary.
@@ -723,12 +724,7 @@ mod tests {
                 .map(|_| {
                     let gauge = gauge.clone();
                     scope.spawn(move || {
-                        let mut guards: Vec<InFlight> = (0..1_000)
-                            .map(|_| {
-                                gauge.add(1);
-                                InFlight(gauge.clone())
-                            })
-                            .collect();
+                        let mut guards: Vec<InFlight> = (0..1_000).map(|_| gauge.enter()).collect();
                         guards.split_off(500)
                     })
                 })
