@@ -397,18 +397,10 @@ impl<B> Stage<Routed<B>> for SessionAffinity {
         };
         // The final cluster and destination: a later stage may have reassigned them.
         let outcome = &response.outcome;
-        let (Some(context), Some(destination)) = (outcome.context(), outcome.destination()) else {
+        let (Some(cluster), Some(index)) = (outcome.cluster(), outcome.destination_index()) else {
             return;
         };
-        let cluster = context.cluster();
         let Some(settings) = cluster.affinity() else {
-            return;
-        };
-        let Some(index) = cluster
-            .destinations()
-            .iter()
-            .position(|d| std::ptr::eq(d, destination))
-        else {
             return;
         };
         if let Some((name, value)) = settings.response_header(index, secure, SystemTime::now()) {

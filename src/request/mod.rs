@@ -171,6 +171,11 @@ impl RouteContext {
         &mut self.candidates
     }
 
+    /// The snapshot, route and cluster, for the exchange's [`Outcome`].
+    pub(crate) fn into_target(self) -> (Arc<Snapshot>, usize, usize) {
+        (self.snapshot, self.route, self.cluster)
+    }
+
     /// Move the request to another cluster of the same snapshot: its candidates become
     /// that cluster's available destinations. Returns false (and changes nothing) if
     /// no cluster has that id.

@@ -9,7 +9,7 @@ use http::{Response, StatusCode};
 use super::RouteContext;
 use crate::body::ProxyBody;
 use crate::health::PassiveRecord;
-use crate::state::{Cluster, ConcurrencyGuard, Destination, DestinationState};
+use crate::state::{Cluster, ConcurrencyGuard, Destination, DestinationState, Route, Snapshot};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -112,40 +112,67 @@ impl StdError for ForwardError {
 }
 
 /// What forwarding did: where the request finally went (a stage may have reassigned
-/// it) and the error, if any. Passive health and affinity read this on the way back.
+/// it) and the error, if any. Passive health, affinity and telemetry read this on the
+/// way back.
+///
+/// It keeps only the route, cluster and destination of the exchange (not the whole
+/// [`RouteContext`] with its candidates and limits), so that the [`ProxyResponse`]
+/// carrying it stays small: responses move by value through every stage.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    target: Option<(RouteContext, usize)>,
+    target: Option<Target>,
     /// The forwarding error, if any.
     pub error: Option<ForwardError>,
+}
+
+/// The route, cluster and destination (indices into the snapshot) of an exchange.
+#[derive(Debug)]
+struct Target {
+    snapshot: Arc<Snapshot>,
+    route: usize,
+    cluster: usize,
+    destination: usize,
 }
 
 impl Outcome {
     /// Record that the request was sent to destination `index` of `context`'s cluster.
     pub fn set_target(&mut self, context: RouteContext, index: usize) {
-        self.target = Some((context, index));
+        let (snapshot, route, cluster) = context.into_target();
+        self.target = Some(Target {
+            snapshot,
+            route,
+            cluster,
+            destination: index,
+        });
     }
 
-    /// The routing context of the forwarded request.
-    pub fn context(&self) -> Option<&RouteContext> {
-        self.target.as_ref().map(|(c, _)| c)
+    /// The snapshot the forwarded request was routed on.
+    pub fn snapshot(&self) -> Option<&Arc<Snapshot>> {
+        self.target.as_ref().map(|t| &t.snapshot)
+    }
+
+    /// The route of the forwarded request.
+    pub fn route(&self) -> Option<&Route> {
+        self.target.as_ref().map(|t| &t.snapshot.routes()[t.route])
     }
 
     /// The cluster the request was sent to.
     pub fn cluster(&self) -> Option<&Cluster> {
-        self.context().map(RouteContext::cluster)
+        self.target
+            .as_ref()
+            .map(|t| &t.snapshot.clusters()[t.cluster])
     }
 
     /// The destination the request was sent to.
     pub fn destination(&self) -> Option<&Destination> {
         self.target
             .as_ref()
-            .map(|(c, i)| &c.cluster().destinations()[*i])
+            .map(|t| &t.snapshot.clusters()[t.cluster].destinations()[t.destination])
     }
 
     /// The index of that destination in its cluster.
     pub fn destination_index(&self) -> Option<usize> {
-        self.target.as_ref().map(|(_, i)| *i)
+        self.target.as_ref().map(|t| t.destination)
     }
 
     /// The destination's runtime state.

@@ -92,20 +92,22 @@ impl<B> Stage<http::Request<B>> for Telemetry {
         let status = response.status_code().as_u16();
         let outcome = &response.outcome;
         let error = outcome.error.as_ref().map(|e| e.kind());
-        let target = match (outcome.context(), outcome.destination_index()) {
-            (Some(context), Some(index)) => {
-                let route = context.route();
+        let target = match (outcome.snapshot(), outcome.route(), outcome.cluster()) {
+            (Some(snapshot), Some(route), Some(cluster)) => {
+                let index = outcome
+                    .destination_index()
+                    .expect("a target has a destination");
                 let cached = route
                     .cluster_index()
-                    .map(|c| &context.snapshot().clusters()[c])
-                    .filter(|c| std::ptr::eq(*c, context.cluster()))
+                    .map(|c| &snapshot.clusters()[c])
+                    .filter(|c| std::ptr::eq(*c, cluster))
                     .and_then(|_| route.telemetry().target(index));
                 Some(match cached {
                     Some(t) => TargetRef::Cached(t),
                     None => TargetRef::Other {
                         route: route.id(),
-                        cluster: context.cluster().id(),
-                        destination: context.cluster().destinations()[index].id(),
+                        cluster: cluster.id(),
+                        destination: cluster.destinations()[index].id(),
                     },
                 })
             }
@@ -114,9 +116,11 @@ impl<B> Stage<http::Request<B>> for Telemetry {
         self.metrics.record(target, status, elapsed, error);
         let span = &started.span;
         if !span.is_disabled() {
-            if let (Some(context), Some(destination)) = (outcome.context(), outcome.destination()) {
-                span.record("route", context.route().id());
-                span.record("cluster", context.cluster().id());
+            if let (Some(route), Some(cluster), Some(destination)) =
+                (outcome.route(), outcome.cluster(), outcome.destination())
+            {
+                span.record("route", route.id());
+                span.record("cluster", cluster.id());
                 span.record("destination", destination.id());
             }
             span.record("status", status);
