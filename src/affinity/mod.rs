@@ -240,11 +240,12 @@ impl AffinitySettings {
     }
 
     /// The response header carrying destination `index`'s key: its name and value.
+    /// `now` (the wall clock) is read only for a cookie with an expiry.
     fn response_header(
         &self,
         index: usize,
         request_secure: bool,
-        now: SystemTime,
+        now: impl FnOnce() -> SystemTime,
     ) -> Option<(HeaderName, HeaderValue)> {
         let keys = &self.keys;
         let value = keys.values.get(index)?;
@@ -256,7 +257,8 @@ impl AffinitySettings {
                 let secure = c.is_secure(request_secure);
                 let v = match &keys.ready {
                     Some(ready) => ready[index][usize::from(secure)].clone(),
-                    None => header_value(c.set_cookie(value, secure, now)),
+                    // Only a cookie with an expiry needs the time (a clock read).
+                    None => header_value(c.set_cookie(value, secure, now())),
                 };
                 Some((SET_COOKIE, v))
             }
@@ -403,7 +405,7 @@ impl<B> Stage<Routed<B>> for SessionAffinity {
         let Some(settings) = cluster.affinity() else {
             return;
         };
-        if let Some((name, value)) = settings.response_header(index, secure, SystemTime::now()) {
+        if let Some((name, value)) = settings.response_header(index, secure, SystemTime::now) {
             response.response.headers_mut().append(name, value);
         }
     }

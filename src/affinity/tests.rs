@@ -293,7 +293,7 @@ fn cookie_expires_is_now_plus_expiration() {
     let settings = cluster.affinity().unwrap();
     // RFC 9110's example date, one day after `now`.
     let now = UNIX_EPOCH + Duration::from_secs(784_111_777 - 86_400);
-    let (name, value) = settings.response_header(1, true, now).unwrap();
+    let (name, value) = settings.response_header(1, true, || now).unwrap();
     assert_eq!(name, SET_COOKIE);
     assert_eq!(
         value,
