@@ -28,8 +28,14 @@ pub(crate) fn find_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Found<'a> {
     let name = name.as_bytes();
     let mut found = None;
     for line in headers.get_all(COOKIE) {
-        for pair in line.as_bytes().split(|&b| b == b';') {
-            let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+        let mut rest = line.as_bytes();
+        while !rest.is_empty() {
+            let (pair, next) = match memchr::memchr(b';', rest) {
+                Some(end) => (&rest[..end], &rest[end + 1..]),
+                None => (rest, &[][..]),
+            };
+            rest = next;
+            let Some(eq) = memchr::memchr(b'=', pair) else {
                 continue;
             };
             if !trim(&pair[..eq]).eq_ignore_ascii_case(name) {
