@@ -2,8 +2,7 @@
 
 use http::uri::Scheme;
 use http::{HeaderMap, Uri};
-
-use super::inline::InlineVec;
+use smallvec::SmallVec;
 
 /// The host part of a host pattern.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -145,7 +144,7 @@ fn normalise_ipv6(host: &str, pattern: &str) -> Result<HostName, String> {
 #[derive(Debug)]
 pub(super) struct RequestHost {
     /// Lower case, without a trailing dot; empty when the request names no usable host.
-    host: InlineVec<u8, 128>,
+    host: SmallVec<[u8; 128]>,
     /// The port, defaulted from the scheme; `None` when there is no host.
     port: Option<u16>,
 }
@@ -154,7 +153,7 @@ impl RequestHost {
     /// No host (for tables whose routes name none).
     pub(super) fn none() -> RequestHost {
         RequestHost {
-            host: InlineVec::new(),
+            host: SmallVec::new(),
             port: None,
         }
     }

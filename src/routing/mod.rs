@@ -111,7 +111,6 @@ mod capture;
 mod constraint;
 mod header;
 mod host;
-mod inline;
 mod method;
 mod path;
 mod query;

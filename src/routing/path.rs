@@ -1,7 +1,8 @@
 //! The request path as routing sees it: split into decoded, lower-cased segments with
 //! dot segments and empty segments removed (see the [module docs](super) for the rules).
 
-use super::inline::InlineVec;
+use smallvec::SmallVec;
+
 use super::text::escape_at;
 
 /// Bytes of decoded path kept on the stack before spilling to the heap.
@@ -14,7 +15,7 @@ const INLINE_SEGMENTS: usize = 32;
 pub(super) struct RequestPath<'a> {
     text: Text<'a>,
     /// `(start, end)` of each segment in the text.
-    spans: InlineVec<(u32, u32), INLINE_SEGMENTS>,
+    spans: SmallVec<[(u32, u32); INLINE_SEGMENTS]>,
 }
 
 /// The text the spans point into.
@@ -25,7 +26,7 @@ enum Text<'a> {
     /// The raw path itself, when it is already normal (the common case): no copy.
     Raw(&'a [u8]),
     /// The decoded, lower-cased path.
-    Decoded(InlineVec<u8, INLINE_BYTES>),
+    Decoded(SmallVec<[u8; INLINE_BYTES]>),
 }
 
 impl<'a> RequestPath<'a> {
@@ -37,14 +38,14 @@ impl<'a> RequestPath<'a> {
         // Built where it is returned (it is large: no moves of it on the way).
         let mut path = RequestPath {
             text: Text::Raw(raw),
-            spans: InlineVec::new(),
+            spans: SmallVec::new(),
         };
         // Most paths are already normal (no escape, no upper case, no dot segment): then
         // the segments are spans of the raw path and nothing is copied.
         if path.split_normal(raw) {
             return path;
         }
-        path.text = Text::Decoded(InlineVec::new());
+        path.text = Text::Decoded(SmallVec::new());
         path.spans.truncate(0);
         for raw_segment in raw.split(|&b| b == b'/') {
             if !raw_segment.is_empty() {
@@ -89,7 +90,7 @@ impl<'a> RequestPath<'a> {
         true
     }
 
-    fn bytes(&mut self) -> &mut InlineVec<u8, INLINE_BYTES> {
+    fn bytes(&mut self) -> &mut SmallVec<[u8; INLINE_BYTES]> {
         match &mut self.text {
             Text::Decoded(bytes) => bytes,
             Text::Raw(_) => unreachable!("only decoded paths are built segment by segment"),
