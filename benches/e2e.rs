@@ -15,7 +15,9 @@
 //! It first runs `cargo build` (same profile as itself) for the binary and the
 //! `bench_backend` and `loadgen` examples. One `RESULT` line per run; the proxy's CPU
 //! time per request is the user+sys ticks of the proxy's processes (`/proc/PID/stat`)
-//! over the measurement window divided by the requests; allocations per request come
+//! over the measurement window divided by the requests, also reported apart (user: the
+//! proxy's own code and its libraries; sys: the kernel's TCP work for it, about the same
+//! for every proxy); allocations per request come
 //! from the binary's SIGUSR1 totals over the same window; RSS is read at the window's
 //! end. nginx and HAProxy run with equivalent keep-alive settings (configs written to a
 //! temp dir, 2 workers/threads like fuseway's 2-core runtime) when they are on PATH;
@@ -230,13 +232,12 @@ fn family(pid: u32) -> Vec<u32> {
     pids
 }
 
-/// user+sys clock ticks of `pid` and its children.
-fn cpu_ticks(pid: u32) -> u64 {
+/// (user, sys) clock ticks of `pid` and its children.
+fn cpu_ticks(pid: u32) -> (u64, u64) {
     family(pid)
         .into_iter()
         .filter_map(stat_fields)
-        .map(|f| f[11] + f[12])
-        .sum()
+        .fold((0, 0), |(u, s), f| (u + f[11], s + f[12]))
 }
 
 /// Resident set size of `pid` and its children, in MB.
@@ -487,6 +488,8 @@ struct Run {
     requests: u64,
     errors: u64,
     proxy_cpu_us: Option<f64>,
+    /// The user-mode part of `proxy_cpu_us` (the rest is the kernel's).
+    proxy_user_us: Option<f64>,
     backend_cpu_us: f64,
     allocs_per_req: Option<f64>,
     alloc_bytes_per_req: Option<f64>,
@@ -569,17 +572,21 @@ fn run_once(
     let get = |k: &str| -> f64 { r.get(k).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
     let requests = get("requests") as u64;
     let per_req_us = |ticks: u64| ticks as f64 / ticks_per_s * 1e6 / requests.max(1) as f64;
+    let used = |a: (u64, u64), b: (u64, u64)| (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1));
+    let proxy = match (start.0, end.0) {
+        (Some(a), Some(b)) => Some(used(a, b)),
+        _ => None,
+    };
+    let backend_used = used(start.1, end.1);
     let run = Run {
         kind: target.kind,
         http,
         rps: get("rps"),
         requests,
         errors: get("errors") as u64,
-        proxy_cpu_us: match (start.0, end.0) {
-            (Some(a), Some(b)) => Some(per_req_us(b.saturating_sub(a))),
-            _ => None,
-        },
-        backend_cpu_us: per_req_us(end.1.saturating_sub(start.1)),
+        proxy_cpu_us: proxy.map(|(u, s)| per_req_us(u + s)),
+        proxy_user_us: proxy.map(|(u, _)| per_req_us(u)),
+        backend_cpu_us: per_req_us(backend_used.0 + backend_used.1),
         allocs_per_req: match (start.2, end.2) {
             (Some(a), Some(b)) => Some((b.0 - a.0) as f64 / requests.max(1) as f64),
             _ => None,
@@ -597,7 +604,7 @@ fn run_once(
         None => "-".into(),
     };
     println!(
-        "RESULT label={} target=127.0.0.1:{port} http={} connections={} duration_s={} requests={} errors={} rps={:.0} p50_us={} p90_us={} p99_us={} p999_us={} proxy_cpu_us_per_req={} backend_cpu_us_per_req={:.1} allocs_per_req={} alloc_bytes_per_req={} proxy_rss_mb={}",
+        "RESULT label={} target=127.0.0.1:{port} http={} connections={} duration_s={} requests={} errors={} rps={:.0} p50_us={} p90_us={} p99_us={} p999_us={} proxy_cpu_us_per_req={} proxy_user_us_per_req={} backend_cpu_us_per_req={:.1} allocs_per_req={} alloc_bytes_per_req={} proxy_rss_mb={}",
         target.kind.label(),
         if http == 2 { "2" } else { "1.1" },
         settings.connections,
@@ -610,6 +617,7 @@ fn run_once(
         run.p99,
         get("p999_us") as u64,
         opt(run.proxy_cpu_us, 1),
+        opt(run.proxy_user_us, 1),
         run.backend_cpu_us,
         opt(run.allocs_per_req, 1),
         opt(run.alloc_bytes_per_req, 0),
@@ -633,15 +641,16 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 fn summary(runs: &[Run], kinds: &[Kind]) {
     println!();
-    println!("summary: medians over rounds (proxy CPU = user+sys of the proxy's processes over the window / requests)");
+    println!("summary: medians over rounds (proxy CPU = user+sys of the proxy's processes over the window / requests; user = its user-mode part)");
     println!(
-        "{:<6} {:<13} {:>9} {:>10} {:>8} {:>14} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
+        "{:<6} {:<13} {:>9} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
         "http",
         "target",
         "rps",
         "vs direct",
         "errors",
         "proxy CPU µs/r",
+        "user",
         "allocs/req",
         "bytes/req",
         "RSS MB",
@@ -670,7 +679,7 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
             let show =
                 |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}")).unwrap_or("-".into());
             println!(
-                "{:<6} {:<13} {:>9.0} {:>10} {:>8} {:>14} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
+                "{:<6} {:<13} {:>9.0} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
                 if http == 2 { "h2c" } else { "1.1" },
                 k.label(),
                 rps,
@@ -681,6 +690,7 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
                 },
                 rs.iter().map(|r| r.errors).sum::<u64>(),
                 show(cpu, 1),
+                show(m(&|r| r.proxy_user_us), 1),
                 show(m(&|r| r.allocs_per_req), 1),
                 show(m(&|r| r.alloc_bytes_per_req), 0),
                 show(m(&|r| r.rss_mb), 1),
@@ -690,17 +700,20 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
             );
         }
         let Some(f) = fuseway_cpu else { continue };
+        let f_user = median(of(Kind::Fuseway).filter_map(|r| r.proxy_user_us).collect());
         for &k in kinds {
             if matches!(k, Kind::Direct | Kind::Fuseway) {
                 continue;
             }
             let cpu = median(of(k).filter_map(|r| r.proxy_cpu_us).collect());
+            let user = median(of(k).filter_map(|r| r.proxy_user_us).collect());
             let rps = median(of(Kind::Fuseway).map(|r| r.rps).collect())
                 / median(of(k).map(|r| r.rps).collect());
             println!(
-                "       fuseway/{}: rps {rps:.2}, proxy CPU per request {:.2}",
+                "       fuseway/{}: rps {rps:.2}, proxy CPU per request {:.2} (user {:.2})",
                 k.label(),
-                f / cpu
+                f / cpu,
+                f_user / user
             );
         }
     }
