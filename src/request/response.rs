@@ -134,6 +134,12 @@ struct Target {
     destination: usize,
 }
 
+impl Target {
+    fn cluster(&self) -> &Cluster {
+        &self.snapshot.clusters()[self.cluster]
+    }
+}
+
 impl Outcome {
     /// Record that the request was sent to destination `index` of `context`'s cluster.
     pub fn set_target(&mut self, context: RouteContext, index: usize) {
@@ -158,16 +164,14 @@ impl Outcome {
 
     /// The cluster the request was sent to.
     pub fn cluster(&self) -> Option<&Cluster> {
-        self.target
-            .as_ref()
-            .map(|t| &t.snapshot.clusters()[t.cluster])
+        self.target.as_ref().map(Target::cluster)
     }
 
     /// The destination the request was sent to.
     pub fn destination(&self) -> Option<&Destination> {
         self.target
             .as_ref()
-            .map(|t| &t.snapshot.clusters()[t.cluster].destinations()[t.destination])
+            .map(|t| &t.cluster().destinations()[t.destination])
     }
 
     /// The index of that destination in its cluster.
@@ -251,5 +255,18 @@ impl ProxyResponse {
 impl From<ProxyResponse> for Response<ProxyBody> {
     fn from(r: ProxyResponse) -> Self {
         r.response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Responses move by value through every stage (each move a `memcpy` of the whole
+    /// value): the outcome must not grow back into a whole routing context.
+    #[test]
+    fn the_outcome_stays_small() {
+        assert!(std::mem::size_of::<Outcome>() <= 64);
+        assert!(std::mem::size_of::<ProxyResponse>() <= 440);
     }
 }

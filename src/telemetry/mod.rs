@@ -92,11 +92,13 @@ impl<B> Stage<http::Request<B>> for Telemetry {
         let status = response.status_code().as_u16();
         let outcome = &response.outcome;
         let error = outcome.error.as_ref().map(|e| e.kind());
-        let target = match (outcome.snapshot(), outcome.route(), outcome.cluster()) {
-            (Some(snapshot), Some(route), Some(cluster)) => {
-                let index = outcome
-                    .destination_index()
-                    .expect("a target has a destination");
+        let target = match (
+            outcome.snapshot(),
+            outcome.route(),
+            outcome.cluster(),
+            outcome.destination_index(),
+        ) {
+            (Some(snapshot), Some(route), Some(cluster), Some(index)) => {
                 let cached = route
                     .cluster_index()
                     .map(|c| &snapshot.clusters()[c])
