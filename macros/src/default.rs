@@ -156,8 +156,8 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             ctor_args.push(quote!(#n));
             stages.push(entry);
         }
-        if let Some((field, _, path)) = DEFAULT_STAGES.get(i) {
-            let field = format_ident!("{}", field);
+        if let Some((field_name, _, path)) = DEFAULT_STAGES.get(i) {
+            let field = format_ident!("{}", field_name);
             let ty: syn::Type = syn::parse_str(&format!("::fuseway::{path}"))?;
             ctor_args.push(if field == "telemetry" {
                 quote!(::fuseway::telemetry::Telemetry::new(&state))
@@ -166,7 +166,13 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             } else {
                 quote!(<#ty as ::core::default::Default>::default())
             });
-            stages.push(Entry { name: field, ty });
+            // The built-in stages that keep the request's type run in place.
+            let in_place = matches!(*field_name, "telemetry" | "affinity" | "limits" | "passive");
+            stages.push(Entry {
+                name: field,
+                ty,
+                in_place,
+            });
         }
     }
     let request: syn::Type = request.unwrap_or_else(|| {
@@ -184,6 +190,7 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
         None => {
             ctor_args.push(quote!(::fuseway::forwarding::Forwarder::new()));
             Entry {
+                in_place: false,
                 name: format_ident!("forwarder"),
                 ty: syn::parse_quote!(
                     ::fuseway::forwarding::Forwarder<::fuseway::__private::hyper::body::Incoming>

@@ -10,6 +10,9 @@ use syn::{braced, parenthesized, Attribute, Ident, Token, Type, Visibility};
 pub(crate) struct Entry {
     pub(crate) name: Ident,
     pub(crate) ty: Type,
+    /// A built-in stage that keeps the request's type, called on the request where it
+    /// lies (`on_request_in_place`) instead of moving it in and out (`default_pipeline!`).
+    pub(crate) in_place: bool,
 }
 
 impl Parse for Entry {
@@ -17,7 +20,11 @@ impl Parse for Entry {
         let name: Ident = input.parse()?;
         input.parse::<Token![:]>()?;
         let ty: Type = input.parse()?;
-        Ok(Entry { name, ty })
+        Ok(Entry {
+            name,
+            ty,
+            in_place: false,
+        })
     }
 }
 
@@ -175,30 +182,40 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     // call: each stage's on_request in order; an early answer runs the earlier stages'
     // on_response (last first) and returns a ready future.
     let mut call_steps = Vec::new();
+    // The variable holding the request as it goes from stage to stage.
+    let mut x_in = format_ident!("__x0");
     for k in 0..n {
         let (stage, ty, this_in) = (names[k], types[k], &in_alias[k]);
-        let (x_in, x_out, s) = (
-            format_ident!("__x{}", k),
-            format_ident!("__x{}", k + 1),
-            format_ident!("__s{}", k),
-        );
+        let (x_out, s) = (format_ident!("__x{}", k + 1), format_ident!("__s{}", k));
         let unwind: Vec<TokenStream> = (0..k).rev().map(on_response).collect();
-        call_steps.push(quote_spanned! {ty.span()=>
-            let (#x_out, #s) = match <#ty as #fw::stage::Stage<#this_in>>::on_request(&__stages.#stage, #x_in) {
-                ::core::result::Result::Ok(v) => v,
-                ::core::result::Result::Err(mut __answer) => {
-                    let __response = &mut __answer;
-                    #(#unwind)*
-                    return #fw::pipeline::FusedFuture::answered(__answer);
-                }
-            };
-        });
+        let answered = quote! {
+            ::core::result::Result::Err(mut __answer) => {
+                let __response = &mut __answer;
+                #(#unwind)*
+                return #fw::pipeline::FusedFuture::answered(__answer);
+            }
+        };
+        if stages[k].in_place {
+            call_steps.push(quote_spanned! {ty.span()=>
+                let #s = match <#ty>::on_request_in_place(&__stages.#stage, &mut #x_in) {
+                    ::core::result::Result::Ok(v) => v,
+                    #answered
+                };
+            });
+        } else {
+            call_steps.push(quote_spanned! {ty.span()=>
+                #[allow(unused_mut)]
+                let (mut #x_out, #s) = match <#ty as #fw::stage::Stage<#this_in>>::on_request(&__stages.#stage, #x_in) {
+                    ::core::result::Result::Ok(v) => v,
+                    #answered
+                };
+            });
+            x_in = x_out;
+        }
     }
     let unwind_all: Vec<TokenStream> = (0..n).rev().map(on_response).collect();
-    let terminal_call = {
-        let xn = format_ident!("__x{}", n);
-        quote_spanned!(tty.span()=> #terminal_trait::call_terminal(&__stages.#tname, #xn))
-    };
+    let terminal_call =
+        quote_spanned!(tty.span()=> #terminal_trait::call_terminal(&__stages.#tname, #x_in));
     let ss: Vec<Ident> = (0..n).map(|k| format_ident!("__s{}", k)).collect();
     let x0 = format_ident!("__x0");
 
@@ -275,7 +292,8 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             /// Run one request: every stage's `on_request` in order, then the terminal
             /// service; `on_response` runs in reverse order on its result.
             #[inline]
-            #vis fn call_fused(&self, #x0: #in0) -> #future_name {
+            #[allow(unused_mut)]
+            #vis fn call_fused(&self, mut #x0: #in0) -> #future_name {
                 let __stages: &#stages_name = &self.stages;
                 #(#call_steps)*
                 let __future = #terminal_call;

@@ -350,29 +350,31 @@ impl AffinityState {
     }
 }
 
-impl<B> Stage<Routed<B>> for SessionAffinity {
-    type Out = Routed<B>;
-    type State = AffinityState;
-
-    fn on_request(
+impl SessionAffinity {
+    /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
+    /// calls this: the request is not moved in and out).
+    #[doc(hidden)]
+    #[inline]
+    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
+    pub fn on_request_in_place<B>(
         &self,
-        mut routed: Routed<B>,
-    ) -> Result<(Routed<B>, AffinityState), ProxyResponse> {
+        routed: &mut Routed<B>,
+    ) -> Result<AffinityState, ProxyResponse> {
         let context = &routed.context;
         let cluster = context.cluster();
         let Some(settings) = cluster.affinity() else {
-            return Ok((routed, AffinityState::NONE));
+            return Ok(AffinityState::NONE);
         };
         let secure = is_secure(&routed.request);
         let failure_policy = settings.failure_policy;
         let candidates = context.candidates();
         match settings.resolve(routed.request.headers(), |i| candidates.contains(i)) {
-            Resolution::NotSet => Ok((routed, AffinityState::write(secure))),
+            Resolution::NotSet => Ok(AffinityState::write(secure)),
             Resolution::Found(i) => {
                 let candidates = routed.context.candidates_mut();
                 candidates.clear();
                 candidates.insert(i);
-                Ok((routed, AffinityState::NONE))
+                Ok(AffinityState::NONE)
             }
             Resolution::Failed(why) => {
                 tracing::debug!(
@@ -382,15 +384,26 @@ impl<B> Stage<Routed<B>> for SessionAffinity {
                     "session affinity failed: {why}"
                 );
                 match failure_policy {
-                    AffinityFailurePolicyName::Redistribute => {
-                        Ok((routed, AffinityState::write(secure)))
-                    }
+                    AffinityFailurePolicyName::Redistribute => Ok(AffinityState::write(secure)),
                     AffinityFailurePolicyName::Return503Error => {
                         Err(ProxyResponse::status(StatusCode::SERVICE_UNAVAILABLE))
                     }
                 }
             }
         }
+    }
+}
+
+impl<B> Stage<Routed<B>> for SessionAffinity {
+    type Out = Routed<B>;
+    type State = AffinityState;
+
+    fn on_request(
+        &self,
+        mut routed: Routed<B>,
+    ) -> Result<(Routed<B>, AffinityState), ProxyResponse> {
+        let state = self.on_request_in_place(&mut routed)?;
+        Ok((routed, state))
     }
 
     fn on_response(&self, state: AffinityState, response: &mut ProxyResponse) {

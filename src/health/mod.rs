@@ -330,11 +330,23 @@ impl PassiveHealth {
     }
 }
 
+impl PassiveHealth {
+    /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
+    /// calls this): nothing to do on the way in.
+    #[doc(hidden)]
+    #[inline]
+    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
+    pub fn on_request_in_place<B>(&self, _: &mut Balanced<B>) -> Result<(), ProxyResponse> {
+        Ok(())
+    }
+}
+
 impl<B> Stage<Balanced<B>> for PassiveHealth {
     type Out = Balanced<B>;
     type State = ();
 
-    fn on_request(&self, request: Balanced<B>) -> Result<(Balanced<B>, ()), ProxyResponse> {
+    fn on_request(&self, mut request: Balanced<B>) -> Result<(Balanced<B>, ()), ProxyResponse> {
+        self.on_request_in_place(&mut request)?;
         Ok((request, ()))
     }
 

@@ -123,14 +123,16 @@ fn reject(status: StatusCode, retry_after: Option<u64>) -> ProxyResponse {
     r
 }
 
-impl<B> Stage<Routed<B>> for Limits {
-    type Out = Routed<B>;
-    type State = Option<ConcurrencyGuard>;
-
-    fn on_request(
+impl Limits {
+    /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
+    /// calls this: the request is not moved in and out).
+    #[doc(hidden)]
+    #[inline]
+    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
+    pub fn on_request_in_place<B>(
         &self,
-        mut routed: Routed<B>,
-    ) -> Result<(Routed<B>, Option<ConcurrencyGuard>), ProxyResponse> {
+        routed: &mut Routed<B>,
+    ) -> Result<Option<ConcurrencyGuard>, ProxyResponse> {
         let route = routed.context.route();
         let limits = route.limits();
         if let Some(max) = limits.max_request_body_size {
@@ -171,6 +173,19 @@ impl<B> Stage<Routed<B>> for Limits {
         let exchange = routed.context.limits_mut();
         exchange.max_request_body_size = body_limit;
         exchange.deadline = deadline;
+        Ok(guard)
+    }
+}
+
+impl<B> Stage<Routed<B>> for Limits {
+    type Out = Routed<B>;
+    type State = Option<ConcurrencyGuard>;
+
+    fn on_request(
+        &self,
+        mut routed: Routed<B>,
+    ) -> Result<(Routed<B>, Option<ConcurrencyGuard>), ProxyResponse> {
+        let guard = self.on_request_in_place(&mut routed)?;
         Ok((routed, guard))
     }
 

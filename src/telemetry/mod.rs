@@ -59,14 +59,16 @@ impl Telemetry {
     }
 }
 
-impl<B> Stage<http::Request<B>> for Telemetry {
-    type Out = http::Request<B>;
-    type State = Started;
-
-    fn on_request(
+impl Telemetry {
+    /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
+    /// calls this: the request is not moved in and out).
+    #[doc(hidden)]
+    #[inline]
+    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
+    pub fn on_request_in_place<B>(
         &self,
-        request: http::Request<B>,
-    ) -> Result<(http::Request<B>, Started), ProxyResponse> {
+        request: &mut http::Request<B>,
+    ) -> Result<Started, ProxyResponse> {
         let span = tracing::debug_span!(
             target: "fuseway::telemetry",
             "request",
@@ -84,6 +86,19 @@ impl<B> Stage<http::Request<B>> for Telemetry {
             span,
             _in_flight: self.metrics.enter(),
         };
+        Ok(started)
+    }
+}
+
+impl<B> Stage<http::Request<B>> for Telemetry {
+    type Out = http::Request<B>;
+    type State = Started;
+
+    fn on_request(
+        &self,
+        mut request: http::Request<B>,
+    ) -> Result<(http::Request<B>, Started), ProxyResponse> {
+        let started = self.on_request_in_place(&mut request)?;
         Ok((request, started))
     }
 
