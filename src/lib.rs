@@ -40,6 +40,14 @@
 //! a stage's `State` (concurrency counters) are released by `Drop` on success, error,
 //! cancellation and panic alike.
 //!
+//! [`default_pipeline!`] goes one step further for the built-in stages that keep the
+//! request's type (telemetry, session affinity, limits, passive health): it calls them
+//! on the request where it lies (their `on_request_in_place`, which their
+//! `Stage::on_request` wraps, so both forms run the same code) instead of moving the
+//! request into each stage and out of its result — each such move is a `memcpy` of a
+//! few hundred bytes. Stages named in `fused_pipeline!`, and user stages, are called
+//! through [`Stage::on_request`](stage::Stage::on_request).
+//!
 //! Fused and layered forms are observably identical — same responses, cookies, counters
 //! and passive-health records — which `tests/differential.rs` checks scenario by
 //! scenario; `tests/pipeline_alloc.rs` asserts the fused default pipeline allocates

@@ -29,6 +29,8 @@ pub fn fused_pipeline(input: TokenStream) -> TokenStream {
 
 /// The default stage list (routing, session affinity, limits, load balancing, passive
 /// health, forwarding) fused, optionally with user stages inserted at named points.
+/// The built-in stages that keep the request's type are called on the request where
+/// it lies (`on_request_in_place`), not moved in and out.
 ///
 /// ```ignore
 /// fuseway::default_pipeline! {
