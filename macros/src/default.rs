@@ -7,14 +7,15 @@ use syn::{braced, Attribute, Ident, Token, Visibility};
 
 use crate::fused::{self, Entry, FusedInput};
 
-/// The default stages: (field name, insertion-point name, type path).
-const DEFAULT_STAGES: [(&str, &str, &str); 6] = [
-    ("telemetry", "telemetry", "telemetry::Telemetry"),
-    ("routing", "routing", "routing::Routing"),
-    ("affinity", "affinity", "affinity::SessionAffinity"),
-    ("limits", "limits", "limits::Limits"),
-    ("balancing", "balancing", "balancing::LoadBalancing"),
-    ("passive", "passive", "health::PassiveHealth"),
+/// The default stages: (field name, insertion-point name, type path, whether it keeps
+/// the request's type and is called on it in place, through `on_request_in_place`).
+const DEFAULT_STAGES: [(&str, &str, &str, bool); 6] = [
+    ("telemetry", "telemetry", "telemetry::Telemetry", true),
+    ("routing", "routing", "routing::Routing", false),
+    ("affinity", "affinity", "affinity::SessionAffinity", true),
+    ("limits", "limits", "limits::Limits", true),
+    ("balancing", "balancing", "balancing::LoadBalancing", false),
+    ("passive", "passive", "health::PassiveHealth", true),
 ];
 
 const POINTS: &str = "telemetry, routing, affinity, limits, balancing, passive, forwarding";
@@ -113,7 +114,7 @@ fn position(insert: &Insert) -> syn::Result<usize> {
         "forwarding" => FORWARDING,
         p => DEFAULT_STAGES
             .iter()
-            .position(|(_, name, _)| *name == p)
+            .position(|(_, name, _, _)| *name == p)
             .ok_or_else(|| {
                 syn::Error::new(
                     insert.point.span(),
@@ -156,8 +157,8 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             ctor_args.push(quote!(#n));
             stages.push(entry);
         }
-        if let Some((field_name, _, path)) = DEFAULT_STAGES.get(i) {
-            let field = format_ident!("{}", field_name);
+        if let Some(&(field, _, path, in_place)) = DEFAULT_STAGES.get(i) {
+            let field = format_ident!("{}", field);
             let ty: syn::Type = syn::parse_str(&format!("::fuseway::{path}"))?;
             ctor_args.push(if field == "telemetry" {
                 quote!(::fuseway::telemetry::Telemetry::new(&state))
@@ -166,8 +167,6 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             } else {
                 quote!(<#ty as ::core::default::Default>::default())
             });
-            // The built-in stages that keep the request's type run in place.
-            let in_place = matches!(*field_name, "telemetry" | "affinity" | "limits" | "passive");
             stages.push(Entry {
                 name: field,
                 ty,
