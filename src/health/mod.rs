@@ -314,7 +314,8 @@ impl PassiveHealth {
 
     fn arm(response: &mut ProxyResponse) {
         let outcome = &response.outcome;
-        let (Some(cluster), Some(_)) = (outcome.cluster(), outcome.destination_state()) else {
+        // An outcome has a cluster exactly when it has a destination.
+        let Some(cluster) = outcome.cluster() else {
             return; // never sent to a destination
         };
         let Some(settings) = cluster.health().passive() else {
