@@ -573,23 +573,56 @@ async fn pooled_connection_closed_by_the_destination_under_a_request() {
     // kept-alive connection just as the proxy sends the next request on it (the
     // keep-alive race; here forced: it closes on the next request's arrival). An
     // idempotent request without a body is sent again on a new connection, as .NET's
-    // SocketsHttpHandler (YARP) and nginx do; a POST is not: its failure is a 502.
-    let b = raw_backend(|mut s| async move {
-        if read_head(&mut s).await.is_some() {
-            let _ = s
-                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                .await;
-            let _ = read_head(&mut s).await;
+    // SocketsHttpHandler (YARP) and nginx do, byte for byte as it first went out; a
+    // POST is not: its failure is a 502.
+    let (heads_tx, mut heads) = mpsc::unbounded_channel::<(bool, String)>();
+    let b = raw_backend(move |mut s| {
+        let heads = heads_tx.clone();
+        async move {
+            if let Some(head) = read_head(&mut s).await {
+                let _ = heads.send((true, head));
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
+                if let Some(head) = read_head(&mut s).await {
+                    let _ = heads.send((false, head));
+                }
+            }
         }
     })
     .await;
     let f = Fixture::new(&b.url()).await;
     let client = h1_client();
     for i in 0..4 {
-        let r = client.get(f.proxy.url("/fault/x")).send().await.unwrap();
+        let r = client
+            .get(f.proxy.url(&format!("/fault/x?i={i}")))
+            .header("x-request", i.to_string())
+            .header("x-repeated", "a")
+            .header("x-repeated", "b")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::OK, "GET {i}");
         assert_eq!(r.text().await.unwrap(), "ok");
     }
+    // Answered first-on-connection heads, and the raced heads each followed by its
+    // replay on a new connection: every raced head came back identical.
+    let mut raced = None;
+    let mut replays = 0;
+    while let Ok((answered, head)) = heads.try_recv() {
+        match (answered, raced.take()) {
+            (true, Some(lost)) => {
+                assert_eq!(head, lost, "the replay is the request that was lost");
+                replays += 1;
+            }
+            (true, None) => {}
+            (false, _) => raced = Some(head),
+        }
+    }
+    assert_eq!(
+        replays, 3,
+        "GETs 1 to 3 each raced a close and were sent again"
+    );
     let r = client
         .post(f.proxy.url("/fault/x"))
         .body("not idempotent")

@@ -917,53 +917,80 @@ where
 /// reused connection: if the destination closed that connection while it was idle
 /// and the close crosses the request (the keep-alive race), the request is sent once
 /// more on a new connection, as .NET's `SocketsHttpHandler` (YARP) and nginx do.
-/// It lives in the pooled connection, so its header vector is refilled per request
-/// without allocating once it has grown; the entries are reference-counted clones.
+///
+/// It is kept as bytes — the target, then each header's name and value — in buffers
+/// that live in the pooled connection, so arming it per request copies a few hundred
+/// bytes and allocates nothing once they have grown (no reference-counted clone of
+/// every header, which cost three times as much); the rare replay parses them back.
 #[derive(Default)]
 struct Replay {
     /// Whether the request in flight can be sent again.
     armed: bool,
     method: http::Method,
-    uri: Uri,
-    headers: Vec<(http::header::HeaderName, http::HeaderValue)>,
+    /// The request's target, then each header's name and value.
+    bytes: Vec<u8>,
+    /// Where the target ends in `bytes`.
+    target: usize,
+    /// Each header: where its name and its value end in `bytes`, and whether the
+    /// value is sensitive.
+    headers: Vec<(usize, usize, bool)>,
 }
 
 impl Replay {
     fn arm<B: Body>(&mut self, request: &Request<B>) {
         self.armed = request.method().is_idempotent() && request.body().is_end_stream();
-        if self.armed {
-            self.method = request.method().clone();
-            self.uri = request.uri().clone();
-            self.headers.clear();
-            self.headers.extend(
-                request
-                    .headers()
-                    .iter()
-                    .map(|(name, value)| (name.clone(), value.clone())),
-            );
+        if !self.armed {
+            return;
+        }
+        self.method.clone_from(request.method());
+        self.bytes.clear();
+        self.headers.clear();
+        let uri = request.uri();
+        if let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) {
+            self.bytes.extend_from_slice(scheme.as_str().as_bytes());
+            self.bytes.extend_from_slice(b"://");
+            self.bytes.extend_from_slice(authority.as_str().as_bytes());
+        }
+        if let Some(path) = uri.path_and_query() {
+            self.bytes.extend_from_slice(path.as_str().as_bytes());
+        }
+        self.target = self.bytes.len();
+        for (name, value) in request.headers() {
+            self.bytes.extend_from_slice(name.as_str().as_bytes());
+            let name_end = self.bytes.len();
+            self.bytes.extend_from_slice(value.as_bytes());
+            self.headers
+                .push((name_end, self.bytes.len(), value.is_sensitive()));
         }
     }
 
-    /// The request is answered: let go of its parts (they hold the client's buffers).
+    /// The request is answered. (Buffers grown past 16 KiB by one large head are let
+    /// go rather than kept for the connection's life.)
     fn disarm(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            self.uri = Uri::default();
-            self.headers.clear();
+        self.armed = false;
+        if self.bytes.capacity() > 16 * 1024 {
+            self.bytes = Vec::new();
         }
     }
 
-    /// The request to send again, once.
+    /// The request to send again, once (`None` if it cannot be: not armed, or its
+    /// head does not parse back, which a head that went out once always does).
     fn take<B: Default>(&mut self) -> Option<Request<B>> {
         if !std::mem::take(&mut self.armed) {
             return None;
         }
         let mut request = Request::new(B::default());
         *request.method_mut() = self.method.clone();
-        *request.uri_mut() = std::mem::take(&mut self.uri);
+        *request.uri_mut() = Uri::try_from(&self.bytes[..self.target]).ok()?;
         let headers = request.headers_mut();
         headers.reserve(self.headers.len());
-        for (name, value) in self.headers.drain(..) {
+        let mut start = self.target;
+        for &(name_end, value_end, sensitive) in &self.headers {
+            let name = http::header::HeaderName::from_bytes(&self.bytes[start..name_end]).ok()?;
+            let mut value = http::HeaderValue::from_bytes(&self.bytes[name_end..value_end]).ok()?;
+            value.set_sensitive(sensitive);
             headers.append(name, value);
+            start = value_end;
         }
         Some(request)
     }
@@ -1131,7 +1158,7 @@ impl Exchange for Upgrade {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http_body_util::Empty;
+    use http_body_util::{Empty, Full};
 
     /// Counts its wake-ups.
     #[derive(Default)]
@@ -1146,6 +1173,69 @@ mod tests {
     fn counted() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count::default());
         (count.clone(), Waker::from(count))
+    }
+
+    /// A request armed for the keep-alive replay comes back as it went out: method,
+    /// target (origin or absolute form), every header in order with repeated names,
+    /// non-ASCII bytes and sensitivity kept; only once; never when not idempotent.
+    #[test]
+    fn a_replayed_request_is_the_request_that_went_out() {
+        use http::header::{HeaderValue, COOKIE};
+        let mut secret = HeaderValue::from_static("token");
+        secret.set_sensitive(true);
+        for target in ["/a/b?x=1&y=%20", "http://10.0.0.1:8080/p?q", "*"] {
+            let method = if target == "*" {
+                http::Method::OPTIONS
+            } else {
+                http::Method::GET
+            };
+            let request = Request::builder()
+                .method(method.clone())
+                .uri(target)
+                .header("x-one", "1")
+                .header(COOKIE, "a=1")
+                .header("x-one", "2")
+                .header("x-latin", HeaderValue::from_bytes(b"caf\xe9").unwrap())
+                .header("x-empty", "")
+                .header("authorization", secret.clone())
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let mut replay = Replay::default();
+            // Armed twice on one connection: the second head replaces the first.
+            replay.arm(
+                &Request::get("/first")
+                    .header("x-old", "o")
+                    .body(Empty::<Bytes>::new())
+                    .unwrap(),
+            );
+            replay.disarm();
+            replay.arm(&request);
+            let again: Request<Empty<Bytes>> = replay.take().expect("armed");
+            assert_eq!(again.method(), method);
+            assert_eq!(again.uri(), request.uri(), "{target}");
+            let sent: Vec<_> = request.headers().iter().collect();
+            let replayed: Vec<_> = again.headers().iter().collect();
+            assert_eq!(replayed, sent);
+            let auth = again.headers().get("authorization").unwrap();
+            assert!(auth.is_sensitive());
+            assert!(!again.headers().get(COOKIE).unwrap().is_sensitive());
+            assert!(replay.take::<Empty<Bytes>>().is_none(), "once");
+        }
+        let mut replay = Replay::default();
+        replay.arm(&Request::post("/").body(Empty::<Bytes>::new()).unwrap());
+        assert!(
+            replay.take::<Empty<Bytes>>().is_none(),
+            "POST is not sent again"
+        );
+        replay.arm(
+            &Request::get("/")
+                .body(Full::new(Bytes::from_static(b"x")))
+                .unwrap(),
+        );
+        assert!(
+            replay.take::<Full<Bytes>>().is_none(),
+            "nor a request with a body"
+        );
     }
 
     #[test]
