@@ -40,13 +40,15 @@
 //! a stage's `State` (concurrency counters) are released by `Drop` on success, error,
 //! cancellation and panic alike.
 //!
-//! [`default_pipeline!`] goes one step further for the built-in stages that keep the
-//! request's type (telemetry, session affinity, limits, passive health): it calls them
-//! on the request where it lies (their `on_request_in_place`, which their
-//! `Stage::on_request` wraps, so both forms run the same code) instead of moving the
-//! request into each stage and out of its result — each such move is a `memcpy` of a
-//! few hundred bytes. Stages named in `fused_pipeline!`, and user stages, are called
-//! through [`Stage::on_request`](stage::Stage::on_request).
+//! [`default_pipeline!`] goes one step further for its built-in stages: it calls those
+//! that keep the request's type (telemetry, session affinity, limits, passive health) on
+//! the request where it lies (their `on_request_in_place`) and those that change it
+//! (routing, load balancing) on a reference (their `on_request_by_ref`, whose result
+//! their `into_out` joins to the request), instead of moving the request into each
+//! stage and out of its result — each such move is a `memcpy` of a few hundred bytes.
+//! Their `Stage::on_request` wraps those same methods, so both forms run the same code.
+//! Stages named in `fused_pipeline!`, and user stages, are called through
+//! [`Stage::on_request`](stage::Stage::on_request).
 //!
 //! Fused and layered forms are observably identical — same responses, cookies, counters
 //! and passive-health records — which `tests/differential.rs` checks scenario by

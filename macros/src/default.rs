@@ -5,17 +5,33 @@ use quote::{format_ident, quote};
 use syn::parse::{Parse, ParseStream};
 use syn::{braced, Attribute, Ident, Token, Visibility};
 
-use crate::fused::{self, Entry, FusedInput};
+use crate::fused::{self, Call, Entry, FusedInput};
 
-/// The default stages: (field name, insertion-point name, type path, whether it keeps
-/// the request's type and is called on it in place, through `on_request_in_place`).
-const DEFAULT_STAGES: [(&str, &str, &str, bool); 6] = [
-    ("telemetry", "telemetry", "telemetry::Telemetry", true),
-    ("routing", "routing", "routing::Routing", false),
-    ("affinity", "affinity", "affinity::SessionAffinity", true),
-    ("limits", "limits", "limits::Limits", true),
-    ("balancing", "balancing", "balancing::LoadBalancing", false),
-    ("passive", "passive", "health::PassiveHealth", true),
+/// The default stages: (field name, insertion-point name, type path, how the fused
+/// future calls it — in place for those that keep the request's type, by reference for
+/// those that change it; see [`Call`]).
+const DEFAULT_STAGES: [(&str, &str, &str, Call); 6] = [
+    (
+        "telemetry",
+        "telemetry",
+        "telemetry::Telemetry",
+        Call::InPlace,
+    ),
+    ("routing", "routing", "routing::Routing", Call::ByRef),
+    (
+        "affinity",
+        "affinity",
+        "affinity::SessionAffinity",
+        Call::InPlace,
+    ),
+    ("limits", "limits", "limits::Limits", Call::InPlace),
+    (
+        "balancing",
+        "balancing",
+        "balancing::LoadBalancing",
+        Call::ByRef,
+    ),
+    ("passive", "passive", "health::PassiveHealth", Call::InPlace),
 ];
 
 const POINTS: &str = "telemetry, routing, affinity, limits, balancing, passive, forwarding";
@@ -157,7 +173,7 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             ctor_args.push(quote!(#n));
             stages.push(entry);
         }
-        if let Some(&(field, _, path, in_place)) = DEFAULT_STAGES.get(i) {
+        if let Some(&(field, _, path, call)) = DEFAULT_STAGES.get(i) {
             let field = format_ident!("{}", field);
             let ty: syn::Type = syn::parse_str(&format!("::fuseway::{path}"))?;
             ctor_args.push(if field == "telemetry" {
@@ -170,7 +186,7 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             stages.push(Entry {
                 name: field,
                 ty,
-                in_place,
+                call,
             });
         }
     }
@@ -189,7 +205,7 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
         None => {
             ctor_args.push(quote!(::fuseway::forwarding::Forwarder::new()));
             Entry {
-                in_place: false,
+                call: Call::ByValue,
                 name: format_ident!("forwarder"),
                 ty: syn::parse_quote!(
                     ::fuseway::forwarding::Forwarder<::fuseway::__private::hyper::body::Incoming>

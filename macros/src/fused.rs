@@ -6,13 +6,26 @@ use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{braced, parenthesized, Attribute, Ident, Token, Type, Visibility};
 
+/// How the fused future calls a stage's `on_request`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Call {
+    /// `Stage::on_request`, the request moved in and out (user stages, and every stage
+    /// of `fused_pipeline!`).
+    ByValue,
+    /// A built-in stage of `default_pipeline!` that keeps the request's type, called on
+    /// the request where it lies: `on_request_in_place(&self, &mut In)`.
+    InPlace,
+    /// A built-in stage of `default_pipeline!` that changes the request's type, called
+    /// on a reference (`on_request_by_ref(&self, &In) -> (Extra, State)`) and then
+    /// joined to its result (`into_out(In, Extra) -> Out`): one move of the request.
+    ByRef,
+}
+
 /// One `name: Type` entry.
 pub(crate) struct Entry {
     pub(crate) name: Ident,
     pub(crate) ty: Type,
-    /// A built-in stage that keeps the request's type, called on the request where it
-    /// lies (`on_request_in_place`) instead of moving it in and out (`default_pipeline!`).
-    pub(crate) in_place: bool,
+    pub(crate) call: Call,
 }
 
 impl Parse for Entry {
@@ -23,7 +36,7 @@ impl Parse for Entry {
         Ok(Entry {
             name,
             ty,
-            in_place: false,
+            call: Call::ByValue,
         })
     }
 }
@@ -195,22 +208,33 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
                 return #fw::pipeline::FusedFuture::answered(__answer);
             }
         };
-        if stages[k].in_place {
-            call_steps.push(quote_spanned! {ty.span()=>
+        match stages[k].call {
+            Call::InPlace => call_steps.push(quote_spanned! {ty.span()=>
                 let #s = match <#ty>::on_request_in_place(&__stages.#stage, &mut #x_in) {
                     ::core::result::Result::Ok(v) => v,
                     #answered
                 };
-            });
-        } else {
-            call_steps.push(quote_spanned! {ty.span()=>
-                #[allow(unused_mut)]
-                let (mut #x_out, #s) = match <#ty as #fw::stage::Stage<#this_in>>::on_request(&__stages.#stage, #x_in) {
-                    ::core::result::Result::Ok(v) => v,
-                    #answered
-                };
-            });
-            x_in = x_out;
+            }),
+            Call::ByRef => {
+                call_steps.push(quote_spanned! {ty.span()=>
+                    #[allow(unused_mut)]
+                    let (mut #x_out, #s) = match <#ty>::on_request_by_ref(&__stages.#stage, &#x_in) {
+                        ::core::result::Result::Ok((__extra, __state)) => (<#ty>::into_out(#x_in, __extra), __state),
+                        #answered
+                    };
+                });
+                x_in = x_out;
+            }
+            Call::ByValue => {
+                call_steps.push(quote_spanned! {ty.span()=>
+                    #[allow(unused_mut)]
+                    let (mut #x_out, #s) = match <#ty as #fw::stage::Stage<#this_in>>::on_request(&__stages.#stage, #x_in) {
+                        ::core::result::Result::Ok(v) => v,
+                        #answered
+                    };
+                });
+                x_in = x_out;
+            }
         }
     }
     let unwind_all: Vec<TokenStream> = (0..n).rev().map(on_response).collect();

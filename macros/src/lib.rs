@@ -30,7 +30,8 @@ pub fn fused_pipeline(input: TokenStream) -> TokenStream {
 /// The default stage list (routing, session affinity, limits, load balancing, passive
 /// health, forwarding) fused, optionally with user stages inserted at named points.
 /// The built-in stages that keep the request's type are called on the request where
-/// it lies (`on_request_in_place`), not moved in and out.
+/// it lies (`on_request_in_place`), those that change it on a reference
+/// (`on_request_by_ref`, then `into_out`): the request is not moved in and out of each.
 ///
 /// ```ignore
 /// fuseway::default_pipeline! {

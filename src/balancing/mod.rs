@@ -118,11 +118,15 @@ impl LoadBalancing {
     }
 }
 
-impl<B> Stage<Routed<B>> for LoadBalancing {
-    type Out = Balanced<B>;
-    type State = ();
-
-    fn on_request(&self, routed: Routed<B>) -> Result<(Balanced<B>, ()), ProxyResponse> {
+impl LoadBalancing {
+    /// [`Stage::on_request`] without moving the request: the chosen destination's
+    /// index, which [`LoadBalancing::into_out`] applies (the default fused pipeline
+    /// calls these two: the request is moved once, not into the stage and out of its
+    /// result).
+    #[doc(hidden)]
+    #[inline]
+    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
+    pub fn on_request_by_ref<B>(&self, routed: &Routed<B>) -> Result<(usize, ()), ProxyResponse> {
         let candidates = routed.context.candidates();
         let pick = match candidates.len() {
             0 => None,
@@ -134,7 +138,7 @@ impl<B> Stage<Routed<B>> for LoadBalancing {
                 .pick(routed.context.cluster(), candidates),
         };
         match pick {
-            Some(i) => Ok((routed.balance(i), ())),
+            Some(i) => Ok((i, ())),
             None => {
                 tracing::warn!(
                     route = routed.context.route().id(),
@@ -146,5 +150,23 @@ impl<B> Stage<Routed<B>> for LoadBalancing {
                 )))
             }
         }
+    }
+
+    /// The balanced request: `routed` sent to the destination
+    /// [`LoadBalancing::on_request_by_ref`] chose.
+    #[doc(hidden)]
+    #[inline]
+    pub fn into_out<B>(routed: Routed<B>, destination: usize) -> Balanced<B> {
+        routed.balance(destination)
+    }
+}
+
+impl<B> Stage<Routed<B>> for LoadBalancing {
+    type Out = Balanced<B>;
+    type State = ();
+
+    fn on_request(&self, routed: Routed<B>) -> Result<(Balanced<B>, ()), ProxyResponse> {
+        let (destination, state) = self.on_request_by_ref(&routed)?;
+        Ok((Self::into_out(routed, destination), state))
     }
 }

@@ -24,11 +24,17 @@ impl Routing {
     }
 }
 
-impl<B> Stage<Request<B>> for Routing {
-    type Out = Routed<B>;
-    type State = ();
-
-    fn on_request(&self, request: Request<B>) -> Result<(Routed<B>, ()), ProxyResponse> {
+impl Routing {
+    /// [`Stage::on_request`] without moving the request: the route's context, which
+    /// [`Routing::into_out`] joins to the request (the default fused pipeline calls
+    /// these two: the request is moved once, not into the stage and out of its result).
+    #[doc(hidden)]
+    #[inline]
+    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
+    pub fn on_request_by_ref<B>(
+        &self,
+        request: &Request<B>,
+    ) -> Result<(RouteContext, ()), ProxyResponse> {
         // Two `Host` lines name two hosts, and which one counts is ambiguous
         // (RFC 9112 section 3.2: 400).
         let mut hosts = request.headers().get_all(http::header::HOST).iter();
@@ -57,6 +63,24 @@ impl<B> Stage<Request<B>> for Routing {
         };
         let candidates = crate::health::available(&snapshot.clusters()[cluster]);
         let context = RouteContext::new(snapshot, route, cluster, candidates);
-        Ok((Routed { request, context }, ()))
+        Ok((context, ()))
+    }
+
+    /// The routed request: `request` with the context [`Routing::on_request_by_ref`]
+    /// found for it.
+    #[doc(hidden)]
+    #[inline]
+    pub fn into_out<B>(request: Request<B>, context: RouteContext) -> Routed<B> {
+        Routed { request, context }
+    }
+}
+
+impl<B> Stage<Request<B>> for Routing {
+    type Out = Routed<B>;
+    type State = ();
+
+    fn on_request(&self, request: Request<B>) -> Result<(Routed<B>, ()), ProxyResponse> {
+        let (context, state) = self.on_request_by_ref(&request)?;
+        Ok((Self::into_out(request, context), state))
     }
 }
