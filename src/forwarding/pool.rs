@@ -902,10 +902,18 @@ where
     S: Fn(&mut http1::SendRequest<B>, Request<B>) -> F + Send + Copy + 'static,
 {
     fn start(self: Pin<&mut Self>, request: Request<B>) {
-        let this = self.project();
+        let mut this = self.project();
         this.replay.arm(&request);
-        *this.pending = Some(request);
         *this.reused = true;
+        // A connection handed out of the pool is ready for a request: it goes in now
+        // (written when the exchange is first polled) rather than waiting in `pending`
+        // — one move of the request less.
+        match this.link {
+            Link::Open { sender, .. } if sender.is_ready() => {
+                this.in_flight.set(Some((this.send)(sender, request)));
+            }
+            _ => *this.pending = Some(request),
+        }
     }
 
     fn take_link(self: Pin<&mut Self>) -> Link<B> {
