@@ -6,32 +6,18 @@ use syn::parse::{Parse, ParseStream};
 use syn::{braced, Attribute, Ident, Token, Visibility};
 
 use crate::fused::{self, Call, Entry, FusedInput};
+use Call::{ByRef, InPlace};
 
 /// The default stages: (field name, insertion-point name, type path, how the fused
 /// future calls it — in place for those that keep the request's type, by reference for
 /// those that change it; see [`Call`]).
 const DEFAULT_STAGES: [(&str, &str, &str, Call); 6] = [
-    (
-        "telemetry",
-        "telemetry",
-        "telemetry::Telemetry",
-        Call::InPlace,
-    ),
-    ("routing", "routing", "routing::Routing", Call::ByRef),
-    (
-        "affinity",
-        "affinity",
-        "affinity::SessionAffinity",
-        Call::InPlace,
-    ),
-    ("limits", "limits", "limits::Limits", Call::InPlace),
-    (
-        "balancing",
-        "balancing",
-        "balancing::LoadBalancing",
-        Call::ByRef,
-    ),
-    ("passive", "passive", "health::PassiveHealth", Call::InPlace),
+    ("telemetry", "telemetry", "telemetry::Telemetry", InPlace),
+    ("routing", "routing", "routing::Routing", ByRef),
+    ("affinity", "affinity", "affinity::SessionAffinity", InPlace),
+    ("limits", "limits", "limits::Limits", InPlace),
+    ("balancing", "balancing", "balancing::LoadBalancing", ByRef),
+    ("passive", "passive", "health::PassiveHealth", InPlace),
 ];
 
 const POINTS: &str = "telemetry, routing, affinity, limits, balancing, passive, forwarding";

@@ -244,9 +244,10 @@ where
                     UpstreamVersion::Http1 => expect::hold_back(&mut req),
                     UpstreamVersion::Http2 => None,
                 };
-                let limit = context.limits().max_request_body_size;
-                let outgoing =
-                    req.map(|body| UpstreamBody::new(RequestBody::new(body, limit), gate.clone()));
+                let body_limit = context.limits().max_request_body_size;
+                let outgoing = req.map(|body| {
+                    UpstreamBody::new(RequestBody::new(body, body_limit), gate.clone())
+                });
                 let dest = &context.cluster().destinations()[destination];
                 let address = dest.address();
                 let limit = http

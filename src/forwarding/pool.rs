@@ -929,7 +929,7 @@ where
 /// It is kept as bytes — the target, then each header's name and value — in buffers
 /// that live in the pooled connection, so arming it per request copies a few hundred
 /// bytes and allocates nothing once they have grown (no reference-counted clone of
-/// every header, which cost three times as much); the rare replay parses them back.
+/// every header, which cost about twice as much); the rare replay parses them back.
 #[derive(Default)]
 struct Replay {
     /// Whether the request in flight can be sent again.
