@@ -636,3 +636,59 @@ async fn pooled_connection_closed_by_the_destination_under_a_request() {
     );
     f.proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn pooled_connection_closed_while_idle_is_replaced_even_for_a_post() {
+    // The destination closes a kept-alive connection while it sits idle in the
+    // proxy's pool. The next request that takes it finds it closed before anything was
+    // written and goes to a new connection — even a POST, which is never sent twice.
+    let (heads_tx, mut heads) = mpsc::unbounded_channel::<(usize, String)>();
+    let close_first = Arc::new(Notify::new());
+    let connection = Arc::new(AtomicUsize::new(0));
+    let b = raw_backend({
+        let close_first = close_first.clone();
+        move |mut s| {
+            let (heads, close_first) = (heads_tx.clone(), close_first.clone());
+            let n = connection.fetch_add(1, Ordering::SeqCst);
+            async move {
+                while let Some(head) = read_head(&mut s).await {
+                    let _ = heads.send((n, head));
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .await;
+                    if n == 0 {
+                        // Closed once the test says so: the connection is idle then.
+                        close_first.notified().await;
+                        let _ = s.shutdown().await;
+                        let _ = heads.send((n, "closed".into()));
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    let f = Fixture::new(&b.url()).await;
+    let client = h1_client();
+    let r = client.get(f.proxy.url("/fault/x")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), "ok");
+    // The whole response went out, so the connection is back in the pool: close it.
+    close_first.notify_one();
+    let (n, head) = within("the first request", heads.recv()).await.unwrap();
+    assert!(n == 0 && head.starts_with("GET "), "{head}");
+    let (n, closed) = within("the idle connection's close", heads.recv())
+        .await
+        .unwrap();
+    assert_eq!((n, closed.as_str()), (0, "closed"));
+    let r = client.post(f.proxy.url("/fault/x")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "sent on a new connection");
+    assert_eq!(r.text().await.unwrap(), "ok");
+    let (n, head) = within("the POST", heads.recv()).await.unwrap();
+    assert!(
+        n == 1 && head.starts_with("POST "),
+        "on connection {n}: {head}"
+    );
+    assert_eq!(b.accepted(), 2);
+    f.proxy.shutdown().await;
+}

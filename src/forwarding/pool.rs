@@ -497,8 +497,7 @@ impl<B: SendBody> Pool<B> {
             let (sender, connection) = http1::Builder::new().handshake(io.await?).await?;
             Ok(Link::Open {
                 sender,
-                connection: Box::pin(connection),
-                closed: false,
+                connection: Some(Box::pin(connection)),
                 _permit: permit,
             })
         })
@@ -662,9 +661,8 @@ enum Link<B> {
     },
     Open {
         sender: http1::SendRequest<B>,
-        connection: Driver,
-        /// The connection's future has completed: it is closed.
-        closed: bool,
+        /// The connection's future; `None` once it has completed (see [`drive`]).
+        connection: Option<Driver>,
         /// The connection's place under its pool's limit, released when it closes.
         _permit: Option<Permit>,
     },
@@ -755,10 +753,7 @@ where
                 }
             }
             let Link::Open {
-                sender,
-                connection,
-                closed,
-                ..
+                sender, connection, ..
             } = this.link
             else {
                 return Poll::Ready(Err("the exchange has no connection".into()));
@@ -769,10 +764,9 @@ where
             let mut failure = None;
             let send_first =
                 this.in_flight.is_none() && this.pending.is_some() && sender.is_ready();
-            if !*closed && !send_first {
-                if let Poll::Ready(result) = connection.as_mut().poll(cx) {
-                    *closed = true;
-                    failure = result.err();
+            if !send_first {
+                if let Poll::Ready(error) = drive(connection, cx) {
+                    failure = error;
                 }
             }
             let unsent = match this.in_flight.as_mut().as_pin_mut() {
@@ -815,7 +809,7 @@ where
                             // Drive the connection again: it writes the request.
                             continue;
                         }
-                        Poll::Pending if !*this.reused && !*closed => {
+                        Poll::Pending if !*this.reused && connection.is_some() => {
                             *this.pending = Some(request);
                             return Poll::Pending;
                         }
@@ -852,13 +846,8 @@ where
 
     fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) {
         let this = self.project();
-        if let Link::Open {
-            connection, closed, ..
-        } = this.link
-        {
-            if !*closed && connection.as_mut().poll(cx).is_ready() {
-                *closed = true;
-            }
+        if let Link::Open { connection, .. } = this.link {
+            let _ = drive(connection, cx);
         }
     }
 
@@ -873,8 +862,7 @@ where
         let this = self.as_mut().project();
         let Link::Open {
             sender,
-            connection,
-            closed: false,
+            connection: connection @ Some(_),
             ..
         } = this.link
         else {
@@ -884,7 +872,7 @@ where
         // that wakes nothing: the last waker it keeps is then not this task's, and the
         // next request that takes it does not wake this task when it sends.
         let mut cx = Context::from_waker(Waker::noop());
-        if connection.as_mut().poll(&mut cx).is_ready() || !sender.is_ready() {
+        if drive(connection, &mut cx).is_ready() || !sender.is_ready() {
             return;
         }
         this.timer.release();
@@ -919,6 +907,21 @@ where
     fn take_link(self: Pin<&mut Self>) -> Link<B> {
         std::mem::replace(self.project().link, Link::None)
     }
+}
+
+/// Drive an HTTP/1.1 connection until it closes. Once its future has completed it is
+/// dropped: hyper hands a request still queued on it (sent into it, never written —
+/// the connection was found closed) back to its send future only then, as unsent, so
+/// that the exchange can take it to another connection instead of waiting for ever.
+/// Ready with the connection's end (its error, if it failed); a closed connection is
+/// `Ready(None)`.
+fn drive(connection: &mut Option<Driver>, cx: &mut Context<'_>) -> Poll<Option<hyper::Error>> {
+    let Some(future) = connection else {
+        return Poll::Ready(None);
+    };
+    let end = std::task::ready!(future.as_mut().poll(cx));
+    *connection = None;
+    Poll::Ready(end.err())
 }
 
 /// The head of an idempotent request without a body, kept while it goes out on a
