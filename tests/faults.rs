@@ -639,6 +639,17 @@ async fn pooled_connection_closed_by_the_destination_under_a_request() {
 
 #[tokio::test]
 async fn pooled_connection_closed_while_idle_is_replaced_even_for_a_post() {
+    closed_while_idle("").await;
+}
+
+#[tokio::test]
+async fn pooled_connection_closed_while_idle_is_replaced_at_the_connection_limit() {
+    // The closed connection's place under the limit goes to the new one. (The extra
+    // text closes the fixture's `HttpRequest` object and opens `HttpClient`.)
+    closed_while_idle(r#"}, "HttpClient": { "MaxConnectionsPerServer": 1"#).await;
+}
+
+async fn closed_while_idle(cluster_extra: &str) {
     // The destination closes a kept-alive connection while it sits idle in the
     // proxy's pool. The next request that takes it finds it closed before anything was
     // written and goes to a new connection — even a POST, which is never sent twice.
@@ -668,7 +679,7 @@ async fn pooled_connection_closed_while_idle_is_replaced_even_for_a_post() {
         }
     })
     .await;
-    let f = Fixture::new(&b.url()).await;
+    let f = Fixture::with(&b.url(), cluster_extra).await;
     let client = h1_client();
     let r = client.get(f.proxy.url("/fault/x")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
