@@ -1,10 +1,12 @@
 //! End-to-end bench (BENCHMARKS.md §3): a hyper backend (100-byte body), the release
 //! `fuseway` binary (built with `--features count-allocs`) and a load generator, each
 //! its own process on 127.0.0.1; HTTP/1.1 and h2c, 32 connections, alternating rounds
-//! direct -> fuseway -> hyper-legacy -> hyper-pool [-> nginx -> haproxy, when installed].
-//! `hyper-legacy` and `hyper-pool` are `examples/bare_proxy.rs`: a bare hyper proxy (no
-//! routing, no transforms) over hyper-util's legacy client or its composable pool — the
-//! floor of a proxy built on those pools, against which fuseway's own pool is measured.
+//! direct -> fuseway -> hyper-legacy -> hyper-pool -> hyper-pinned [-> nginx -> haproxy,
+//! when installed]. `hyper-legacy`, `hyper-pool` and `hyper-pinned` are
+//! `examples/bare_proxy.rs`: a bare hyper proxy (no routing, no transforms) over
+//! hyper-util's legacy client, its composable pool, or no pool at all (each client
+//! connection its own backend connection) — the floor of a proxy built on those pools,
+//! against which fuseway's own pool is measured, and the floor of any proxy on hyper.
 //!
 //! ```text
 //! cargo bench --bench e2e                          # 3 rounds x (5 s warm-up + 10 s) per target and protocol
@@ -263,6 +265,7 @@ enum Kind {
     Fuseway,
     HyperLegacy,
     HyperPool,
+    HyperPinned,
     Nginx,
     Haproxy,
 }
@@ -274,6 +277,7 @@ impl Kind {
             Kind::Fuseway => "fuseway",
             Kind::HyperLegacy => "hyper-legacy",
             Kind::HyperPool => "hyper-pool",
+            Kind::HyperPinned => "hyper-pinned",
             Kind::Nginx => "nginx",
             Kind::Haproxy => "haproxy",
         }
@@ -338,13 +342,13 @@ fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr) -> Target {
     }
 }
 
-/// `examples/bare_proxy.rs` with hyper-util's legacy client or its composable pool, two
-/// workers like fuseway's default on this machine kind.
+/// `examples/bare_proxy.rs` with hyper-util's legacy client, its composable pool or
+/// pinned connections, two workers like fuseway's default on this machine kind.
 fn start_bare(dir: &Path, backend: SocketAddr, kind: Kind) -> Option<Target> {
-    let client = if kind == Kind::HyperLegacy {
-        "legacy"
-    } else {
-        "pool"
+    let client = match kind {
+        Kind::HyperLegacy => "legacy",
+        Kind::HyperPinned => "pinned",
+        _ => "pool",
     };
     let mut process = spawn(
         "bare_proxy",
@@ -750,7 +754,7 @@ fn main() {
         },
         start_fuseway(&dir, &tmp, backend_addr),
     ];
-    for kind in [Kind::HyperLegacy, Kind::HyperPool] {
+    for kind in [Kind::HyperLegacy, Kind::HyperPool, Kind::HyperPinned] {
         targets.extend(start_bare(&dir, backend_addr, kind));
     }
     match on_path("nginx") {

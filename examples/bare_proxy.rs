@@ -7,6 +7,13 @@
 //!   of `hyper::client::conn::http1` connections, each driven by its own task. (One
 //!   backend, so no `map` of caches is needed; HTTP/1.1 only, so no `negotiate` or
 //!   `singleton`.) A connection goes back to the cache when its response body ends.
+//! - `--client pinned`: no pool at all. Each client connection gets its own
+//!   `hyper::client::conn::http1` connection to the backend, opened when the client
+//!   connects, and its requests go out on it one after another; the response body is
+//!   the backend's, not boxed. No real proxy can work like this (a client's requests
+//!   would wait on one backend connection, HTTP/2 streams included), but it is the least
+//!   any proxy on hyper can spend per request: hyper's server, its client connection
+//!   and tokio's I/O, nothing else.
 //!
 //! It only forwards: no routing, no header transforms, no `X-Forwarded-*`, no hop-by-hop
 //! header handling, no timeouts, no retry — everything a real proxy adds costs more, so
@@ -58,19 +65,21 @@ struct Args {
     #[arg(long)]
     backend: SocketAddr,
     /// Which of hyper-util's pools forwards the requests.
-    #[arg(long, value_enum, default_value_t = Pool::Pool)]
-    client: Pool,
+    #[arg(long, value_enum, default_value_t = ClientKind::Pool)]
+    client: ClientKind,
     /// Worker threads, each with its own single-threaded runtime and pool.
     #[arg(long, default_value_t = 2)]
     workers: usize,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum Pool {
+enum ClientKind {
     /// `hyper_util::client::legacy::Client`.
     Legacy,
     /// `hyper_util::client::pool::cache` over `hyper::client::conn::http1`.
     Pool,
+    /// One backend connection per client connection, no pool.
+    Pinned,
 }
 
 fn main() -> std::io::Result<()> {
@@ -96,15 +105,16 @@ fn main() -> std::io::Result<()> {
                     let host = HeaderValue::from_str(&backend.to_string())
                         .expect("an address is a header value");
                     match pool {
-                        Pool::Legacy => {
+                        ClientKind::Legacy => {
                             let client = Client::builder(TokioExecutor::new()).build_http();
                             let base = format!("http://{backend}");
                             serve(listener, Legacy { client, base, host }).await
                         }
-                        Pool::Pool => {
+                        ClientKind::Pool => {
                             let cache = cache::builder().build(Connect(backend));
                             serve(listener, Cached { cache, host }).await
                         }
+                        ClientKind::Pinned => serve_pinned(listener, backend, host).await,
                     }
                 })
             }))
@@ -131,6 +141,47 @@ async fn serve(listener: std::net::TcpListener, forward: impl Forward) -> std::i
                     *request.version_mut() = Version::HTTP_11;
                     let response = forward.send(request).await;
                     Ok::<_, Infallible>(response.unwrap_or_else(failed))
+                }
+            });
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// `--client pinned`: each client connection with its own backend connection.
+async fn serve_pinned(
+    listener: std::net::TcpListener,
+    backend: SocketAddr,
+    host: HeaderValue,
+) -> std::io::Result<()> {
+    let listener = TcpListener::from_std(listener)?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let host = host.clone();
+        tokio::spawn(async move {
+            let sender = match Connect(backend).call(()).await {
+                Ok(Connection(sender)) => Arc::new(tokio::sync::Mutex::new(sender)),
+                Err(error) => return eprintln!("bare_proxy: cannot connect: {error}"),
+            };
+            let service = service_fn(move |mut request: Request<Incoming>| {
+                let (sender, host) = (sender.clone(), host.clone());
+                async move {
+                    *request.version_mut() = Version::HTTP_11;
+                    request.headers_mut().insert(header::HOST, host);
+                    if let Some(pq) = request.uri().path_and_query().cloned() {
+                        *request.uri_mut() = Uri::from(pq);
+                    }
+                    // The lock is held only until the request is queued on the
+                    // connection, not while its response comes back.
+                    let sending = {
+                        let mut sender = sender.lock().await;
+                        sender.ready().await?;
+                        sender.send_request(request)
+                    };
+                    sending.await
                 }
             });
             let _ = auto::Builder::new(TokioExecutor::new())
