@@ -141,7 +141,8 @@ impl RouteTable {
     /// Does not allocate for ordinary requests (paths up to 512 bytes and 32 segments,
     /// query values without escapes).
     pub fn find(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<usize> {
-        let path = RequestPath::parse(uri.path());
+        let mut path = RequestPath::new();
+        path.parse(uri.path());
         let host = if self.uses_host {
             RequestHost::from_request(uri, headers)
         } else {
