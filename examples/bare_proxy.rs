@@ -64,10 +64,11 @@ struct Args {
     /// The backend every request goes to.
     #[arg(long)]
     backend: SocketAddr,
-    /// Which of hyper-util's pools forwards the requests.
+    /// How requests reach the backend: through one of hyper-util's pools, or on
+    /// pinned connections.
     #[arg(long, value_enum, default_value_t = ClientKind::Pool)]
     client: ClientKind,
-    /// Worker threads, each with its own single-threaded runtime and pool.
+    /// Worker threads, each with its own single-threaded runtime (and pool).
     #[arg(long, default_value_t = 2)]
     workers: usize,
 }
