@@ -11,9 +11,9 @@
 //!   `hyper::client::conn::http1` connection to the backend, opened when the client
 //!   connects, and its requests go out on it one after another; the response body is
 //!   the backend's, not boxed. No real proxy can work like this (a client's requests
-//!   would wait on one backend connection, HTTP/2 streams included), but it is the least
-//!   any proxy on hyper can spend per request: hyper's server, its client connection
-//!   and tokio's I/O, nothing else.
+//!   would wait on one backend connection, HTTP/2 streams included), but it is about the
+//!   least any proxy on hyper (at its default settings) can spend per request: hyper's
+//!   server, its client connection and tokio's I/O, nothing else.
 //!
 //! It only forwards: no routing, no header transforms, no `X-Forwarded-*`, no hop-by-hop
 //! header handling, no timeouts, no retry — everything a real proxy adds costs more, so
