@@ -308,11 +308,8 @@ async fn failed_upstream_connects_leak_no_file_descriptors() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let p = start(
-        &simple_config(&[("dead", &refused_address())], ""),
-        options(),
-    )
-    .await;
+    let dead = Refused::bind();
+    let p = start(&simple_config(&[("dead", &dead.url())], ""), options()).await;
     let client = h1_client();
     // 8 concurrent senders, so that 8 client connections are open.
     let burst = |requests: usize| {

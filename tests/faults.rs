@@ -139,7 +139,8 @@ where
 
 #[tokio::test]
 async fn refused_connection_is_502() {
-    let f = Fixture::new(&refused_address()).await;
+    let dead = Refused::bind();
+    let f = Fixture::new(&dead.url()).await;
     assert_eq!(status_of_fault(&f).await, StatusCode::BAD_GATEWAY);
     f.assert_aftermath("Connection refused").await;
 }

@@ -19,16 +19,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
-
-/// An address nothing listens on: connections are refused.
-async fn refused_address() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    format!("http://{addr}")
-}
 
 /// A backend answering 200 with `name`, counting its requests.
 async fn named_backend(name: &'static str, hits: Arc<AtomicUsize>) -> Backend {
@@ -82,7 +74,8 @@ async fn get(client: &reqwest::Client, p: &Proxy, path: &str) -> (StatusCode, St
 async fn refused_destination_is_taken_out_after_the_minimal_count_then_reactivated() {
     let live_hits = Arc::new(AtomicUsize::new(0));
     let live = named_backend("live", live_hits.clone()).await;
-    let dead = refused_address().await;
+    let refused = Refused::bind();
+    let dead = refused.url();
     // Reactivation is max(ReactivationPeriod, window) = the 2 s window.
     let p = proxy(&simple_config(
         &[("dead", &dead), ("live", &live.url())],

@@ -61,9 +61,8 @@ async fn traffic_then_scrape(form: Form) {
         Response::builder().status(status).body(full("x")).unwrap()
     })
     .await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
+    let refused = Refused::bind();
+    let dead = refused.url();
     let config = format!(
         r#"{{
   "Routes": {{

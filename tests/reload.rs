@@ -248,9 +248,8 @@ async fn unhealthy_state_survives_a_reload_that_changes_another_cluster() {
     let good = echo_backend().await;
     let b1 = echo_backend().await;
     let b2 = echo_backend().await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let bad = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
+    let refused = Refused::bind();
+    let bad = refused.url();
     let dir = temp_dir("reload-health");
     let file = dir.join("proxy.json");
     std::fs::write(&file, two_clusters(&good.url(), &bad, &b1.url())).unwrap();

@@ -170,7 +170,8 @@ async fn soak_mixed_routes_faults_and_reloads() {
     let logs = Logs::capture_global();
     let a = soak_backend().await;
     let b = soak_backend().await;
-    let dead = refused_address();
+    let refused = Refused::bind();
+    let dead = refused.url();
     let p = start(&config(&a.url(), &b.url(), &dead, 0), options()).await;
     let base = format!("http://{}", p.addr);
     let tally = Arc::new(Tally::default());

@@ -28,36 +28,42 @@ async fn admin(p: &Proxy) -> (SocketAddr, oneshot::Sender<()>) {
 
 /// A proxy over one healthy and one dead destination with fast active probes, once
 /// the probes have marked them.
-async fn probed_proxy(live: &Backend) -> (Proxy, ActiveHealthChecker) {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
+async fn probed_proxy(live: &Backend, dead: &Refused) -> (Proxy, ActiveHealthChecker) {
     let config = simple_config(
-        &[("live", &live.url()), ("dead", &dead)],
+        &[("live", &live.url()), ("dead", &dead.url())],
         r#""HealthCheck": { "Active": { "Enabled": true, "Interval": "100ms", "Timeout": "1s", "Path": "/" } },
            "Metadata": { "ConsecutiveFailuresHealthPolicy.Threshold": "1" },"#,
     );
     let p = proxy(&config).await;
     let checker = ActiveHealthChecker::spawn(p.state.clone());
-    within("the probes to mark both destinations", async {
+    let mut seen = (HealthState::Unknown, HealthState::Unknown);
+    let marked = tokio::time::timeout(LIMIT, async {
         loop {
             let snap = p.state.snapshot();
             let c = snap.cluster("c").unwrap();
             let health = |id| c.destination(id).unwrap().1.state().health().active();
-            if health("live") == HealthState::Healthy && health("dead") == HealthState::Unhealthy {
+            seen = (health("live"), health("dead"));
+            if seen == (HealthState::Healthy, HealthState::Unhealthy) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await;
+    assert!(
+        marked.is_ok(),
+        "the probes did not mark both destinations within {LIMIT:?}: live {:?}, dead {:?}",
+        seen.0,
+        seen.1
+    );
     (p, checker)
 }
 
 #[tokio::test]
 async fn status_json_shows_health() {
     let live = echo_backend().await;
-    let (p, checker) = probed_proxy(&live).await;
+    let dead = Refused::bind();
+    let (p, checker) = probed_proxy(&live, &dead).await;
     let (addr, _stop) = admin(&p).await;
     let text = h1_client()
         .get(format!("http://{addr}/status.json"))
@@ -105,7 +111,8 @@ async fn status_page_loads_in_headless_chromium_and_shows_health() {
         return;
     };
     let live = echo_backend().await;
-    let (p, checker) = probed_proxy(&live).await;
+    let dead = Refused::bind();
+    let (p, checker) = probed_proxy(&live, &dead).await;
     let (addr, _stop) = admin(&p).await;
     let profile = std::env::temp_dir().join(format!("fuseway-chromium-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&profile);

@@ -364,10 +364,8 @@ async fn response_header_transforms_reach_the_client() {
     p.shutdown().await;
 
     // The forwarder's own error responses get the Failure/Always headers too.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let p = proxy_for(&dead, &[("r", "/r/{code}", transforms)]).await;
+    let dead = Refused::bind();
+    let p = proxy_for(&dead.url(), &[("r", "/r/{code}", transforms)]).await;
     let s = get(&p, "/r/200", &[]).await;
     assert_eq!(s.status, 502);
     assert_eq!(values(&s.headers, "x-failure"), ["yes"]);

@@ -86,6 +86,31 @@ where
     }
 }
 
+/// An address that refuses connections for as long as this lives: a socket bound to a
+/// free port that never listens. Holding the port, rather than binding a listener and
+/// dropping it, keeps the kernel from giving it to a socket bound later in the same
+/// test binary (another test's backend or proxy), which would bring the "dead" address
+/// to life mid-test.
+pub struct Refused {
+    pub addr: SocketAddr,
+    _bound: tokio::net::TcpSocket,
+}
+
+impl Refused {
+    pub fn bind() -> Refused {
+        let bound = tokio::net::TcpSocket::new_v4().unwrap();
+        bound.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        Refused {
+            addr: bound.local_addr().unwrap(),
+            _bound: bound,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
 /// A backend answering `200` with `"{method} {path-and-query}"`, echoing the request
 /// headers as `x-echo-<name>` response headers.
 pub async fn echo_backend() -> Backend {
@@ -179,8 +204,7 @@ pub async fn proxy(config_json: &str) -> Proxy {
 
 /// Start the default pipeline in `form` on 127.0.0.1:0 with this JSON config.
 pub async fn proxy_with(config_json: &str, form: Form) -> Proxy {
-    let config: fuseway::config::ProxyConfig = serde_json::from_str(config_json).expect("TEMP");
-    let _ = (parse, Format::Json);
+    let config = parse(config_json, Format::Json).expect("valid config");
     let state = Arc::new(ProxyState::new(config).expect("valid state"));
     let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
         .await

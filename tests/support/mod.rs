@@ -213,14 +213,6 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// An address nothing listens on: connections are refused.
-pub fn refused_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    format!("http://{addr}")
-}
-
 /// Send raw bytes on a fresh connection and read until the proxy closes it (bounded).
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
     within("a raw exchange", async {
