@@ -187,12 +187,9 @@ async fn return503error_answers_503_for_a_missing_destination() {
 #[tokio::test]
 async fn error_responses_carry_the_cookie_only_with_a_destination() {
     // A destination that refuses connections: 502, and the cookie for it.
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let closed = Refused::bind();
     let json = simple_config(
-        &[("dead", &format!("http://{closed}"))],
+        &[("dead", &closed.url())],
         &format!(r#""SessionAffinity": {},"#, hash_cookie("Redistribute")),
     );
     let p = proxy(&json).await;

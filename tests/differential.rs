@@ -138,10 +138,8 @@ async fn world(fused: bool) -> World {
         }
     })
     .await;
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let refused = Refused::bind();
+    let dead = refused.addr;
     let passive = r#""HealthCheck": { "Passive": { "Enabled": true } }"#;
     let config = format!(
         r#"{{

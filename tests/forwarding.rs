@@ -115,15 +115,8 @@ async fn route_to_missing_cluster_is_503() {
 
 #[tokio::test]
 async fn connect_refused_is_502_and_counters_return_to_zero() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let p = proxy(&simple_config(
-        &[("dead", &format!("http://127.0.0.1:{port}"))],
-        "",
-    ))
-    .await;
+    let dead = Refused::bind();
+    let p = proxy(&simple_config(&[("dead", &dead.url())], "")).await;
     for client in [h1_client(), h2c_client()] {
         let r = client.get(p.url("/x")).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
