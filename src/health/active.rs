@@ -20,7 +20,6 @@ use crate::state::{
     Cluster, Destination, DestinationState, HttpSettings, ProxyState, Snapshot, UpstreamVersion,
 };
 
-/// How often the checker looks for a new configuration snapshot.
 /// Most bytes of a probe's response body read (so that its connection can be reused).
 const DRAIN_LIMIT: usize = 64 * 1024;
 const PROBE_USER_AGENT: &str = concat!(
