@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Stdio;
 
-use common::{h1_client, h2c_client, strip_ansi, within};
+use common::{h1_client, h2c_client, listening_addr, strip_ansi, within};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -90,14 +90,10 @@ async fn runs_a_config_file_and_stops_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("fuseway-cli-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("proxy.toml");
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     std::fs::write(
         &file,
         format!(
-            "Listen = [\"127.0.0.1:{port}\"]\n\
+            "Listen = [\"127.0.0.1:0\"]\n\
              [Routes.r1]\nClusterId = \"c1\"\nMatch = {{ Path = \"/{{**rest}}\" }}\n\
              [Clusters.c1.Destinations.d1]\nAddress = \"{}\"\n",
             backend.url()
@@ -112,18 +108,20 @@ async fn runs_a_config_file_and_stops_on_sigterm() {
         .spawn()
         .unwrap();
     let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
-    within("the serving log line", async {
+    let addr = within("the listening and serving log lines", async {
+        let mut addr = None;
         while let Some(line) = log.next_line().await.unwrap() {
+            addr = addr.or(listening_addr(&line));
             if line.contains("serving") {
                 assert!(strip_ansi(&line).contains("workers=3"), "{line}");
-                return;
+                return addr.expect("a listening line before the serving one");
             }
         }
         panic!("fuseway exited before serving");
     })
     .await;
     // Connections of their own, spread over the three workers' shared listener.
-    let url = format!("http://127.0.0.1:{port}/hello");
+    let url = format!("http://{addr}/hello");
     let answers = futures_util::future::join_all((0..12).map(|i| {
         let url = format!("{url}/{i}");
         async move {

@@ -325,12 +325,7 @@ async fn the_binary_binds_tls_listeners_from_its_config() {
     let cert_file = dir.write("cert.pem", &cert);
     let key_file = dir.write("key.pem", &key);
     let backend = common::echo_backend().await;
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let config = front_config(&cert_file, &key_file, &backend.url(), "")
-        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    let config = front_config(&cert_file, &key_file, &backend.url(), "");
     let file = dir.write("proxy.json", &config);
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"))
         .arg("--config")
@@ -342,9 +337,9 @@ async fn the_binary_binds_tls_listeners_from_its_config() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    until_listening(&mut child).await;
+    let addr = until_listening(&mut child).await;
     let r = https_client(&cert, None)
-        .get(format!("https://127.0.0.1:{port}/from-binary"))
+        .get(format!("https://{addr}/from-binary"))
         .send()
         .await
         .unwrap();
@@ -368,10 +363,6 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
     let dir = TempDir::new("roots");
     let roots = dir.write("roots.pem", &cert);
     for (trusted, expected) in [(true, 200), (false, 502)] {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
         let config = common::simple_config(
             &[("d1", &format!("https://127.0.0.1:{}", backend.port()))],
             "",
@@ -381,7 +372,7 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
         command
             .arg("--config")
             .arg(&file)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--listen", "127.0.0.1:0"])
             .env("RUST_LOG", "info")
             .env_remove("SSL_CERT_DIR")
             .stdin(Stdio::null())
@@ -395,11 +386,11 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
             command.env("SSL_CERT_FILE", dir.write("empty.pem", ""));
         }
         let mut child = command.spawn().unwrap();
-        until_listening(&mut child).await;
+        let addr = until_listening(&mut child).await;
         let r = within(
             "an answer",
             common::h1_client()
-                .get(format!("http://127.0.0.1:{port}/verified"))
+                .get(format!("http://{addr}/verified"))
                 .send(),
         )
         .await
@@ -413,19 +404,19 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
     }
 }
 
-/// Wait for the binary's "fuseway listening" log line (its stderr piped). The log is
-/// closed afterwards: the binary must keep serving with its stderr gone (its later log
-/// lines fail to write).
-async fn until_listening(child: &mut tokio::process::Child) {
+/// Wait for the binary's "fuseway listening" log line (its stderr piped) and return
+/// the address it names. The log is closed afterwards: the binary must keep serving
+/// with its stderr gone (its later log lines fail to write).
+async fn until_listening(child: &mut tokio::process::Child) -> std::net::SocketAddr {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
     within("the listening log line", async {
         while let Some(line) = log.next_line().await.unwrap() {
-            if line.contains("fuseway listening") {
-                return;
+            if let Some(addr) = common::listening_addr(&line) {
+                return addr;
             }
         }
         panic!("fuseway exited before listening");
     })
-    .await;
+    .await
 }

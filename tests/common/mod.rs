@@ -269,6 +269,20 @@ pub fn h2c_client() -> reqwest::Client {
 }
 
 /// `s` without its terminal escape sequences (`ESC [ ... m` colours).
+/// The address of a `fuseway` binary's `fuseway listening addr=…` log line, if `line`
+/// (as written, colours and all) is one. Tests start the binary on port 0 and read its
+/// address from here: a port picked beforehand (bind, note, drop) could be given to
+/// another socket before the binary binds it.
+pub fn listening_addr(line: &str) -> Option<SocketAddr> {
+    let line = strip_ansi(line);
+    if !line.contains("fuseway listening") {
+        return None;
+    }
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix("addr="))
+        .and_then(|addr| addr.parse().ok())
+}
+
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
