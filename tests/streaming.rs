@@ -68,18 +68,15 @@ async fn sse_events_arrive_one_by_one_with_their_spacing() {
                     // The scenario's spacing between events (not a synchronisation).
                     tokio::time::sleep(gap).await;
                 }
-                let sent = Instant::now();
                 let event = format!("id: {i}\ndata: event {i}\n\n");
                 events.send(Bytes::from(event.clone())).unwrap();
-                // The next event is produced only after this one arrived.
+                // The next event is produced only after this one arrived, so an event
+                // the proxy held back (waiting for more bytes) never arrives: `within`
+                // fails. No upper bound on the time it took: that is a bench's job, and
+                // a busy CI machine's pauses would make it flaky.
                 let chunk = within("an event", body.next()).await.unwrap().unwrap();
                 assert_eq!(chunk, event.as_bytes(), "{form:?} {name}");
                 arrivals.push(Instant::now());
-                assert!(
-                    sent.elapsed() < gap,
-                    "{form:?} {name}: event {i} took {:?}",
-                    sent.elapsed()
-                );
             }
             for pair in arrivals.windows(2) {
                 let spacing = pair[1] - pair[0];
@@ -96,7 +93,9 @@ async fn sse_events_arrive_one_by_one_with_their_spacing() {
             assert_eq!(proxy.concurrency("c", "d1"), 1);
 
             // Silence past the ActivityTimeout: the proxy ends the stream with an error.
-            let silent = Instant::now();
+            // Counted from the last event's arrival, not from here, so that a pause of
+            // this test's thread cannot shorten what it measures.
+            let silent = arrivals[EVENTS - 1];
             let end = within("the idle stream to be cut", body.next()).await;
             assert!(matches!(end, Some(Err(_))), "{form:?} {name}: {end:?}");
             assert!(
