@@ -268,7 +268,6 @@ pub fn h2c_client() -> reqwest::Client {
         .unwrap()
 }
 
-/// `s` without its terminal escape sequences (`ESC [ ... m` colours).
 /// The address of a `fuseway` binary's `fuseway listening addr=…` log line, if `line`
 /// (as written, colours and all) is one. Tests start the binary on port 0 and read its
 /// address from here: a port picked beforehand (bind, note, drop) could be given to
@@ -283,6 +282,7 @@ pub fn listening_addr(line: &str) -> Option<SocketAddr> {
         .and_then(|addr| addr.parse().ok())
 }
 
+/// `s` without its terminal escape sequences (`ESC [ ... m` colours).
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
