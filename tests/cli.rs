@@ -149,3 +149,148 @@ async fn runs_a_config_file_and_stops_on_sigterm() {
     assert!(status.success(), "{status:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Start `fuseway --config FILE` (with `env`), wait for its listening line, return the
+/// child and the address.
+async fn start_with(
+    file: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, std::net::SocketAddr) {
+    let mut cmd = fuseway();
+    cmd.env("RUST_LOG", "info").arg("--config").arg(file);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = within("the listening log line", async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if let Some(addr) = listening_addr(&line) {
+                return addr;
+            }
+        }
+        panic!("fuseway exited before listening");
+    })
+    .await;
+    // Keep draining the log so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
+    (child, addr)
+}
+
+#[tokio::test]
+async fn yarp_sample_appsettings_is_served_unchanged_with_an_env_override() {
+    // The file as YARP's sample writes it (comments, trailing commas, `Logging`,
+    // `AllowedHosts`, `{**catch-all}`, a Kestrel endpoint); the destination comes from
+    // the environment, as a container would set it.
+    let backend = common::echo_backend().await;
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/yarp-basic-sample.json");
+    let (mut child, addr) = start_with(
+        &file,
+        &[(
+            "ReverseProxy__Clusters__cluster1__Destinations__destination1__Address",
+            &backend.url(),
+        )],
+    )
+    .await;
+    assert!(
+        addr.ip().is_loopback(),
+        "Kestrel's localhost endpoint: {addr}"
+    );
+    let r = h1_client()
+        .get(format!("http://{addr}/any/path?q=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "GET /any/path?q=1");
+    child.start_kill().unwrap();
+}
+
+#[tokio::test]
+async fn lower_camel_case_file_is_served() {
+    let backend = common::echo_backend().await;
+    let dir = std::env::temp_dir().join(format!("fuseway-cli-camel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("appsettings.json");
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{
+              "kestrel": {{ "endpoints": {{ "http": {{ "url": "http://127.0.0.1:0" }} }} }},
+              "reverseProxy": {{
+                "routes": {{ "api": {{ "clusterId": "backend", "match": {{ "path": "api/{{**rest}}" }} }} }},
+                "clusters": {{ "backend": {{ "destinations": {{ "d1": {{ "address": "{}" }} }} }} }}
+              }}
+            }}"#,
+            backend.url()
+        ),
+    )
+    .unwrap();
+    let (mut child, addr) = start_with(&file, &[]).await;
+    let client = h1_client();
+    let r = client
+        .get(format!("http://{addr}/api/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "GET /api/x");
+    let r = client
+        .get(format!("http://{addr}/other"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    child.start_kill().unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn check_validates_without_serving() {
+    let dir = std::env::temp_dir().join(format!("fuseway-cli-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/yarp-basic-sample.json");
+    let out = within(
+        "fuseway --check to exit",
+        fuseway().arg("--check").arg("--config").arg(&good).output(),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("is valid"));
+
+    // An override that breaks the file is checked too: exit 1, the field named.
+    let out = within(
+        "fuseway --check to exit",
+        fuseway()
+            .arg("--check")
+            .arg("--config")
+            .arg(&good)
+            .env("ReverseProxy__Routes__route1__Match__Path", "/{oops")
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Routes.route1.Match.Path"), "{stderr}");
+
+    // A listener certificate that cannot be read: refused without binding anything.
+    let bad = dir.join("tls.json");
+    std::fs::write(
+        &bad,
+        r#"{"Listen": [{"Address": "127.0.0.1:0", "Certificate": "/nonexistent/c.pem", "Key": "/nonexistent/k.pem"}]}"#,
+    )
+    .unwrap();
+    let out = within(
+        "fuseway --check to exit",
+        fuseway().arg("--check").arg("--config").arg(&bad).output(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Listen[0]"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}

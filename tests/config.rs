@@ -188,7 +188,7 @@ fn unknown_fields_are_rejected_with_their_path() {
 
 #[test]
 fn type_errors_name_the_field() {
-    let (path, _) = only_error(r#"{ "Routes": { "r1": { "Match": { "Hosts": [ 42 ] } } } }"#);
+    let (path, _) = only_error(r#"{ "Routes": { "r1": { "Match": { "Hosts": [ { } ] } } } }"#);
     assert_eq!(path, "Routes.r1.Match.Hosts[0]");
 
     let (path, message) = only_error(r#"{ "Routes": { "r1": { "Timeout": "soon" } } }"#);
@@ -196,14 +196,14 @@ fn type_errors_name_the_field() {
     assert!(message.contains("invalid duration"), "{message}");
 
     let (path, _) = only_error(
-        r#"{ "ReverseProxy": { "Routes": { "r1": { "Transforms": [ {}, { "PathSet": 1 } ] } } } }"#,
+        r#"{ "ReverseProxy": { "Routes": { "r1": { "Transforms": [ {}, { "PathSet": [] } ] } } } }"#,
     );
     assert_eq!(path, "Routes.r1.Transforms[1].PathSet");
 }
 
 #[test]
 fn syntax_errors_give_line_and_column() {
-    let (path, message) = only_error("{\n  \"Routes\": {\n    \"r1\": {,\n}");
+    let (path, message) = only_error("{\n  \"Routes\": {\n    \"r1\": {\"a\" 1},\n}");
     assert_eq!(path, "");
     assert!(message.contains("line 3 column"), "{message}");
 
@@ -470,4 +470,206 @@ fn every_problem_is_reported_in_document_order() {
     );
     let shown = errors.to_string();
     assert!(shown.starts_with("Listen[0]: "), "{shown}");
+}
+
+// ===== YARP's files as they are =====
+
+#[test]
+fn yarp_sample_loads_unchanged() {
+    let config = load_fixture("yarp-basic-sample.json");
+    assert_eq!(
+        config.routes["route1"].cluster_id.as_deref(),
+        Some("cluster1")
+    );
+    assert_eq!(
+        config.routes["route1"].match_.path.as_deref(),
+        Some("{**catch-all}")
+    );
+    assert_eq!(
+        config.clusters["cluster1"].destinations["destination1"].address,
+        "http://127.0.0.1:9/"
+    );
+    // Kestrel's endpoint becomes the listener; `localhost` is the IPv4 loopback.
+    let listen: Vec<&str> = config.listen.iter().map(|l| l.address()).collect();
+    assert_eq!(listen, ["127.0.0.1:0"]);
+}
+
+#[test]
+fn lower_camel_case_keys_bind_as_dotnet_binds_them() {
+    let config = parse(
+        r#"{
+          "reverseProxy": {
+            "routes": {
+              "Api": {
+                "clusterId": "Backend", "order": "2",
+                "match": { "path": "/api/{**rest}", "headers": [{ "name": "x-v", "mode": "exists" }] }
+              }
+            },
+            "clusters": {
+              "Backend": {
+                "loadBalancingPolicy": "RoundRobin",
+                "httpRequest": { "activityTimeout": "00:00:05" },
+                "healthCheck": { "passive": { "enabled": "true" } },
+                "destinations": { "D1": { "address": "http://127.0.0.1:9/" } }
+              }
+            }
+          }
+        }"#,
+        Format::Json,
+    )
+    .unwrap();
+    // Ids keep their case; keys and values bind ignoring it.
+    let route = &config.routes["Api"];
+    assert_eq!(route.cluster_id.as_deref(), Some("Backend"));
+    assert_eq!(route.order, Some(2));
+    let header = &route.match_.headers.as_ref().unwrap()[0];
+    assert_eq!(header.mode, fuseway::config::HeaderMatchMode::Exists);
+    let cluster = &config.clusters["Backend"];
+    assert_eq!(
+        cluster
+            .health_check
+            .as_ref()
+            .unwrap()
+            .passive
+            .as_ref()
+            .unwrap()
+            .enabled,
+        Some(true)
+    );
+    assert!(cluster.destinations.contains_key("D1"));
+
+    // Errors name the key as written.
+    let (path, message) = only_error(r#"{"routes": {"r1": {"match": {"pathh": "/"}}}}"#);
+    assert_eq!(path, "routes.r1.match");
+    assert!(message.contains("unknown field `pathh`"), "{message}");
+}
+
+#[test]
+fn environment_overrides_apply_on_top_of_the_file() {
+    use fuseway::config::parse_with_overrides;
+    let text = std::fs::read_to_string(fixture("yarp-basic-sample.json")).unwrap();
+    let overrides = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let config = parse_with_overrides(
+        &text,
+        Format::Json,
+        &overrides(&[
+            // An existing key, in another case.
+            (
+                "REVERSEPROXY__Clusters__cluster1__Destinations__destination1__Address",
+                "http://127.0.0.1:5002/",
+            ),
+            // New sections and a list item.
+            (
+                "ReverseProxy__Clusters__cluster1__Destinations__d2__Address",
+                "http://127.0.0.1:5003/",
+            ),
+            (
+                "ReverseProxy__Routes__route1__Match__Hosts__0",
+                "example.com",
+            ),
+            ("ReverseProxy__Routes__route1__Order", "7"),
+            ("Kestrel__Endpoints__Http__Url", "http://127.0.0.1:8081"),
+        ]),
+    )
+    .unwrap();
+    let cluster = &config.clusters["cluster1"];
+    assert_eq!(
+        cluster.destinations["destination1"].address,
+        "http://127.0.0.1:5002/"
+    );
+    assert_eq!(cluster.destinations["d2"].address, "http://127.0.0.1:5003/");
+    let route = &config.routes["route1"];
+    assert_eq!(
+        route.match_.hosts.as_deref(),
+        Some(&["example.com".to_string()][..])
+    );
+    assert_eq!(route.order, Some(7));
+    assert_eq!(config.listen[0].address(), "127.0.0.1:8081");
+
+    // The bare shape and TOML take them too.
+    let config = parse_with_overrides(
+        "[Clusters.c1.Destinations.d1]\nAddress = \"http://127.0.0.1:1/\"\n",
+        Format::Toml,
+        &overrides(&[(
+            "ReverseProxy__Clusters__c1__Destinations__d1__Address",
+            "http://127.0.0.1:2/",
+        )]),
+    )
+    .unwrap();
+    assert_eq!(
+        config.clusters["c1"].destinations["d1"].address,
+        "http://127.0.0.1:2/"
+    );
+
+    // A bad override is an error naming the variable and the field.
+    let err = parse_with_overrides(
+        &text,
+        Format::Json,
+        &overrides(&[("ReverseProxy__Routes__route1__Order", "first")]),
+    )
+    .unwrap_err();
+    assert_eq!(err.0[0].path, "Routes.route1.Order");
+    let err = parse_with_overrides(
+        &text,
+        Format::Json,
+        &overrides(&[("ReverseProxy__Routes__route1__ClusterId__x", "y")]),
+    )
+    .unwrap_err();
+    assert!(
+        err.0[0]
+            .message
+            .contains("ReverseProxy__Routes__route1__ClusterId__x"),
+        "{err}"
+    );
+}
+
+#[test]
+fn kestrel_endpoints_become_listeners() {
+    let listen = |endpoints: &str| {
+        parse(
+            &format!(r#"{{"Kestrel": {{"Endpoints": {endpoints}}}, "ReverseProxy": {{}}}}"#),
+            Format::Json,
+        )
+        .map(|c| {
+            c.listen
+                .iter()
+                .map(|l| (l.address().to_string(), l.tls_files().is_some()))
+                .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(
+        listen(r#"{"A": {"Url": "http://*:5000"}, "B": {"Url": "http://[::1]:5001/"}, "C": {"Url": "http://+"}}"#)
+            .unwrap(),
+        [
+            ("0.0.0.0:5000".to_string(), false),
+            ("[::1]:5001".to_string(), false),
+            ("0.0.0.0:80".to_string(), false),
+        ]
+    );
+    let dir = std::env::temp_dir().join(format!("fuseway-config-kestrel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(dir.join("c.pem"), ck.cert.pem()).unwrap();
+    std::fs::write(dir.join("k.pem"), ck.signing_key.serialize_pem()).unwrap();
+    let https = format!(
+        r#"{{"S": {{"Url": "https://127.0.0.1:5443", "Certificate": {{"Path": "{}", "KeyPath": "{}"}}}}}}"#,
+        dir.join("c.pem").display(),
+        dir.join("k.pem").display()
+    );
+    assert_eq!(
+        listen(&https).unwrap(),
+        [("127.0.0.1:5443".to_string(), true)]
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    let err = listen(r#"{"S": {"Url": "https://127.0.0.1:5443"}}"#).unwrap_err();
+    assert_eq!(err.0[0].path, "Kestrel.Endpoints.S.Certificate");
+    let err = listen(r#"{"S": {"Url": "ftp://127.0.0.1"}}"#).unwrap_err();
+    assert_eq!(err.0[0].path, "Kestrel.Endpoints.S.Url");
+    let err = listen(r#"{"S": {"Url": "http://127.0.0.1:1", "Protocols": "Http3"}}"#).unwrap_err();
+    assert_eq!(err.0[0].path, "Kestrel.Endpoints.S.Protocols");
 }

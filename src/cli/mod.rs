@@ -43,6 +43,11 @@ pub struct Args {
     /// connection pools (nginx's worker model). Default: one per CPU.
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Validate the configuration (with its environment overrides, certificate files
+    /// and policies) and exit: 0 when it is valid, 1 with the errors when not. Nothing
+    /// is served (like `nginx -t`).
+    #[arg(long, requires = "config")]
+    pub check: bool,
 }
 
 /// The listen address used when neither the command line nor the config names one.
@@ -51,9 +56,32 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Run the binary with these arguments until Ctrl-C / SIGTERM.
 pub async fn run(args: Args) -> Result<(), BoxError> {
     match &args.config {
+        Some(path) if args.check => check_config(path),
         Some(path) => run_config(path.clone(), args.listen, args.admin, args.workers).await,
         None => demo::run(args.listen, args.admin).await,
     }
+}
+
+/// Read a configuration file with the environment's overrides (`ReverseProxy__...`).
+fn load(path: &std::path::Path) -> Result<ProxyConfig, BoxError> {
+    config::load_file_with_overrides(path, &config::env_overrides())
+        .map_err(|e| format!("invalid configuration {}: {e}", path.display()).into())
+}
+
+/// `--check`: everything a start would check short of binding the listeners.
+fn check_config(path: &std::path::Path) -> Result<(), BoxError> {
+    let config = load(path)?;
+    for (i, listen) in config.listen.iter().enumerate() {
+        if let Some((cert, key)) = listen.tls_files() {
+            crate::server::tls_config_from_files(cert, key).map_err(|e| {
+                format!("invalid configuration {}: Listen[{i}]: {e}", path.display())
+            })?;
+        }
+    }
+    ProxyState::new(config)
+        .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?;
+    println!("configuration {} is valid", path.display());
+    Ok(())
 }
 
 async fn run_config(
@@ -62,20 +90,23 @@ async fn run_config(
     admin: Option<SocketAddr>,
     workers: Option<usize>,
 ) -> Result<(), BoxError> {
-    let config = config::load_file(&path)
-        .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?;
+    let config = load(&path)?;
     // The config's `Listen` entries may terminate TLS; `--listen` addresses are plain.
     let server = if listen.is_empty() && !config.listen.is_empty() {
         Server::bind_config(&config.listen).await?
     } else {
         Server::bind(&listen_addrs(&listen, &config)?).await?
     };
-    let state = Arc::new(ProxyState::new(config)?);
+    let state = Arc::new(
+        ProxyState::new(config)
+            .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?,
+    );
     for addr in server.local_addrs() {
         tracing::info!(%addr, config = %path.display(), "fuseway listening");
     }
     let admin = spawn_admin(admin, &state).await?;
-    let reloader = Arc::new(Reloader::new(path, state.clone()));
+    let reloader =
+        Arc::new(Reloader::new(path, state.clone()).with_overrides(config::env_overrides()));
     spawn_reload_on_sighup(reloader.clone());
     let _watcher = ConfigWatcher::spawn(reloader)
         .map_err(|e| tracing::warn!(error = %e, "cannot watch the configuration file; SIGHUP still reloads it"))

@@ -23,6 +23,8 @@ pub const DEBOUNCE: Duration = Duration::from_millis(250);
 pub struct Reloader {
     path: PathBuf,
     state: Arc<ProxyState>,
+    /// Applied on top of the file at every reload (see [`config::parse_with_overrides`]).
+    overrides: Vec<(String, String)>,
     /// The file's contents at the last attempt.
     last: Mutex<Option<Vec<u8>>>,
 }
@@ -34,8 +36,16 @@ impl Reloader {
         Reloader {
             path,
             state,
+            overrides: Vec::new(),
             last: Mutex::new(last),
         }
+    }
+
+    /// Apply these .NET-style overrides on top of the file at every reload (the binary
+    /// passes [`config::env_overrides`], read once at start).
+    pub fn with_overrides(mut self, overrides: Vec<(String, String)>) -> Self {
+        self.overrides = overrides;
+        self
     }
 
     /// The file reloaded.
@@ -86,7 +96,7 @@ impl Reloader {
         let format = Format::from_path(&self.path).unwrap_or(Format::Json);
         let text = std::str::from_utf8(bytes)
             .map_err(|e| ConfigErrors::from(ConfigError::new("", format!("not UTF-8: {e}"))))?;
-        config::parse(text, format)
+        config::parse_with_overrides(text, format, &self.overrides)
     }
 
     fn log(&self, result: Result<(), &ConfigErrors>) {

@@ -1,18 +1,32 @@
 //! Loading a configuration from JSON or TOML text.
 //!
-//! Two shapes are accepted:
+//! Files are read the way .NET reads YARP's `appsettings.json`, so that a YARP user's
+//! file works unchanged:
 //!
-//! * YARP's `appsettings.json` shape, where the proxy object is under `ReverseProxy` and
-//!   other top-level keys (`Logging`, `AllowedHosts`, `Kestrel`, ...) are ignored. A
-//!   top-level `Listen` beside `ReverseProxy` is read too.
-//! * The bare proxy object (`Listen`, `Routes`, `Clusters`), where unknown keys are errors.
+//! * Two shapes: YARP's `appsettings.json`, where the proxy object is under
+//!   `ReverseProxy` and other top-level keys (`Logging`, `AllowedHosts`, ...) are
+//!   ignored, with a top-level `Listen` and `Kestrel.Endpoints.*.Url` read as listeners;
+//!   or the bare proxy object (`Listen`, `Routes`, `Clusters`).
+//! * JSON may have `//` and `/* */` comments and trailing commas (as .NET's reader
+//!   allows; `#` line comments are skipped too).
+//! * Keys match ignoring case and scalars convert from strings, as .NET's binder does
+//!   (see `binder.rs`): `"clusterId"`, `"Order": "5"`, `"Enabled": "True"`.
+//! * Unknown keys inside the proxy object are errors, so a typo never silently
+//!   disables a setting.
+//! * [`parse_with_overrides`] applies .NET-style environment overrides
+//!   (`ReverseProxy__Clusters__c1__Destinations__d1__Address=...`) on top of the file.
 //!
-//! Error paths are relative to the proxy object in both shapes (`Routes.r1.Match.Path`).
+//! Error paths are relative to the proxy object in both shapes (`Routes.r1.Match.Path`)
+//! and name keys as the file wrote them.
 //!
 //! ```
 //! use fuseway::config::{parse, Format};
 //! let config = parse(
-//!     r#"{ "Logging": {}, "ReverseProxy": { "Clusters": { "c1": {} } } }"#,
+//!     r#"{
+//!       // YARP's sample, as it is
+//!       "Logging": {},
+//!       "reverseProxy": { "clusters": { "c1": {}, }, },
+//!     }"#,
 //!     Format::Json,
 //! )
 //! .unwrap();
@@ -22,21 +36,27 @@
 //! assert_eq!(err.iter().next().unwrap().path, "Routes.r1");
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use serde_json::Value;
 use serde_path_to_error::Segment;
 
-use super::{ConfigError, ConfigErrors, ListenConfig, ProxyConfig};
+use super::binder::Binder;
+use super::{ConfigError, ConfigErrors, ListenConfig, ListenEntry, ProxyConfig};
 
 /// The top-level key of the proxy object in YARP's `appsettings.json`.
 const WRAPPER: &str = "ReverseProxy";
 
+/// The top-level sections environment overrides may set (`ReverseProxy__...`).
+const OVERRIDABLE: [&str; 3] = [WRAPPER, "Kestrel", "Listen"];
+
 /// The syntax of a configuration file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    /// JSON, as YARP's `appsettings.json`.
+    /// JSON, as YARP's `appsettings.json` (comments and trailing commas allowed).
     Json,
     /// TOML with the same keys.
     Toml,
@@ -58,22 +78,128 @@ impl Format {
 
 /// YARP's `appsettings.json` shape; keys other than these are ignored.
 #[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
 struct Document {
-    #[serde(rename = "ReverseProxy")]
     reverse_proxy: ProxyConfig,
-    #[serde(rename = "Listen", default)]
+    #[serde(default)]
     listen: Vec<ListenConfig>,
+    #[serde(default)]
+    kestrel: Kestrel,
+}
+
+/// The part of ASP.NET's `Kestrel` section fuseway reads: its endpoints. Kestrel's
+/// other settings (`Limits`, `EndpointDefaults`, ...) are not read.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct Kestrel {
+    #[serde(default)]
+    endpoints: BTreeMap<String, KestrelEndpoint>,
+}
+
+/// `Kestrel.Endpoints.<name>`.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct KestrelEndpoint {
+    url: String,
+    #[serde(default)]
+    protocols: Option<String>,
+    #[serde(default)]
+    certificate: Option<KestrelCertificate>,
+}
+
+/// `Kestrel.Endpoints.<name>.Certificate`: PEM files.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct KestrelCertificate {
+    path: String,
+    #[serde(default)]
+    key_path: Option<String>,
 }
 
 impl Document {
-    /// The proxy object, with the top-level listeners first.
-    fn into_config(self) -> ProxyConfig {
+    /// The proxy object, with the top-level listeners first, then Kestrel's endpoints.
+    fn into_config(self) -> Result<ProxyConfig, ConfigError> {
         let mut config = self.reverse_proxy;
-        if !self.listen.is_empty() {
-            let inner = std::mem::replace(&mut config.listen, self.listen);
+        let mut listen = self.listen;
+        for (name, endpoint) in self.kestrel.endpoints {
+            listen.push(endpoint.listener(&format!("Kestrel.Endpoints.{name}"))?);
+        }
+        if !listen.is_empty() {
+            let inner = std::mem::replace(&mut config.listen, listen);
             config.listen.extend(inner);
         }
-        config
+        Ok(config)
+    }
+}
+
+impl KestrelEndpoint {
+    /// The listener a Kestrel endpoint URL stands for: `http://localhost:5000` binds
+    /// `127.0.0.1:5000`; `*`, `+`, `0.0.0.0` and host names bind every IPv4 address
+    /// (`0.0.0.0`); an IP binds itself. The port defaults to 80 (443 for `https`).
+    fn listener(self, path: &str) -> Result<ListenConfig, ConfigError> {
+        let url = self.url.trim();
+        let bad = |why: &str| ConfigError::new(format!("{path}.Url"), format!("`{url}`: {why}"));
+        let (https, rest) = match url.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (false, rest),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (true, rest),
+            _ => return Err(bad("expected an `http://` or `https://` URL")),
+        };
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains('/') {
+            return Err(bad("a path base is not supported (Kestrel refuses it too)"));
+        }
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) if !port.contains(']') => {
+                let port: u16 = port.parse().map_err(|_| bad("the port is not a number"))?;
+                (host, port)
+            }
+            _ => (authority, if https { 443 } else { 80 }),
+        };
+        let ip = match host.trim_start_matches('[').trim_end_matches(']') {
+            h if h.eq_ignore_ascii_case("localhost") => "127.0.0.1".to_string(),
+            h => match h.parse::<std::net::IpAddr>() {
+                Ok(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+                Ok(ip) => ip.to_string(),
+                // `*`, `+` and names: every address, as Kestrel binds them.
+                Err(_) if !h.is_empty() => "0.0.0.0".to_string(),
+                Err(_) => return Err(bad("the host is empty")),
+            },
+        };
+        if let Some(protocols) = &self.protocols {
+            if !protocols.eq_ignore_ascii_case("Http1AndHttp2") {
+                return Err(ConfigError::new(
+                    format!("{path}.Protocols"),
+                    format!(
+                        "`{protocols}` is not supported: fuseway's listeners serve HTTP/1.1 and \
+                         HTTP/2 together (`Http1AndHttp2`)"
+                    ),
+                ));
+            }
+        }
+        let address = format!("{ip}:{port}");
+        match (https, self.certificate) {
+            (false, None) => Ok(ListenConfig::Address(address)),
+            (
+                true,
+                Some(KestrelCertificate {
+                    path: cert,
+                    key_path: Some(key),
+                }),
+            ) => Ok(ListenConfig::Full(ListenEntry {
+                address,
+                certificate: Some(cert),
+                key: Some(key),
+            })),
+            (true, _) => Err(ConfigError::new(
+                format!("{path}.Certificate"),
+                "an `https` endpoint needs `Certificate.Path` and `Certificate.KeyPath` \
+                 (PEM files); fuseway has no development certificate",
+            )),
+            (false, Some(_)) => Err(ConfigError::new(
+                format!("{path}.Certificate"),
+                "a certificate on an `http` endpoint: use an `https://` URL",
+            )),
+        }
     }
 }
 
@@ -81,11 +207,40 @@ impl Document {
 ///
 /// Syntax errors give the line and column; other errors name the path of the bad field.
 pub fn parse(text: &str, format: Format) -> Result<ProxyConfig, ConfigErrors> {
+    parse_with_overrides(text, format, &[])
+}
+
+/// [`parse`], with .NET-style overrides applied on top of the text before it is read:
+/// each `(name, value)` sets the key its `__`-separated name gives, matched ignoring
+/// case (`ReverseProxy__Routes__r1__Match__Path`, `Kestrel__Endpoints__Http__Url`,
+/// `ReverseProxy__Routes__r1__Match__Hosts__0` for a list's first item), creating
+/// sections that do not exist. [`env_overrides`] collects them from the environment,
+/// as containers set them.
+///
+/// ```
+/// use fuseway::config::{parse_with_overrides, Format};
+/// let overrides = [(
+///     "ReverseProxy__Clusters__c1__Destinations__d1__Address".to_string(),
+///     "http://127.0.0.1:5002/".to_string(),
+/// )];
+/// let config = parse_with_overrides(
+///     r#"{"ReverseProxy": {"Clusters": {"c1": {"Destinations": {"d1": {"Address": "http://127.0.0.1:5001/"}}}}}}"#,
+///     Format::Json,
+///     &overrides,
+/// )
+/// .unwrap();
+/// assert_eq!(config.clusters["c1"].destinations["d1"].address, "http://127.0.0.1:5002/");
+/// ```
+pub fn parse_with_overrides(
+    text: &str,
+    format: Format,
+    overrides: &[(String, String)],
+) -> Result<ProxyConfig, ConfigErrors> {
     // Editors on Windows like to start appsettings.json with a byte order mark.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let config = match format {
-        Format::Json => parse_json(text)?,
-        Format::Toml => parse_toml(text)?,
+        Format::Json => parse_json(text, overrides)?,
+        Format::Toml => parse_toml(text, overrides)?,
     };
     config.validate()?;
     Ok(config)
@@ -94,6 +249,14 @@ pub fn parse(text: &str, format: Format) -> Result<ProxyConfig, ConfigErrors> {
 /// Read, parse and validate a configuration file; the format follows the extension
 /// (`.json` or `.toml`).
 pub fn load_file(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
+    load_file_with_overrides(path, &[])
+}
+
+/// [`load_file`] with overrides, as [`parse_with_overrides`].
+pub fn load_file_with_overrides(
+    path: &Path,
+    overrides: &[(String, String)],
+) -> Result<ProxyConfig, ConfigErrors> {
     let format = Format::from_path(path).ok_or_else(|| {
         ConfigError::new(
             "",
@@ -105,12 +268,30 @@ pub fn load_file(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
     })?;
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("", format!("cannot read {}: {e}", path.display())))?;
-    parse(&text, format)
+    parse_with_overrides(&text, format, overrides)
 }
 
-fn parse_json(text: &str) -> Result<ProxyConfig, ConfigError> {
+/// The environment variables that override configuration keys, .NET style: those whose
+/// name is `ReverseProxy__...`, `Kestrel__...` or `Listen__...` (any case), in name order.
+pub fn env_overrides() -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| {
+            k.split_once("__")
+                .is_some_and(|(first, _)| OVERRIDABLE.iter().any(|s| s.eq_ignore_ascii_case(first)))
+        })
+        .collect();
+    vars.sort();
+    vars
+}
+
+fn parse_json(text: &str, overrides: &[(String, String)]) -> Result<ProxyConfig, ConfigError> {
+    // Comments and trailing commas become spaces, so lines and columns stay as written.
+    let mut text = text.to_string();
+    json_strip_comments::strip(&mut text)
+        .map_err(|e| ConfigError::new("", format!("invalid JSON: {e}")))?;
     // A first pass finds syntax errors and which shape the document has.
-    let value: serde_json::Value = serde_json::from_str(text)
+    let value: Value = serde_json::from_str(&text)
         .map_err(|e| ConfigError::new("", format!("invalid JSON: {e}")))?;
     if !value.is_object() {
         return Err(ConfigError::new(
@@ -118,32 +299,124 @@ fn parse_json(text: &str) -> Result<ProxyConfig, ConfigError> {
             "the configuration must be a JSON object",
         ));
     }
-    let wrapped = value.get(WRAPPER).is_some();
+    if !overrides.is_empty() {
+        return from_value(value, overrides);
+    }
     // The second pass reads the text again so that errors keep their line and column.
     let json = |e: serde_json::Error| e.to_string();
-    if wrapped {
-        let doc: Document = typed(&mut serde_json::Deserializer::from_str(text), true, json)?;
-        Ok(doc.into_config())
+    if key(&value, WRAPPER).is_some() {
+        let doc: Document = typed(&mut serde_json::Deserializer::from_str(&text), true, json)?;
+        doc.into_config()
     } else {
-        typed(&mut serde_json::Deserializer::from_str(text), false, json)
+        typed(&mut serde_json::Deserializer::from_str(&text), false, json)
     }
 }
 
-fn parse_toml(text: &str) -> Result<ProxyConfig, ConfigError> {
+fn parse_toml(text: &str, overrides: &[(String, String)]) -> Result<ProxyConfig, ConfigError> {
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         ConfigError::new("", format!("invalid TOML: {}", toml_message(text, &e)))
     })?;
-    let wrapped = table.contains_key(WRAPPER);
+    if !overrides.is_empty() {
+        let value = serde_json::to_value(&table)
+            .map_err(|e| ConfigError::new("", format!("invalid TOML: {e}")))?;
+        return from_value(value, overrides);
+    }
+    let wrapped = table.keys().any(|k| k.eq_ignore_ascii_case(WRAPPER));
     let message = |e: toml::de::Error| toml_message(text, &e);
     if wrapped {
         let doc: Document = typed(toml::Deserializer::new(text), true, message)?;
-        Ok(doc.into_config())
+        doc.into_config()
     } else {
         typed(toml::Deserializer::new(text), false, message)
     }
 }
 
-/// Deserialize `T`, turning an error into one that names the field's dotted path.
+/// A parsed document with overrides applied, read in the wrapped shape (a bare proxy
+/// object is put under `ReverseProxy` first, so `ReverseProxy__...` reaches it).
+fn from_value(
+    mut value: Value,
+    overrides: &[(String, String)],
+) -> Result<ProxyConfig, ConfigError> {
+    if key(&value, WRAPPER).is_none() {
+        value = Value::Object([(WRAPPER.to_string(), value)].into_iter().collect());
+    }
+    for (name, setting) in overrides {
+        apply_override(&mut value, name, setting)?;
+    }
+    let doc: Document = typed(value, true, |e: serde_json::Error| e.to_string())?;
+    doc.into_config()
+}
+
+/// The key of `object` that is `name` ignoring case.
+fn key<'a>(value: &'a Value, name: &str) -> Option<&'a str> {
+    value
+        .as_object()?
+        .keys()
+        .find(|k| k.eq_ignore_ascii_case(name))
+        .map(String::as_str)
+}
+
+/// Set the key `name` (`A__B__0__C`) names to `setting`, as .NET's environment
+/// provider does: sections are matched ignoring case and made when missing; a list's
+/// items are numbered (an index one past the end appends).
+fn apply_override(root: &mut Value, name: &str, setting: &str) -> Result<(), ConfigError> {
+    let segments: Vec<&str> = name.split("__").collect();
+    let bad = |why: String| ConfigError::new("", format!("environment variable {name}: {why}"));
+    if segments.iter().any(|s| s.is_empty()) {
+        return Err(bad("empty section name".into()));
+    }
+    let mut node = root;
+    for (i, segment) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        let fresh = || match segments.get(i + 1) {
+            None => Value::String(setting.to_string()),
+            Some(next) if next.parse::<usize>().is_ok() => Value::Array(Vec::new()),
+            Some(_) => Value::Object(Default::default()),
+        };
+        node = match node {
+            Value::Object(map) => {
+                let existing = map
+                    .keys()
+                    .find(|k| k.eq_ignore_ascii_case(segment))
+                    .cloned();
+                let k = existing.unwrap_or_else(|| segment.to_string());
+                let child = map.entry(k).or_insert_with(fresh);
+                if last {
+                    *child = Value::String(setting.to_string());
+                }
+                child
+            }
+            Value::Array(items) => {
+                let index: usize = segment
+                    .parse()
+                    .map_err(|_| bad(format!("`{segment}` is not an index into a list")))?;
+                if index == items.len() {
+                    items.push(fresh());
+                }
+                let len = items.len();
+                let child = items.get_mut(index).ok_or_else(|| {
+                    bad(format!(
+                        "index {index} is past the list's end ({len} items)"
+                    ))
+                })?;
+                if last {
+                    *child = Value::String(setting.to_string());
+                }
+                child
+            }
+            _ => {
+                return Err(bad(format!(
+                    "`{}` is a value, not a section",
+                    segments[..i].join("__")
+                )))
+            }
+        };
+    }
+    Ok(())
+}
+
+/// Deserialize `T` with the .NET binder's rules, turning an error into one that names
+/// the field's dotted path (as written).
 fn typed<'de, T, D>(
     de: D,
     wrapped: bool,
@@ -153,10 +426,14 @@ where
     T: DeserializeOwned,
     D: serde::Deserializer<'de>,
 {
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().clone();
+    let mut track = serde_path_to_error::Track::new();
+    let result = T::deserialize(Binder(serde_path_to_error::Deserializer::new(
+        de, &mut track,
+    )));
+    result.map_err(|e| {
+        let path = track.path();
         let segments: Vec<&Segment> = path.iter().collect();
-        let message = message(e.into_inner());
+        let message = message(e);
         ConfigError::new(dotted_path(&segments, wrapped, &message), message)
     })
 }
@@ -166,7 +443,7 @@ where
 /// object that does not have it.
 fn dotted_path(mut segments: &[&Segment], wrapped: bool, message: &str) -> String {
     if let (true, [Segment::Map { key }, rest @ ..]) = (wrapped, segments) {
-        if key == WRAPPER {
+        if key.eq_ignore_ascii_case(WRAPPER) {
             segments = rest;
         }
     }
@@ -241,7 +518,7 @@ mod tests {
     #[test]
     fn sequence_indexes_use_brackets() {
         let e = first_error(
-            r#"{"Routes": {"r1": {"Match": {"Hosts": ["a", 5]}}}}"#,
+            r#"{"Routes": {"r1": {"Match": {"Hosts": ["a", {}]}}}}"#,
             Format::Json,
         );
         assert_eq!(e.path, "Routes.r1.Match.Hosts[1]");
@@ -249,7 +526,7 @@ mod tests {
 
     #[test]
     fn syntax_errors_give_line_and_column() {
-        let e = first_error("{\n  \"Routes\": {,\n}", Format::Json);
+        let e = first_error("{\n  \"Routes\": {\"r1\" 1},\n}", Format::Json);
         assert_eq!(e.path, "");
         assert!(e.message.contains("line 2 column"), "{e}");
 

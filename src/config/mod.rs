@@ -1,6 +1,7 @@
 //! Configuration: the serde model (YARP's shape), loading from JSON or TOML, and
 //! validation that names the path of every bad field.
 
+mod binder;
 mod duration;
 mod error;
 mod load;
@@ -11,7 +12,9 @@ mod validate;
 
 pub use duration::ConfigDuration;
 pub use error::{ConfigError, ConfigErrors};
-pub use load::{load_file, parse, Format};
+pub use load::{
+    env_overrides, load_file, load_file_with_overrides, parse, parse_with_overrides, Format,
+};
 pub use model::*;
 pub use names::{
     ActiveHealthPolicyName, AffinityFailurePolicyName, AvailableDestinationsPolicyName,

@@ -1,7 +1,8 @@
 //! The serde model of a fuseway configuration, in YARP's shape.
 //!
-//! Keys are PascalCase exactly as in YARP's `appsettings.json`; unknown keys are
-//! rejected so that a typo never silently disables a setting.
+//! Keys are PascalCase as in YARP's `appsettings.json` (files may write them in any
+//! case, as .NET binds them: see [`parse`](super::parse)); unknown keys are rejected so
+//! that a typo never silently disables a setting.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -73,8 +74,11 @@ impl<'de> Deserialize<'de> for ListenConfig {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ListenConfig, A::Error> {
-                ListenEntry::deserialize(de::value::MapAccessDeserializer::new(map))
-                    .map(ListenConfig::Full)
+                // Bound again: keys of the long form match ignoring case, as elsewhere.
+                ListenEntry::deserialize(super::binder::Binder(
+                    de::value::MapAccessDeserializer::new(map),
+                ))
+                .map(ListenConfig::Full)
             }
         }
 

@@ -97,15 +97,19 @@ impl PathTemplate {
         }
     }
 
-    /// Parse and validate a template; the error says what is wrong.
+    /// Parse and validate a template; the error says what is wrong. As in ASP.NET, the
+    /// leading `/` may be left out (`{**catch-all}`, `api/{id}`) and `~/` stands for it.
     pub(super) fn parse(template: &str) -> Result<PathTemplate, String> {
-        if !template.starts_with('/') {
-            return Err(format!("`{template}` must start with `/`"));
+        if template.is_empty() {
+            return Err("the template is empty (leave `Path` out to match every path)".into());
         }
         if template.contains("//") {
             return Err(format!("`{template}` has an empty segment (`//`)"));
         }
-        let body = &template[1..];
+        let body = template
+            .strip_prefix("~/")
+            .or_else(|| template.strip_prefix('/'))
+            .unwrap_or(template);
         let body = body.strip_suffix('/').unwrap_or(body);
         let mut segments = Vec::new();
         if !body.is_empty() {
@@ -385,6 +389,22 @@ mod tests {
     }
 
     #[test]
+    fn leading_slash_is_optional_as_in_aspnet() {
+        for (without, with) in [
+            ("{**catch-all}", "/{**catch-all}"),
+            ("api/{id}", "/api/{id}"),
+            ("~/api", "/api"),
+        ] {
+            assert_eq!(
+                PathTemplate::parse(without).unwrap().segments(),
+                PathTemplate::parse(with).unwrap().segments(),
+                "{without}"
+            );
+        }
+        assert!(err("~//a").contains("empty segment"));
+    }
+
+    #[test]
     fn optional_may_be_followed_by_optionals_or_catch_all() {
         assert!(PathTemplate::parse("/a/{b?}/{c?}").is_ok());
         assert!(PathTemplate::parse("/a/{b?}/{*c}").is_ok());
@@ -394,8 +414,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_templates() {
-        assert!(err("api").contains("must start with `/`"));
-        assert!(err("").contains("must start with `/`"));
+        assert!(err("").contains("empty"));
         assert!(err("/a//b").contains("empty segment"));
         assert!(err("/{id").contains("unbalanced `{`"));
         assert!(err("/id}").contains("unbalanced `}`"));
