@@ -81,6 +81,7 @@ mod fxhash;
 pub mod health;
 pub mod limits;
 pub mod pipeline;
+pub mod policy;
 pub mod request;
 pub mod routing;
 pub mod server;

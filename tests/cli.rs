@@ -294,3 +294,41 @@ async fn check_validates_without_serving() {
     assert!(stderr.contains("Listen[0]"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test]
+async fn a_route_naming_an_unregistered_policy_is_refused() {
+    let dir = std::env::temp_dir().join(format!("fuseway-cli-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("appsettings.json");
+    std::fs::write(
+        &file,
+        r#"{ "ReverseProxy": {
+              "Routes": { "r1": { "ClusterId": "c1", "AuthorizationPolicy": "admins",
+                                   "Match": { "Path": "/{**rest}" } } },
+              "Clusters": { "c1": { "Destinations": { "d1": { "Address": "http://127.0.0.1:9/" } } } } } }"#,
+    )
+    .unwrap();
+    for check in [true, false] {
+        let mut cmd = fuseway();
+        if check {
+            cmd.arg("--check");
+        }
+        let out = within(
+            "fuseway to refuse the file",
+            cmd.arg("--config")
+                .arg(&file)
+                .args(["--listen", "127.0.0.1:0"])
+                .output(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.status.code(), Some(1), "check={check}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("Routes.r1.AuthorizationPolicy")
+                && stderr.contains("policy `admins` is not registered"),
+            "{stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

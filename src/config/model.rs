@@ -138,18 +138,24 @@ pub struct RouteConfig {
     /// Request and response transforms, in YARP's dictionary form.
     #[serde(default)]
     pub transforms: Vec<BTreeMap<String, String>>,
-    /// ASP.NET authorization policy name: accepted for compatibility, not enforced.
+    /// Authorization policy: `Anonymous`, or a name registered in code
+    /// ([`policy`](crate::policy)); an unregistered name is refused.
     #[serde(default)]
     pub authorization_policy: Option<String>,
-    /// ASP.NET CORS policy name: accepted for compatibility, not enforced.
+    /// CORS policy: `Disable`, or a name registered in code ([`policy`](crate::policy)).
     #[serde(default)]
     pub cors_policy: Option<String>,
-    /// ASP.NET rate limiter policy name: accepted for compatibility, not enforced.
+    /// Rate limiter policy: `Disable`, or a name registered in code
+    /// ([`policy`](crate::policy)).
     #[serde(default)]
     pub rate_limiter_policy: Option<String>,
-    /// ASP.NET timeout policy name: accepted for compatibility, not enforced.
+    /// Timeout policy: `Disable`, or a name registered in code with its duration
+    /// ([`policy`](crate::policy)).
     #[serde(default)]
     pub timeout_policy: Option<String>,
+    /// Output cache policy: a name registered in code ([`policy`](crate::policy)).
+    #[serde(default)]
+    pub output_cache_policy: Option<String>,
     /// Free-form data for custom stages.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,

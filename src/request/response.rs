@@ -162,6 +162,11 @@ impl Outcome {
         self.target.as_ref().map(|t| &t.snapshot.routes()[t.route])
     }
 
+    /// The index of the forwarded request's route in its snapshot.
+    pub(crate) fn route_index(&self) -> Option<usize> {
+        self.target.as_ref().map(|t| t.route)
+    }
+
     /// The cluster the request was sent to.
     pub fn cluster(&self) -> Option<&Cluster> {
         self.target.as_ref().map(Target::cluster)

@@ -4,14 +4,16 @@ use std::sync::Arc;
 
 use http::{Request, StatusCode};
 
+use crate::policy::PolicyRequest;
 use crate::request::{ProxyResponse, RouteContext, Routed};
 use crate::stage::Stage;
 use crate::state::ProxyState;
 
 /// Finds the route for a request in the current snapshot. More than one `Host` header:
-/// 400. No route: 404. A route whose
-/// cluster does not exist: 503. The request continues with the cluster's available
-/// destinations as candidates (possibly none: load balancing answers 503 then).
+/// 400. No route: 404. The route's [named policies](crate::policy) run next (and may
+/// answer). A route whose cluster does not exist: 503. The request continues with the
+/// cluster's available destinations as candidates (possibly none: load balancing
+/// answers 503 then). On the way back, the route's policies see the response.
 #[derive(Debug, Clone)]
 pub struct Routing {
     state: Arc<ProxyState>,
@@ -49,6 +51,9 @@ impl Routing {
         else {
             return Err(ProxyResponse::status(StatusCode::NOT_FOUND));
         };
+        for policy in snapshot.routes()[route].policies() {
+            policy.on_request(&PolicyRequest::new(request, snapshot.routes()[route].id()))?;
+        }
         let Some(cluster) = snapshot.routes()[route].cluster_index() else {
             tracing::warn!(
                 route = snapshot.routes()[route].id(),
@@ -82,5 +87,21 @@ impl<B> Stage<Request<B>> for Routing {
     fn on_request(&self, request: Request<B>) -> Result<(Routed<B>, ()), ProxyResponse> {
         let (context, state) = self.on_request_by_ref(&request)?;
         Ok((Self::into_out(request, context), state))
+    }
+
+    fn on_response(&self, _state: (), response: &mut ProxyResponse) {
+        let outcome = &response.outcome;
+        if outcome.route().is_none_or(|r| r.policies().is_empty()) {
+            return;
+        }
+        // The route lives in the snapshot the response holds; keep it while the
+        // policies change the response.
+        let (Some(snapshot), Some(route)) = (outcome.snapshot().cloned(), outcome.route_index())
+        else {
+            return;
+        };
+        for policy in snapshot.routes()[route].policies() {
+            policy.on_response(response);
+        }
     }
 }

@@ -139,9 +139,15 @@ pub struct Route {
     pub(crate) state: Arc<RouteState>,
     pub(crate) transforms: Arc<RouteTransforms>,
     pub(crate) telemetry: RouteTelemetry,
+    pub(crate) policies: crate::policy::RoutePolicies,
 }
 
 impl Route {
+    /// The [named policies](crate::policy) the route names, in the order they run.
+    pub fn policies(&self) -> &[std::sync::Arc<dyn crate::policy::RoutePolicy>] {
+        self.policies.as_slice()
+    }
+
     /// The route's id.
     pub fn id(&self) -> &str {
         &self.id

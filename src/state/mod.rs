@@ -31,9 +31,10 @@ pub use destination::{
 
 use crate::affinity::AffinitySettings;
 use crate::balancing::ClusterBalancing;
-use crate::config::{ConfigErrors, ProxyConfig};
+use crate::config::{ConfigDuration, ConfigErrors, ProxyConfig, RouteConfig};
 use crate::health::ClusterHealth;
 use crate::limits::{RouteLimits, RouteState};
+use crate::policy::Policies;
 use crate::routing::RouteTable;
 use crate::telemetry::Metrics;
 use crate::transforms::RouteTransforms;
@@ -95,19 +96,29 @@ pub struct ProxyState {
     registry: Mutex<Registry>,
     generation: watch::Sender<u64>,
     metrics: Arc<Metrics>,
+    policies: Policies,
 }
 
 impl ProxyState {
-    /// Validate `config` and build the first snapshot.
+    /// Validate `config` and build the first snapshot. A route naming a
+    /// [policy](crate::policy) other than `Anonymous` / `Disable` is refused: use
+    /// [`with_policies`](Self::with_policies) to register them.
     pub fn new(config: ProxyConfig) -> Result<Self, ConfigErrors> {
+        Self::with_policies(config, Policies::new())
+    }
+
+    /// [`new`](Self::new), with the named policies routes may name; they serve every
+    /// later [`update`](Self::update) too.
+    pub fn with_policies(config: ProxyConfig, policies: Policies) -> Result<Self, ConfigErrors> {
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new());
-        let snapshot = build(config, &mut registry, &metrics)?;
+        let snapshot = build(config, &mut registry, &metrics, &policies)?;
         Ok(ProxyState {
             current: ArcSwap::from_pointee(snapshot),
             registry: Mutex::new(registry),
             generation: watch::Sender::new(0),
             metrics,
+            policies,
         })
     }
 
@@ -121,7 +132,7 @@ impl ProxyState {
         next.routes.clone_from(&registry.routes);
         next.clusters.clone_from(&registry.clusters);
         next.destinations.clone_from(&registry.destinations);
-        let snapshot = build(config, &mut next, &self.metrics)?;
+        let snapshot = build(config, &mut next, &self.metrics, &self.policies)?;
         next.routes
             .retain(|id, _| snapshot.routes.iter().any(|r| r.id == *id));
         next.clusters
@@ -168,6 +179,7 @@ fn build(
     config: ProxyConfig,
     registry: &mut Registry,
     metrics: &Metrics,
+    policies: &Policies,
 ) -> Result<Snapshot, ConfigErrors> {
     let table = config.validate_and_compile_routes()?;
     let mut errors = ConfigErrors::default();
@@ -225,14 +237,28 @@ fn build(
     let mut routes = Vec::with_capacity(config.routes.len());
     for (id, r) in &config.routes {
         let id: Arc<str> = Arc::from(id.as_str());
-        let limits = match RouteLimits::from_config(r, &format!("Routes.{id}")) {
+        let path = format!("Routes.{id}");
+        let (policies, policy_timeout) = policies.resolve(r, &path, &mut errors);
+        // A `TimeoutPolicy` stands for the duration it was registered with.
+        let timed;
+        let r = match policy_timeout {
+            Some(t) => {
+                timed = RouteConfig {
+                    timeout: Some(ConfigDuration(t)),
+                    ..r.clone()
+                };
+                &timed
+            }
+            None => r,
+        };
+        let limits = match RouteLimits::from_config(r, &path) {
             Ok(l) => l,
             Err(e) => {
                 errors.0.push(e);
                 continue;
             }
         };
-        let transforms = match RouteTransforms::from_config(r, &format!("Routes.{id}")) {
+        let transforms = match RouteTransforms::from_config(r, &path) {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 errors.0.extend(e.0);
@@ -253,6 +279,7 @@ fn build(
             state,
             transforms,
             telemetry,
+            policies,
         });
     }
     errors.into_result()?;

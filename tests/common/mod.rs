@@ -206,6 +206,11 @@ pub async fn proxy(config_json: &str) -> Proxy {
 pub async fn proxy_with(config_json: &str, form: Form) -> Proxy {
     let config = parse(config_json, Format::Json).expect("valid config");
     let state = Arc::new(ProxyState::new(config).expect("valid state"));
+    proxy_on(state, form).await
+}
+
+/// Start the default pipeline in `form` on 127.0.0.1:0 serving `state`.
+pub async fn proxy_on(state: Arc<ProxyState>, form: Form) -> Proxy {
     let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
         .await
         .unwrap()
