@@ -673,3 +673,51 @@ fn kestrel_endpoints_become_listeners() {
     let err = listen(r#"{"S": {"Url": "http://127.0.0.1:1", "Protocols": "Http3"}}"#).unwrap_err();
     assert_eq!(err.0[0].path, "Kestrel.Endpoints.S.Protocols");
 }
+
+#[test]
+fn yarp_keys_fuseway_cannot_honour_are_refused_with_what_is_supported() {
+    let cluster = |extra: &str| {
+        format!(
+            r#"{{"Clusters": {{"c1": {{ {extra}, "Destinations": {{"d1": {{"Address": "http://127.0.0.1:1/"}}}} }}}}}}"#
+        )
+    };
+    for (extra, path, says) in [
+        (
+            r#""HttpRequest": {"AllowResponseBuffering": true}"#,
+            "Clusters.c1.HttpRequest.AllowResponseBuffering",
+            "streams every response",
+        ),
+        (
+            r#""HttpClient": {"RequestHeaderEncoding": "utf-16"}"#,
+            "Clusters.c1.HttpClient.RequestHeaderEncoding",
+            "`utf-8` or `latin1`",
+        ),
+        (
+            r#""HttpClient": {"ResponseHeaderEncoding": "ascii"}"#,
+            "Clusters.c1.HttpClient.ResponseHeaderEncoding",
+            "`utf-8` or `latin1`",
+        ),
+        (
+            r#""HttpClient": {"EnableMultipleHttp2Connections": true}"#,
+            "Clusters.c1.HttpClient.EnableMultipleHttp2Connections",
+            "one HTTP/2 connection per destination",
+        ),
+        (
+            r#""HttpClient": {"SslProtocols": ["Ssl3"]}"#,
+            "Clusters.c1.HttpClient.SslProtocols",
+            "broken",
+        ),
+    ] {
+        let (p, message) = only_error(&cluster(extra));
+        assert_eq!(p, path);
+        assert!(message.contains(says), "{message}");
+    }
+    // What fuseway does is accepted.
+    for extra in [
+        r#""HttpRequest": {"AllowResponseBuffering": false}"#,
+        r#""HttpClient": {"RequestHeaderEncoding": "utf-8", "ResponseHeaderEncoding": "Latin1"}"#,
+        r#""HttpClient": {"EnableMultipleHttp2Connections": false, "SslProtocols": ["Tls12", "Tls13"]}"#,
+    ] {
+        parse(&cluster(extra), Format::Json).unwrap_or_else(|e| panic!("{extra}: {e}"));
+    }
+}

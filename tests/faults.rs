@@ -64,7 +64,11 @@ impl Fixture {
     }
 
     async fn h2(bad: &str) -> Fixture {
-        Fixture::with(bad, r#", "Version": "2""#).await
+        Fixture::with(
+            bad,
+            r#", "Version": "2", "VersionPolicy": "RequestVersionExact""#,
+        )
+        .await
     }
 
     async fn with(bad: &str, cluster_extra: &str) -> Fixture {

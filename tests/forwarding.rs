@@ -80,7 +80,7 @@ async fn http2_destination() {
     let b = echo_backend().await;
     let p = proxy(&simple_config(
         &[("d1", &b.url())],
-        r#""HttpRequest": { "Version": "2" },"#,
+        r#""HttpRequest": { "Version": "2", "VersionPolicy": "RequestVersionExact" },"#,
     ))
     .await;
     for client in [h1_client(), h2c_client()] {

@@ -27,7 +27,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
 const FORMS: [Form; 2] = [Form::Fused, Form::Layered];
-const H2: &str = r#""HttpRequest": { "Version": "2" },"#;
+const H2: &str = r#""HttpRequest": { "Version": "2", "VersionPolicy": "RequestVersionExact" },"#;
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct EchoRequest {

@@ -72,7 +72,7 @@ fn config(a: &str, b: &str, dead: &str, generation: usize) -> String {
   "Clusters": {{
     "c0": {{ "LoadBalancingPolicy": "{policy}", "Destinations": {{ "a": {{ "Address": "{a}/r0" }}, "b": {{ "Address": "{b}/r0" }} }} }},
     "c1": {{ "Destinations": {{ "a": {{ "Address": "{a}/r1" }} }} }},
-    "c2": {{ "HttpRequest": {{ "Version": "2" }}, "Destinations": {{ "b": {{ "Address": "{b}/r2" }} }} }},
+    "c2": {{ "HttpRequest": {{ "Version": "2", "VersionPolicy": "RequestVersionExact" }}, "Destinations": {{ "b": {{ "Address": "{b}/r2" }} }} }},
     "c3": {{ "LoadBalancingPolicy": "{policy}", "Destinations": {{ "a": {{ "Address": "{a}/r3" }}, "b": {{ "Address": "{b}/r3" }} }} }},
     "dead": {{ "Destinations": {{ "x": {{ "Address": "{dead}" }} }} }}
   }}

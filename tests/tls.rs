@@ -249,29 +249,162 @@ fn listen_certificate_and_key_are_validated() {
 /// An HTTPS echo backend (HTTP/1.1 and HTTP/2 by ALPN) with `cert`/`key`.
 async fn https_backend(cert: &str, key: &str) -> SocketAddr {
     let tls = fuseway::server::tls_config_from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    versioned_backend(Some(tls)).await
+}
+
+/// A backend (HTTP/1.1 and HTTP/2, over TLS with `tls`) answering `VERSION PATH`.
+async fn versioned_backend(tls: Option<Arc<rustls::ServerConfig>>) -> SocketAddr {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let Ok(stream) = acceptor.accept(stream).await else {
-                    return;
-                };
                 let svc = service_fn(|req: Request<Incoming>| async move {
                     let body = format!("{:?} {}", req.version(), req.uri().path());
                     Ok::<_, std::convert::Infallible>(Response::new(Full::new(bytes::Bytes::from(
                         body,
                     ))))
                 });
-                let _ = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let _ = match acceptor {
+                    Some(acceptor) => {
+                        let Ok(stream) = acceptor.accept(stream).await else {
+                            return;
+                        };
+                        builder.serve_connection(TokioIo::new(stream), svc).await
+                    }
+                    None => builder.serve_connection(TokioIo::new(stream), svc).await,
+                };
             });
         }
     });
     addr
+}
+
+/// What the backend saw through a proxy of `cluster_extra` (or the status when not 200).
+async fn seen(backend: SocketAddr, https: bool, cluster_extra: &str, form: Form) -> String {
+    let scheme = if https { "https" } else { "http" };
+    let config = common::simple_config(
+        &[("d1", &format!("{scheme}://127.0.0.1:{}", backend.port()))],
+        cluster_extra,
+    );
+    let proxy = common::proxy_with(&config, form).await;
+    let r = common::h1_client()
+        .get(proxy.url("/v"))
+        .send()
+        .await
+        .unwrap();
+    let seen = match r.status().as_u16() {
+        200 => r.text().await.unwrap(),
+        status => status.to_string(),
+    };
+    proxy.shutdown().await;
+    seen
+}
+
+#[tokio::test]
+async fn version_and_version_policy_as_yarp() {
+    let (cert, key) = self_signed();
+    let https = https_backend(&cert, &key).await;
+    let plain = versioned_backend(None).await;
+    const ANY_CERT: &str = r#""HttpClient": { "DangerousAcceptAnyServerCertificate": true },"#;
+    for form in FORMS {
+        for (request, http, tls) in [
+            // YARP's default: "2" with RequestVersionOrLower.
+            ("", "HTTP/1.1", "HTTP/1.1"),
+            (r#""Version": "2""#, "HTTP/1.1", "HTTP/1.1"),
+            (
+                r#""Version": "2", "VersionPolicy": "RequestVersionExact""#,
+                "HTTP/2.0",
+                "HTTP/2.0",
+            ),
+            (
+                r#""Version": "2", "VersionPolicy": "RequestVersionOrHigher""#,
+                "HTTP/2.0",
+                "HTTP/2.0",
+            ),
+            (
+                r#""Version": "1.1", "VersionPolicy": "RequestVersionOrHigher""#,
+                "HTTP/1.1",
+                "HTTP/1.1",
+            ),
+            (r#""Version": "1.1""#, "HTTP/1.1", "HTTP/1.1"),
+        ] {
+            let extra = format!(r#""HttpRequest": {{ {request} }}, {ANY_CERT}"#);
+            assert_eq!(
+                seen(plain, false, &extra, form).await,
+                format!("{http} /v"),
+                "http {request} {form:?}"
+            );
+            assert_eq!(
+                seen(https, true, &extra, form).await,
+                format!("{tls} /v"),
+                "https {request} {form:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn ssl_protocols_are_enforced() {
+    let (cert, key) = self_signed();
+    // A destination that speaks TLS 1.2 only.
+    let certs = rustls_pemfile_certs(&cert);
+    let key = {
+        use rustls::pki_types::pem::PemObject;
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap()
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS12])
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tls12 = versioned_backend(Some(Arc::new(config))).await;
+    let cluster = |protocols: &str| {
+        format!(
+            r#""HttpClient": {{ "DangerousAcceptAnyServerCertificate": true, "SslProtocols": {protocols} }},"#
+        )
+    };
+    for form in FORMS {
+        assert_eq!(
+            seen(tls12, true, &cluster(r#"["Tls12"]"#), form).await,
+            "HTTP/1.1 /v"
+        );
+        assert_eq!(
+            seen(tls12, true, &cluster(r#"["Tls12", "Tls13"]"#), form).await,
+            "HTTP/1.1 /v"
+        );
+        // TLS 1.3 only: the handshake fails, 502.
+        assert_eq!(
+            seen(tls12, true, &cluster(r#"["Tls13"]"#), form).await,
+            "502"
+        );
+    }
+    // Broken versions are refused with a message.
+    let err = fuseway::config::parse(
+        &common::simple_config(
+            &[("d1", "https://127.0.0.1:1")],
+            &cluster(r#"["Tls11", "Tls12"]"#),
+        ),
+        fuseway::config::Format::Json,
+    )
+    .unwrap_err();
+    assert_eq!(err.0[0].path, "Clusters.c.HttpClient.SslProtocols");
+    assert!(err.0[0].message.contains("TLS 1.1"), "{err}");
+}
+
+/// The certificates of a PEM text.
+fn rustls_pemfile_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -283,7 +416,7 @@ async fn https_destinations_over_http1_and_http2() {
             let config = common::simple_config(
                 &[("d1", &format!("https://127.0.0.1:{}", backend.port()))],
                 &format!(
-                    r#""HttpRequest": {{ "Version": "{version}" }}, "HttpClient": {{ "DangerousAcceptAnyServerCertificate": true }},"#
+                    r#""HttpRequest": {{ "Version": "{version}", "VersionPolicy": "RequestVersionExact" }}, "HttpClient": {{ "DangerousAcceptAnyServerCertificate": true }},"#
                 ),
             );
             let proxy = common::proxy_with(&config, form).await;

@@ -28,7 +28,7 @@ async fn proxy_for_version(backend: &str, version: &str, routes: &[(&str, &str, 
     let config = json!({
         "Routes": r,
         "Clusters": { "c": {
-            "HttpRequest": { "Version": version },
+            "HttpRequest": { "Version": version, "VersionPolicy": "RequestVersionExact" },
             "Destinations": { "d1": { "Address": backend } }
         } }
     });

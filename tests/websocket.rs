@@ -262,7 +262,11 @@ async fn refused_upgrade_is_passed_through() {
 #[tokio::test]
 async fn upgrade_to_an_http2_cluster_goes_over_http1() {
     for form in FORMS {
-        let (proxy, mut paths) = ws_proxy(form, r#""HttpRequest": { "Version": "2" },"#).await;
+        let (proxy, mut paths) = ws_proxy(
+            form,
+            r#""HttpRequest": { "Version": "2", "VersionPolicy": "RequestVersionExact" },"#,
+        )
+        .await;
         let mut ws = connect(&proxy, "/h2-cluster").await;
         assert_eq!(paths.recv().await.unwrap(), "/h2-cluster");
         ws.send(Message::text("over h1")).await.unwrap();

@@ -19,7 +19,7 @@ pub use model::*;
 pub use names::{
     ActiveHealthPolicyName, AffinityFailurePolicyName, AvailableDestinationsPolicyName,
     CookieSameSite, CookieSecurePolicy, HttpVersion, HttpVersionPolicy, LoadBalancingPolicyName,
-    PassiveHealthPolicyName, SessionAffinityPolicyName,
+    PassiveHealthPolicyName, SessionAffinityPolicyName, TlsVersions,
 };
 pub use transforms::{
     parse_transforms, ForwardedAction, ForwardedTransform, NodeFormat, ResponseCondition,

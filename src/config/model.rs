@@ -339,7 +339,8 @@ pub struct AffinityCookieConfig {
     /// Cookie `Max-Age`.
     #[serde(default)]
     pub max_age: Option<ConfigDuration>,
-    /// Accepted for compatibility.
+    /// ASP.NET's cookie-consent flag. fuseway has no consent policy, so the cookie is
+    /// always written, as ASP.NET does without one; either value is accepted.
     #[serde(default)]
     pub is_essential: Option<bool>,
 }
@@ -413,13 +414,14 @@ pub struct HttpRequestConfig {
     /// Idle time allowed while waiting for the destination (default 100 s).
     #[serde(default)]
     pub activity_timeout: Option<ConfigDuration>,
-    /// `"1.1"` (default) or `"2"` (HTTP/2 with prior knowledge on `http://`).
+    /// `"1.1"` or `"2"` (default), with `VersionPolicy` (see
+    /// [`UpstreamVersion::resolve`](crate::state::UpstreamVersion::resolve)).
     #[serde(default)]
     pub version: Option<String>,
     /// `RequestVersionOrLower` (default), `RequestVersionOrHigher`, `RequestVersionExact`.
     #[serde(default)]
     pub version_policy: Option<String>,
-    /// Accepted for compatibility.
+    /// `false` (YARP's default, what fuseway does: responses stream); `true` is refused.
     #[serde(default)]
     pub allow_response_buffering: Option<bool>,
 }
@@ -434,16 +436,19 @@ pub struct HttpClientConfig {
     /// Skip TLS certificate validation towards destinations (tests only).
     #[serde(default)]
     pub dangerous_accept_any_server_certificate: Option<bool>,
-    /// Accepted for compatibility.
+    /// `false`: one HTTP/2 connection per destination (what fuseway does); `true` is
+    /// refused for now.
     #[serde(default)]
     pub enable_multiple_http2_connections: Option<bool>,
-    /// Accepted for compatibility.
+    /// TLS versions towards `https://` destinations: `Tls12`, `Tls13` (see
+    /// [`TlsVersions`](super::TlsVersions)); older ones are refused.
     #[serde(default)]
     pub ssl_protocols: Option<Vec<String>>,
-    /// Accepted for compatibility.
+    /// `utf-8` or `latin1`: header bytes pass through unchanged either way; other
+    /// encodings are refused.
     #[serde(default)]
     pub request_header_encoding: Option<String>,
-    /// Accepted for compatibility.
+    /// As `RequestHeaderEncoding`, for response headers.
     #[serde(default)]
     pub response_header_encoding: Option<String>,
 }

@@ -195,15 +195,16 @@ named_enum! {
 
 /// The HTTP version of outgoing requests (`HttpRequest.Version`).
 ///
-/// Accepts `"1.0"`, `"1.1"`, `"2"` and `"2.0"`; HTTP/3 is not supported.
+/// Accepts `"1.0"`, `"1.1"`, `"2"` and `"2.0"`; HTTP/3 is not supported. The default
+/// is YARP's, `"2"` (with `RequestVersionOrLower`: HTTP/1.1 on `http://`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum HttpVersion {
-    /// HTTP/1.0.
+    /// HTTP/1.0 (sent as HTTP/1.1).
     Http10,
-    /// HTTP/1.1 (the default).
-    #[default]
+    /// HTTP/1.1.
     Http11,
-    /// HTTP/2.
+    /// HTTP/2 (the default).
+    #[default]
     Http2,
 }
 
@@ -281,5 +282,60 @@ mod tests {
             .unwrap_err()
             .contains("HTTP/3 is not supported"));
         assert!("1.2".parse::<HttpVersion>().unwrap_err().contains("1.1"));
+    }
+}
+
+/// The TLS versions offered to `https://` destinations (`HttpClient.SslProtocols`, a
+/// list of .NET's `SslProtocols` names).
+///
+/// `Tls12` and `Tls13` are honoured; `None` and `Default` (or no list) leave the choice
+/// to the TLS library (1.2 and 1.3); `Tls`, `Tls11`, `Ssl2` and `Ssl3` are refused:
+/// they are broken and rustls does not implement them.
+///
+/// ```
+/// use fuseway::config::TlsVersions;
+/// assert_eq!(TlsVersions::from_names(&["Tls13".into()]), Ok(TlsVersions::Tls13));
+/// assert!(TlsVersions::from_names(&["Tls11".into(), "Tls12".into()]).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum TlsVersions {
+    /// TLS 1.2 and 1.3 (the default).
+    #[default]
+    Both,
+    /// TLS 1.2 only.
+    Tls12,
+    /// TLS 1.3 only.
+    Tls13,
+}
+
+impl TlsVersions {
+    /// The versions a list of `SslProtocols` names allows.
+    pub fn from_names(names: &[String]) -> Result<TlsVersions, String> {
+        let (mut tls12, mut tls13) = (false, false);
+        for name in names {
+            match name.trim().to_ascii_lowercase().as_str() {
+                "tls12" => tls12 = true,
+                "tls13" => tls13 = true,
+                "none" | "default" => (tls12, tls13) = (true, true),
+                "tls" | "tls11" | "ssl2" | "ssl3" => {
+                    return Err(format!(
+                        "`{name}` is refused: SSL, TLS 1.0 and TLS 1.1 are broken and not \
+                         supported; use `Tls12` and/or `Tls13`"
+                    ))
+                }
+                _ => {
+                    return Err(unknown_name(
+                        "SSL protocol",
+                        name,
+                        &["Tls12", "Tls13", "None", "Default"],
+                    ))
+                }
+            }
+        }
+        Ok(match (tls12, tls13) {
+            (true, false) => TlsVersions::Tls12,
+            (false, true) => TlsVersions::Tls13,
+            _ => TlsVersions::Both,
+        })
     }
 }

@@ -18,7 +18,8 @@ use super::names::{
 use super::transforms::collect_transforms;
 use super::{
     ClusterConfig, ConfigDuration, ConfigErrors, DestinationConfig, HealthCheckConfig,
-    HttpRequestConfig, ListenConfig, ProxyConfig, RouteConfig, SessionAffinityConfig,
+    HttpClientConfig, HttpRequestConfig, ListenConfig, ProxyConfig, RouteConfig,
+    SessionAffinityConfig, TlsVersions,
 };
 use crate::routing::RouteTable;
 
@@ -175,12 +176,7 @@ fn check_cluster(id: &str, cluster: &ClusterConfig, errors: &mut ConfigErrors) {
         check_http_request(request, &format!("{path}.HttpRequest"), errors);
     }
     if let Some(client) = &cluster.http_client {
-        if client.max_connections_per_server == Some(0) {
-            errors.push(
-                format!("{path}.HttpClient.MaxConnectionsPerServer"),
-                "must be greater than 0",
-            );
-        }
+        check_http_client(client, &format!("{path}.HttpClient"), errors);
     }
     for (dest_id, dest) in &cluster.destinations {
         check_destination(dest_id, dest, &format!("{path}.Destinations"), errors);
@@ -282,6 +278,60 @@ fn check_http_request(request: &HttpRequestConfig, path: &str, errors: &mut Conf
         &format!("{path}.ActivityTimeout"),
         errors,
     );
+    if request.allow_response_buffering == Some(true) {
+        errors.push(
+            format!("{path}.AllowResponseBuffering"),
+            "`true` is not supported: fuseway streams every response as it arrives (what \
+             `false`, YARP's default, asks for)",
+        );
+    }
+}
+
+fn check_http_client(client: &HttpClientConfig, path: &str, errors: &mut ConfigErrors) {
+    if client.max_connections_per_server == Some(0) {
+        errors.push(
+            format!("{path}.MaxConnectionsPerServer"),
+            "must be greater than 0",
+        );
+    }
+    if let Some(protocols) = &client.ssl_protocols {
+        if let Err(message) = TlsVersions::from_names(protocols) {
+            errors.push(format!("{path}.SslProtocols"), message);
+        }
+    }
+    for (key, encoding) in [
+        ("RequestHeaderEncoding", &client.request_header_encoding),
+        ("ResponseHeaderEncoding", &client.response_header_encoding),
+    ] {
+        if let Some(encoding) = encoding {
+            if !byte_preserving_encoding(encoding) {
+                errors.push(
+                    format!("{path}.{key}"),
+                    format!(
+                        "`{encoding}` is not supported: fuseway passes header bytes through \
+                         unchanged, which is what `utf-8` or `latin1` (on both sides) does in \
+                         YARP; those two are accepted"
+                    ),
+                );
+            }
+        }
+    }
+    if client.enable_multiple_http2_connections == Some(true) {
+        errors.push(
+            format!("{path}.EnableMultipleHttp2Connections"),
+            "`true` is not supported yet: fuseway keeps one HTTP/2 connection per \
+             destination (its streams queue at the destination's stream limit); set `false` \
+             or leave the key out",
+        );
+    }
+}
+
+/// Header encodings under which YARP, configured alike on both sides, forwards a
+/// header's bytes unchanged, as fuseway always does.
+fn byte_preserving_encoding(name: &str) -> bool {
+    ["utf-8", "utf8", "latin1", "iso-8859-1", "iso8859-1"]
+        .iter()
+        .any(|n| n.eq_ignore_ascii_case(name.trim()))
 }
 
 fn check_destination(id: &str, dest: &DestinationConfig, path: &str, errors: &mut ConfigErrors) {
@@ -361,10 +411,10 @@ fn name<T: FromStr<Err = String>>(value: Option<&str>, path: &str, errors: &mut 
     }
 }
 
-/// Checks that an optional duration is greater than zero.
 /// The largest destination `Weight`.
 pub const MAX_WEIGHT: u32 = 10_000;
 
+/// Checks that an optional duration is greater than zero.
 fn positive(value: Option<ConfigDuration>, path: &str, errors: &mut ConfigErrors) {
     if value.is_some_and(|d| d.get().is_zero()) {
         errors.push(path, "must be greater than 0");

@@ -16,6 +16,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
+use std::sync::Mutex;
+
+use crate::config::TlsVersions;
 use crate::state::UpstreamVersion;
 
 /// Opens a connection to a `scheme://authority` URI.
@@ -24,48 +27,47 @@ pub(crate) type Connector = HttpsConnector<TcpConnector>;
 /// A connection to a destination.
 pub(crate) type Io = MaybeHttpsStream<TcpConnection>;
 
-/// One connector per (HTTP version, certificate policy).
+/// What a connector is made for: the HTTP version (its ALPN list on `https://`), the
+/// certificate policy and the TLS versions.
+pub(crate) type ConnectorKind = (UpstreamVersion, bool, TlsVersions);
+
+/// The connectors, one per [`ConnectorKind`] in use, made when first needed (a pool
+/// asks for one when it is created, not per request).
 pub(crate) struct Connectors {
-    h1: Connector,
-    h2: Connector,
-    h1_any_cert: Connector,
-    h2_any_cert: Connector,
+    made: Mutex<Vec<(ConnectorKind, Connector)>>,
 }
 
 impl Connectors {
     pub(crate) fn new() -> Self {
         Connectors {
-            h1: connector(false, false),
-            h2: connector(true, false),
-            h1_any_cert: connector(false, true),
-            h2_any_cert: connector(true, true),
+            made: Mutex::new(Vec::new()),
         }
     }
 
-    /// The connector for `version` and this certificate policy.
-    pub(crate) fn get(&self, version: UpstreamVersion, accept_any: bool) -> &Connector {
-        match (version, accept_any) {
-            (UpstreamVersion::Http1, false) => &self.h1,
-            (UpstreamVersion::Http2, false) => &self.h2,
-            (UpstreamVersion::Http1, true) => &self.h1_any_cert,
-            (UpstreamVersion::Http2, true) => &self.h2_any_cert,
+    /// The connector for `kind`.
+    pub(crate) fn get(&self, kind: ConnectorKind) -> Connector {
+        let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, c)) = made.iter().find(|(k, _)| *k == kind) {
+            return c.clone();
         }
+        let c = connector(kind);
+        made.push((kind, c.clone()));
+        c
     }
 }
 
-fn connector(h2: bool, accept_any: bool) -> Connector {
+fn connector((version, accept_any, tls): ConnectorKind) -> Connector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(Duration::from_secs(10)));
-    let tls = super::tls::client_config(accept_any);
+    let tls = super::tls::client_config(accept_any, tls);
     let builder = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();
-    if h2 {
-        builder.enable_http2().wrap_connector(TcpConnector(http))
-    } else {
-        builder.enable_http1().wrap_connector(TcpConnector(http))
+    match version {
+        UpstreamVersion::Http2 => builder.enable_http2().wrap_connector(TcpConnector(http)),
+        UpstreamVersion::Http1 => builder.enable_http1().wrap_connector(TcpConnector(http)),
     }
 }
 

@@ -232,7 +232,7 @@ where
         let upgrade = upgrade::ClientUpgrade::take(&mut request.request);
         let version = match upgrade {
             Some(_) => UpstreamVersion::Http1,
-            None => http.version,
+            None => http.version_for(dest.address().scheme == http::uri::Scheme::HTTPS),
         };
         // The request is rewritten where it lies and its body wrapped once: each move
         // of a request is a `memcpy` of a few hundred bytes.
@@ -260,6 +260,7 @@ where
                         authority: &address.authority,
                         version,
                         accept_any_certificate: http.accept_any_certificate,
+                        tls: http.tls_versions,
                         upgrade: upgrade.is_some(),
                         limit,
                     },

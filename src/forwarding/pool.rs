@@ -53,6 +53,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use super::client::{Connector, Io};
+use crate::config::TlsVersions;
 use crate::fxhash::FxBuild;
 use crate::state::{DestinationState, UpstreamVersion};
 
@@ -111,6 +112,7 @@ struct Key {
     authority: Authority,
     version: UpstreamVersion,
     accept_any_certificate: bool,
+    tls: TlsVersions,
 }
 
 impl PartialEq for Key {
@@ -118,6 +120,7 @@ impl PartialEq for Key {
         self.https == other.https
             && self.version == other.version
             && self.accept_any_certificate == other.accept_any_certificate
+            && self.tls == other.tls
             && self.authority.as_str() == other.authority.as_str()
     }
 }
@@ -141,6 +144,8 @@ pub(crate) struct Target<'a> {
     pub(crate) authority: &'a Authority,
     pub(crate) version: UpstreamVersion,
     pub(crate) accept_any_certificate: bool,
+    /// The TLS versions offered to an `https://` destination (`SslProtocols`).
+    pub(crate) tls: TlsVersions,
     /// An upgrade (WebSocket): a connection of its own, outside the pool.
     pub(crate) upgrade: bool,
     /// The destination and its cluster's `MaxConnectionsPerServer`: the request goes
@@ -190,6 +195,7 @@ impl<B: SendBody> Pools<B> {
             authority,
             version,
             accept_any_certificate,
+            tls,
             upgrade,
             limit,
         } = to;
@@ -198,6 +204,12 @@ impl<B: SendBody> Pools<B> {
             authority: authority.clone(),
             version,
             accept_any_certificate,
+            // Plain connections share a pool whatever the TLS setting.
+            tls: if *scheme == Scheme::HTTPS {
+                tls
+            } else {
+                TlsVersions::Both
+            },
         };
         let pool = match limit {
             None => self.pool(key),
@@ -238,8 +250,7 @@ impl<B: SendBody> Pools<B> {
     fn new_pool(&self, key: Key, limit: Option<Arc<Limit>>) -> Pool<B> {
         let connector = self
             .connectors
-            .get(key.version, key.accept_any_certificate)
-            .clone();
+            .get((key.version, key.accept_any_certificate, key.tls));
         Pool {
             connector,
             target: format!(
@@ -1290,6 +1301,7 @@ mod tests {
             authority: Authority::from_static(authority),
             version: UpstreamVersion::Http1,
             accept_any_certificate: false,
+            tls: TlsVersions::Both,
         }
     }
 

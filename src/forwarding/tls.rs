@@ -7,17 +7,25 @@ use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvi
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
+use crate::config::TlsVersions;
+
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// A client config that validates destinations against [`roots`], or accepts any
+/// A client config offering the TLS versions `versions` (the cluster's
+/// `SslProtocols`) that validates destinations against [`roots`], or accepts any
 /// certificate when `accept_any` (the cluster's `DangerousAcceptAnyServerCertificate`,
 /// meant for tests).
-pub(crate) fn client_config(accept_any: bool) -> ClientConfig {
+pub(crate) fn client_config(accept_any: bool, versions: TlsVersions) -> ClientConfig {
+    let versions: &[&rustls::SupportedProtocolVersion] = match versions {
+        TlsVersions::Both => rustls::DEFAULT_VERSIONS,
+        TlsVersions::Tls12 => &[&rustls::version::TLS12],
+        TlsVersions::Tls13 => &[&rustls::version::TLS13],
+    };
     let builder = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions");
+        .with_protocol_versions(versions)
+        .expect("ring supports TLS 1.2 and 1.3");
     if accept_any {
         builder
             .dangerous()

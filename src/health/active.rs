@@ -271,6 +271,8 @@ impl PartialEq for ClusterPlan {
         self.cluster == other.cluster
             && self.settings == other.settings
             && self.http.version == other.http.version
+            && self.http.https_version == other.http.https_version
+            && self.http.tls_versions == other.http.tls_versions
             && self.http.accept_any_certificate == other.http.accept_any_certificate
             && self.probes.len() == other.probes.len()
             && self.probes.iter().zip(&other.probes).all(|(a, b)| {
@@ -364,8 +366,9 @@ impl Prober {
             pool::Target {
                 scheme: &scheme,
                 authority: &authority,
-                version: plan.http.version,
+                version: plan.http.version_for(scheme == http::uri::Scheme::HTTPS),
                 accept_any_certificate: plan.http.accept_any_certificate,
+                tls: plan.http.tls_versions,
                 upgrade: false,
                 // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
                 // where they go through a client of their own).

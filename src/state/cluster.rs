@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::affinity::AffinitySettings;
 use crate::balancing::ClusterBalancing;
-use crate::config::{ClusterConfig, RouteConfig};
+use crate::config::{ClusterConfig, HttpVersion, HttpVersionPolicy, RouteConfig, TlsVersions};
 use crate::health::ClusterHealth;
 use crate::limits::{RouteLimits, RouteState};
 use crate::telemetry::RouteTelemetry;
@@ -16,17 +16,57 @@ use super::destination::{ClusterState, Destination};
 /// The HTTP version used towards a cluster's destinations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UpstreamVersion {
-    /// HTTP/1.1 (the default; HTTP/1.0 configs are sent as 1.1).
+    /// HTTP/1.1 (HTTP/1.0 configs are sent as 1.1): ALPN `http/1.1` on `https://`.
     Http1,
-    /// HTTP/2: prior knowledge on `http://`, ALPN on `https://`.
+    /// HTTP/2: prior knowledge on `http://`, ALPN `h2` on `https://`.
     Http2,
+}
+
+impl UpstreamVersion {
+    /// The version YARP's `HttpRequest.Version` and `VersionPolicy` give towards a
+    /// destination, as .NET's `HttpClient` resolves them:
+    ///
+    /// | Version, policy | `http://` | `https://` |
+    /// |---|---|---|
+    /// | `1.x`, `OrLower` or `Exact` | HTTP/1.1 | HTTP/1.1 |
+    /// | `1.x`, `OrHigher` | HTTP/1.1 | HTTP/1.1 (see below) |
+    /// | `2`, `OrLower` (the default) | HTTP/1.1 | HTTP/1.1 (see below) |
+    /// | `2`, `Exact` or `OrHigher` | HTTP/2, prior knowledge (h2c) | HTTP/2 (ALPN `h2` only) |
+    ///
+    /// On `http://` this is exactly .NET's rule (no h2c unless the policy forbids going
+    /// lower). Where the policy allows both versions on `https://`, .NET offers `h2`
+    /// and `http/1.1` by ALPN and uses what the destination picks; fuseway does not
+    /// negotiate yet and uses HTTP/1.1, which every destination speaks and the policy
+    /// allows. Ask for HTTP/2 with `Exact` (or `OrHigher`).
+    ///
+    /// ```
+    /// use fuseway::config::{HttpVersion, HttpVersionPolicy as P};
+    /// use fuseway::state::UpstreamVersion as V;
+    /// assert_eq!(V::resolve(HttpVersion::Http2, P::RequestVersionOrLower, false), V::Http1);
+    /// assert_eq!(V::resolve(HttpVersion::Http2, P::RequestVersionExact, false), V::Http2);
+    /// assert_eq!(V::resolve(HttpVersion::Http11, P::RequestVersionExact, true), V::Http1);
+    /// ```
+    pub fn resolve(version: HttpVersion, policy: HttpVersionPolicy, https: bool) -> Self {
+        let _ = https; // the same rule on both schemes until ALPN negotiation lands
+        match (version, policy) {
+            (HttpVersion::Http2, HttpVersionPolicy::RequestVersionExact)
+            | (HttpVersion::Http2, HttpVersionPolicy::RequestVersionOrHigher) => {
+                UpstreamVersion::Http2
+            }
+            _ => UpstreamVersion::Http1,
+        }
+    }
 }
 
 /// Outgoing HTTP settings of a cluster, resolved from its configuration.
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
-    /// HTTP version towards destinations.
+    /// HTTP version towards `http://` destinations.
     pub version: UpstreamVersion,
+    /// HTTP version towards `https://` destinations.
+    pub https_version: UpstreamVersion,
+    /// TLS versions offered to `https://` destinations (`HttpClient.SslProtocols`).
+    pub tls_versions: TlsVersions,
     /// Longest idle time while waiting on the destination (YARP's `ActivityTimeout`, default 100 s).
     pub activity_timeout: Duration,
     /// Skip certificate validation towards `https://` destinations.
@@ -41,25 +81,41 @@ pub struct HttpSettings {
 pub const DEFAULT_ACTIVITY_TIMEOUT: Duration = Duration::from_secs(100);
 
 impl HttpSettings {
+    /// The HTTP version towards a destination of this scheme.
+    pub fn version_for(&self, https: bool) -> UpstreamVersion {
+        if https {
+            self.https_version
+        } else {
+            self.version
+        }
+    }
+
     pub(crate) fn from_config(config: &ClusterConfig) -> Self {
         let request = config.http_request.as_ref();
-        let version = match request.and_then(|r| r.version.as_deref()) {
-            Some("2") | Some("2.0") => UpstreamVersion::Http2,
-            _ => UpstreamVersion::Http1,
-        };
+        // Validation has checked both names.
+        let version: HttpVersion = request
+            .and_then(|r| r.version.as_deref())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default();
+        let policy: HttpVersionPolicy = request
+            .and_then(|r| r.version_policy.as_deref())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default();
+        let client = config.http_client.as_ref();
         HttpSettings {
-            version,
+            version: UpstreamVersion::resolve(version, policy, false),
+            https_version: UpstreamVersion::resolve(version, policy, true),
+            tls_versions: client
+                .and_then(|c| c.ssl_protocols.as_deref())
+                .and_then(|p| TlsVersions::from_names(p).ok())
+                .unwrap_or_default(),
             activity_timeout: request
                 .and_then(|r| r.activity_timeout)
                 .map_or(DEFAULT_ACTIVITY_TIMEOUT, |d| d.get()),
-            accept_any_certificate: config
-                .http_client
-                .as_ref()
+            accept_any_certificate: client
                 .and_then(|c| c.dangerous_accept_any_server_certificate)
                 .unwrap_or(false),
-            max_connections_per_server: config
-                .http_client
-                .as_ref()
+            max_connections_per_server: client
                 .and_then(|c| c.max_connections_per_server)
                 .map(|n| n as usize),
         }
