@@ -391,3 +391,62 @@ async fn the_binary_reloads_an_edited_file_and_serves_its_admin_listener() {
     let _ = child.wait().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A reload that changes `Listen` applies the rest and says the listeners need a
+/// restart (it is never silently ignored); one that does not change it says nothing.
+#[test]
+fn a_changed_listen_is_logged_as_needing_a_restart() {
+    let dir = temp_dir("listen-change");
+    let file = dir.join("proxy.json");
+    let config = |listen: &str, path: &str| {
+        format!(
+            r#"{{ "Listen": ["{listen}"],
+                 "Routes": {{ "r": {{ "ClusterId": "c", "Match": {{ "Path": "{path}" }} }} }},
+                 "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "http://127.0.0.1:9" }} }} }} }} }}"#
+        )
+    };
+    let text = config("127.0.0.1:1", "/a");
+    std::fs::write(&file, &text).unwrap();
+    let state = Arc::new(
+        ProxyState::new(fuseway::config::parse(&text, fuseway::config::Format::Json).unwrap())
+            .unwrap(),
+    );
+    let reloader = Reloader::new(file.clone(), state.clone());
+
+    let logs = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let sink = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || LogSink(sink.clone()))
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let logged = || String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+
+    write_config(&file, &config("127.0.0.1:1", "/b"));
+    reloader.reload().unwrap();
+    assert!(!logged().contains("needs a restart"), "{}", logged());
+
+    write_config(&file, &config("127.0.0.1:2", "/c"));
+    reloader.reload().unwrap();
+    assert!(logged().contains("`Listen` changed"), "{}", logged());
+    // The rest was applied.
+    let snapshot = state.snapshot();
+    assert_eq!(
+        snapshot.config().routes["r"].match_.path.as_deref(),
+        Some("/c")
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -485,8 +485,8 @@ async fn the_binary_binds_tls_listeners_from_its_config() {
 
 /// `https://` destinations are verified against the system's roots, which
 /// `SSL_CERT_FILE` replaces (as for OpenSSL and curl): a destination whose certificate
-/// is in that file is reached, without `DangerousAcceptAnyServerCertificate`; without
-/// the file the same destination is refused (502).
+/// is in that file is reached, without `DangerousAcceptAnyServerCertificate`; with a
+/// store that lacks it, the same destination is refused (502).
 #[tokio::test]
 async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
     use std::process::Stdio;
@@ -495,7 +495,20 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
     let backend = https_backend(&cert, &key).await;
     let dir = TempDir::new("roots");
     let roots = dir.write("roots.pem", &cert);
-    for (trusted, expected) in [(true, 200), (false, 502)] {
+    let (other, _) = self_signed();
+    let other = dir.write("other.pem", &other);
+    let empty = dir.write("empty.pem", "");
+    // (SSL_CERT_FILE, --bundled-roots, status): the system's store decides; a store
+    // without the destination's CA distrusts it (the bundled set does not rescue it);
+    // an empty store falls back to the bundled set, which does not have it either.
+    for (store, bundled, expected) in [
+        (&roots, false, 200),
+        (&roots, true, 200),
+        (&other, false, 502),
+        (&other, true, 502),
+        (&empty, false, 502),
+    ] {
+        let trusted = expected == 200;
         let config = common::simple_config(
             &[("d1", &format!("https://127.0.0.1:{}", backend.port()))],
             "",
@@ -512,11 +525,9 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        if trusted {
-            command.env("SSL_CERT_FILE", &roots);
-        } else {
-            // An empty file: no system roots at all, only the Mozilla set.
-            command.env("SSL_CERT_FILE", dir.write("empty.pem", ""));
+        command.env("SSL_CERT_FILE", store);
+        if bundled {
+            command.arg("--bundled-roots");
         }
         let mut child = command.spawn().unwrap();
         let addr = until_listening(&mut child).await;
@@ -528,7 +539,12 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
         )
         .await
         .unwrap();
-        assert_eq!(r.status(), expected, "trusted: {trusted}");
+        assert_eq!(
+            r.status(),
+            expected,
+            "{} bundled: {bundled}",
+            store.display()
+        );
         if trusted {
             assert_eq!(r.text().await.unwrap(), "HTTP/1.1 /verified");
         }
@@ -552,4 +568,74 @@ async fn until_listening(child: &mut tokio::process::Child) -> std::net::SocketA
         panic!("fuseway exited before listening");
     })
     .await
+}
+
+/// `SIGHUP` re-reads the listener's certificate and key: after the files are replaced,
+/// new connections get the new certificate, without a restart.
+#[tokio::test]
+async fn sighup_rotates_listener_certificates() {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let (old_cert, old_key) = self_signed();
+    let (new_cert, new_key) = self_signed();
+    let dir = TempDir::new("rotate");
+    let cert_file = dir.write("cert.pem", &old_cert);
+    let key_file = dir.write("key.pem", &old_key);
+    let backend = common::echo_backend().await;
+    let file = dir.write(
+        "proxy.json",
+        &front_config(&cert_file, &key_file, &backend.url(), ""),
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"))
+        .arg("--config")
+        .arg(&file)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = within("the listening log line", async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if let Some(addr) = common::listening_addr(&line) {
+                return addr;
+            }
+        }
+        panic!("fuseway exited before listening");
+    })
+    .await;
+    let get = |cert: &str| {
+        https_client(cert, Some(Version::HTTP_11))
+            .get(format!("https://{addr}/rotated"))
+            .send()
+    };
+    assert_eq!(get(&old_cert).await.unwrap().status(), 200);
+    assert!(
+        get(&new_cert).await.is_err(),
+        "the new certificate is not served yet"
+    );
+
+    dir.write("cert.pem", &new_cert);
+    dir.write("key.pem", &new_key);
+    let pid = child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    within("the certificates to reload", async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if line.contains("TLS certificates reloaded") {
+                return;
+            }
+        }
+        panic!("fuseway exited before reloading");
+    })
+    .await;
+    assert_eq!(get(&new_cert).await.unwrap().status(), 200);
+    assert!(get(&old_cert).await.is_err(), "the old certificate is gone");
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
 }

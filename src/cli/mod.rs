@@ -48,6 +48,11 @@ pub struct Args {
     /// is served (like `nginx -t`).
     #[arg(long, requires = "config")]
     pub check: bool,
+    /// Also trust the bundled Mozilla root certificates for `https://` destinations.
+    /// By default only the system's trust store is (`SSL_CERT_FILE` / `SSL_CERT_DIR`
+    /// when set), and the bundled set only where the system has none.
+    #[arg(long)]
+    pub bundled_roots: bool,
 }
 
 /// The listen address used when neither the command line nor the config names one.
@@ -55,6 +60,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Run the binary with these arguments until Ctrl-C / SIGTERM.
 pub async fn run(args: Args) -> Result<(), BoxError> {
+    crate::forwarding::trust_bundled_roots(args.bundled_roots);
     match &args.config {
         Some(path) if args.check => check_config(path),
         Some(path) => run_config(path.clone(), args.listen, args.admin, args.workers).await,
@@ -107,7 +113,7 @@ async fn run_config(
     let admin = spawn_admin(admin, &state).await?;
     let reloader =
         Arc::new(Reloader::new(path, state.clone()).with_overrides(config::env_overrides()));
-    spawn_reload_on_sighup(reloader.clone());
+    spawn_reload_on_sighup(reloader.clone(), server.tls_reloader());
     let _watcher = ConfigWatcher::spawn(reloader)
         .map_err(|e| tracing::warn!(error = %e, "cannot watch the configuration file; SIGHUP still reloads it"))
         .ok();
@@ -199,22 +205,38 @@ pub fn listen_addrs(cli: &[SocketAddr], config: &ProxyConfig) -> Result<Vec<Sock
         .collect()
 }
 
+/// `SIGHUP`: reload the configuration file and the listeners' certificate files.
 #[cfg(unix)]
-fn spawn_reload_on_sighup(reloader: Arc<Reloader>) {
+fn spawn_reload_on_sighup(reloader: Arc<Reloader>, tls: crate::server::TlsReloader) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         return;
     };
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            let r = reloader.clone();
-            let _ = tokio::task::spawn_blocking(move || r.reload()).await;
+            let (r, tls) = (reloader.clone(), tls.clone());
+            let _ = tokio::task::spawn_blocking(move || {
+                let _ = r.reload();
+                match tls.reload() {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(listeners = n, "TLS certificates reloaded"),
+                    Err(errors) => {
+                        for error in errors {
+                            tracing::error!(
+                                %error,
+                                "TLS certificate not reloaded; the listener keeps its previous one"
+                            );
+                        }
+                    }
+                }
+            })
+            .await;
         }
     });
 }
 
 #[cfg(not(unix))]
-fn spawn_reload_on_sighup(_reloader: Arc<Reloader>) {}
+fn spawn_reload_on_sighup(_reloader: Arc<Reloader>, _tls: crate::server::TlsReloader) {}
 
 /// Completes on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {

@@ -86,7 +86,19 @@ impl Reloader {
     }
 
     fn apply(&self, bytes: Vec<u8>) -> Result<(), ConfigErrors> {
-        let result = self.parse(&bytes).and_then(|c| self.state.update(c));
+        let result = self.parse(&bytes).and_then(|c| {
+            let listen_changed = c.listen != self.state.snapshot().config().listen;
+            self.state.update(c)?;
+            if listen_changed {
+                tracing::warn!(
+                    config = %self.path.display(),
+                    "`Listen` changed: listeners are bound at start, so the change needs a \
+                     restart (the rest of the configuration is applied; listener \
+                     certificates reload on SIGHUP)"
+                );
+            }
+            Ok(())
+        });
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
         self.log(result.as_ref().map(|_| ()));
         result

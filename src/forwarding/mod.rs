@@ -43,6 +43,7 @@ pub use expect::CONTINUE_TIMEOUT;
 pub use future::ResponseFuture;
 pub use pool::{IDLE_TIMEOUT, MAX_IDLE_PER_POOL};
 pub use request_body::RequestBody;
+pub use tls::trust_bundled_roots;
 
 use crate::health::PassiveRecord;
 use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};

@@ -1,5 +1,6 @@
 //! TLS towards `https://` destinations (rustls with the `ring` provider).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -38,26 +39,47 @@ pub(crate) fn client_config(accept_any: bool, versions: TlsVersions) -> ClientCo
     }
 }
 
+/// Whether [`roots`] adds the bundled Mozilla set to the system's.
+static BUNDLED_ROOTS: AtomicBool = AtomicBool::new(false);
+
+/// Also trust the bundled Mozilla root set (webpki-roots) for `https://` destinations,
+/// not only the system's trust store (the binary's `--bundled-roots`). Takes effect
+/// only before the first `https://` connection of the process.
+pub fn trust_bundled_roots(yes: bool) {
+    BUNDLED_ROOTS.store(yes, Ordering::Relaxed);
+}
+
 /// The trust anchors for `https://` destinations, loaded once per process: the
-/// system's (the platform store; or, when set, the PEM file `SSL_CERT_FILE` and the
-/// directories `SSL_CERT_DIR` instead, as OpenSSL and curl read them) plus the Mozilla
-/// set (webpki-roots), so that a machine without a store still verifies public sites.
+/// system's trust store (the platform store; or, when set, the PEM file
+/// `SSL_CERT_FILE` and the directories `SSL_CERT_DIR` instead, as OpenSSL and curl
+/// read them), so that removing a CA from the system distrusts it. The bundled Mozilla
+/// set is used where the system has no roots at all, or when asked for
+/// ([`trust_bundled_roots`]).
 fn roots() -> Arc<RootCertStore> {
     static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
     ROOTS
         .get_or_init(|| {
-            let mut roots = RootCertStore {
-                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-            };
+            let mut roots = RootCertStore::empty();
             let native = rustls_native_certs::load_native_certs();
             for error in &native.errors {
                 tracing::warn!(%error, "some system root certificates could not be loaded");
             }
             let (added, ignored) = roots.add_parsable_certificates(native.certs);
+            let bundled = added == 0 || BUNDLED_ROOTS.load(Ordering::Relaxed);
+            if bundled {
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            }
+            if added == 0 {
+                tracing::warn!(
+                    "no system root certificates: https destinations are verified against \
+                     the bundled Mozilla set"
+                );
+            }
             tracing::debug!(
                 added,
                 ignored,
-                "system root certificates for https destinations"
+                bundled,
+                "root certificates for https destinations"
             );
             Arc::new(roots)
         })

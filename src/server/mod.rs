@@ -9,9 +9,11 @@ mod tls;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -81,7 +83,11 @@ pub struct Server {
 
 struct Listener {
     tcp: TcpListener,
-    tls: Option<TlsAcceptor>,
+    /// The TLS configuration new connections are accepted with; swapped by
+    /// [`TlsReloader::reload`].
+    tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
+    /// The PEM files `tls` was read from (listeners bound from a configuration).
+    tls_files: Option<(PathBuf, PathBuf)>,
 }
 
 impl std::fmt::Debug for Listener {
@@ -90,6 +96,34 @@ impl std::fmt::Debug for Listener {
             .field("addr", &self.tcp.local_addr().ok())
             .field("tls", &self.tls.is_some())
             .finish()
+    }
+}
+
+/// Re-reads the certificate and key files of a server's TLS listeners (see
+/// [`Server::tls_reloader`]). A pair that cannot be read keeps its listener on the
+/// certificate it had.
+#[derive(Debug, Clone)]
+pub struct TlsReloader {
+    listeners: Vec<(PathBuf, PathBuf, Arc<ArcSwap<rustls::ServerConfig>>)>,
+}
+
+impl TlsReloader {
+    /// Read every listener's files again; new connections use what was read. Returns
+    /// how many listeners were reloaded, or the errors (each naming its files); the
+    /// listeners that failed keep their certificates.
+    pub fn reload(&self) -> Result<usize, Vec<String>> {
+        let mut errors = Vec::new();
+        for (cert, key, config) in &self.listeners {
+            match tls_config_from_files(cert, key) {
+                Ok(new) => config.store(new),
+                Err(e) => errors.push(format!("{} / {}: {e}", cert.display(), key.display())),
+            }
+        }
+        if errors.is_empty() {
+            Ok(self.listeners.len())
+        } else {
+            Err(errors)
+        }
     }
 }
 
@@ -165,7 +199,10 @@ impl Server {
             let tcp = bind(&addr).await?;
             server.listeners.push(Listener {
                 tcp,
-                tls: tls.map(TlsAcceptor::from),
+                tls: tls.map(|t| Arc::new(ArcSwap::new(t))),
+                tls_files: entry
+                    .tls_files()
+                    .map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
             });
         }
         Ok(server)
@@ -176,7 +213,11 @@ impl Server {
         Server {
             listeners: listeners
                 .into_iter()
-                .map(|tcp| Listener { tcp, tls: None })
+                .map(|tcp| Listener {
+                    tcp,
+                    tls: None,
+                    tls_files: None,
+                })
                 .collect(),
             options: ServerOptions::default(),
         }
@@ -191,9 +232,27 @@ impl Server {
     ) -> Server {
         self.listeners.push(Listener {
             tcp: listener,
-            tls: Some(TlsAcceptor::from(tls)),
+            tls: Some(Arc::new(ArcSwap::new(tls))),
+            tls_files: None,
         });
         self
+    }
+
+    /// A handle that re-reads the certificate and key files of the TLS listeners bound
+    /// from a configuration ([`bind_config`](Self::bind_config)), for certificate
+    /// rotation without a restart (the binary does it on `SIGHUP`). Take it before
+    /// serving.
+    pub fn tls_reloader(&self) -> TlsReloader {
+        TlsReloader {
+            listeners: self
+                .listeners
+                .iter()
+                .filter_map(|l| {
+                    let (cert, key) = l.tls_files.clone()?;
+                    Some((cert, key, l.tls.clone()?))
+                })
+                .collect(),
+        }
     }
 
     /// How long in-flight requests may take to finish after shutdown starts (default 30 s).
@@ -280,14 +339,14 @@ impl Server {
         let listeners = self
             .listeners
             .into_iter()
-            .map(|l| Ok((l.tcp.into_std()?, l.tls)))
+            .map(|l| Ok((l.tcp.into_std()?, l.tls, l.tls_files)))
             .collect::<io::Result<Vec<_>>>()?;
         let mut threads = Vec::with_capacity(workers);
         for i in 0..workers.max(1) {
             // Each worker registers its own handle of every listening socket.
             let mine = listeners
                 .iter()
-                .map(|(tcp, tls)| Ok((tcp.try_clone()?, tls.clone())))
+                .map(|(tcp, tls, files)| Ok((tcp.try_clone()?, tls.clone(), files.clone())))
                 .collect::<io::Result<Vec<_>>>()?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -299,7 +358,7 @@ impl Server {
                 runtime.block_on(async move {
                     let service = make_service();
                     let mut tasks = JoinSet::new();
-                    for (tcp, tls) in mine {
+                    for (tcp, tls, tls_files) in mine {
                         let tcp = match TcpListener::from_std(tcp) {
                             Ok(tcp) => tcp,
                             Err(e) => {
@@ -308,7 +367,11 @@ impl Server {
                             }
                         };
                         tasks.spawn(accept_loop(
-                            Listener { tcp, tls },
+                            Listener {
+                                tcp,
+                                tls,
+                                tls_files,
+                            },
                             service.clone(),
                             stop.clone(),
                             options.clone(),
@@ -414,7 +477,9 @@ async fn accept_loop<S>(
 ) where
     S: ServeService,
 {
-    let Listener { tcp: listener, tls } = listener;
+    let Listener {
+        tcp: listener, tls, ..
+    } = listener;
     let local = listener
         .local_addr()
         .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
@@ -488,7 +553,9 @@ async fn accept_loop<S>(
                     drop(permit);
                 });
             }
-            Some(acceptor) => {
+            Some(config) => {
+                // The configuration of the moment: a reload applies to new connections.
+                let acceptor = TlsAcceptor::from(config.load_full());
                 // The handshake runs on the connection's task, bounded like a request head.
                 let timeout = options.header_read_timeout;
                 let handshake = tokio::time::timeout(timeout, acceptor.accept(stream));
