@@ -1098,6 +1098,17 @@ async fn host_spoofing_cannot_split_the_route_from_what_the_backend_is_told() {
     )
     .await;
     assert_eq!(status, 400, "duplicate Host");
+    // No Host at all on HTTP/1.1: 400 too (RFC 9112 3.2); HTTP/1.0 needs none.
+    let (status, ..) = host_probe(&p, "GET /x HTTP/1.1\r\nConnection: close\r\n\r\n").await;
+    assert_eq!(status, 400, "no Host");
+    let (status, ..) = host_probe(
+        &p,
+        "GET http://public.example/x HTTP/1.1\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 400, "absolute form without Host");
+    let (status, ..) = host_probe(&p, "GET /x HTTP/1.0\r\n\r\n").await;
+    assert_ne!(status, 400, "HTTP/1.0 without Host");
     p.shutdown().await;
 }
 

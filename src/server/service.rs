@@ -99,6 +99,13 @@ where
 
     fn call(&self, request: Request<B>) -> Self::Future {
         let busy = self.activity.as_ref().map(Activity::enter);
+        // RFC 9112 section 3.2: an HTTP/1.1 request without `Host` gets 400 (two `Host`
+        // lines are refused by routing, which reads them).
+        if request.version() == http::Version::HTTP_11
+            && !request.headers().contains_key(http::header::HOST)
+        {
+            return ServedFuture::BadRequest { busy };
+        }
         let _current = self.info.enter();
         let _moment = crate::clock::Moment::open();
         match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
@@ -126,6 +133,7 @@ pin_project! {
             busy: Option<Busy>,
         },
         Panicked { message: Option<String>, busy: Option<Busy> },
+        BadRequest { busy: Option<Busy> },
     }
 }
 
@@ -155,6 +163,11 @@ where
             }
             ServedProj::Panicked { message, busy } => {
                 (message.take().unwrap_or_default(), busy.take())
+            }
+            ServedProj::BadRequest { busy } => {
+                let mut response = Response::new(ServedBody::new(ProxyBody::empty(), busy.take()));
+                *response.status_mut() = http::StatusCode::BAD_REQUEST;
+                return Poll::Ready(Ok(response));
             }
         };
         tracing::error!(panic = %message, "the pipeline panicked; answering 500");
