@@ -266,3 +266,69 @@ async fn expect_continue_body_follows_the_destinations_100() {
         proxy.shutdown().await;
     }
 }
+
+/// YARP's `ActivityTimeout` restarts on progress in either direction: an upload that
+/// keeps moving may take longer than the timeout while the destination waits for its
+/// end; one that stalls still times out (504).
+#[tokio::test]
+async fn activity_timeout_restarts_on_request_body_progress() {
+    const CHUNKS: usize = 16;
+    let gap = Duration::from_millis(50);
+    // Answers with the number of body bytes it read, once it has read them all.
+    let counting = backend(|req: Request<Incoming>| async move {
+        let n = req
+            .into_body()
+            .collect()
+            .await
+            .map_or(0, |b| b.to_bytes().len());
+        Response::new(common::full(n.to_string()))
+    })
+    .await;
+    // The whole upload (16 x 50 ms) lasts longer than the timeout; no gap comes near it.
+    let config = simple_config(
+        &[("d1", &counting.url())],
+        r#""HttpRequest": { "ActivityTimeout": "500ms" },"#,
+    );
+    for form in FORMS {
+        for (name, client) in [("h1", h1_client()), ("h2c", h2c_client())] {
+            let proxy = proxy_with(&config, form).await;
+            let started = Instant::now();
+            let chunks = futures_util::stream::iter(0..CHUNKS).then(move |_| async move {
+                tokio::time::sleep(gap).await;
+                Ok::<_, std::io::Error>(Bytes::from_static(b"0123456789"))
+            });
+            let r = within(
+                "the slow upload's answer",
+                client
+                    .post(proxy.url("/upload"))
+                    .body(reqwest::Body::wrap_stream(chunks))
+                    .send(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(r.status(), 200, "{name} {form:?}");
+            assert_eq!(r.text().await.unwrap(), (CHUNKS * 10).to_string());
+            assert!(
+                started.elapsed() > Duration::from_millis(500),
+                "the upload outlasted the timeout"
+            );
+
+            // One chunk, then nothing: the wait times out.
+            let stalled = futures_util::stream::iter([Ok::<_, std::io::Error>(
+                Bytes::from_static(b"only this"),
+            )])
+            .chain(futures_util::stream::pending());
+            let r = within(
+                "the stalled upload's answer",
+                client
+                    .post(proxy.url("/upload"))
+                    .body(reqwest::Body::wrap_stream(stalled))
+                    .send(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(r.status(), 504, "{name} {form:?}");
+            proxy.shutdown().await;
+        }
+    }
+}

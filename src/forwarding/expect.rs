@@ -14,6 +14,8 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
+
+use super::progress::Progress;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -120,6 +122,7 @@ pin_project! {
         inner: B,
         gate: Option<Arc<Gate>>,
         timer: Option<Pin<Box<Sleep>>>,
+        progress: Option<Arc<Progress>>,
     }
 }
 
@@ -136,7 +139,14 @@ impl<B> UpstreamBody<B> {
             inner,
             gate,
             timer: None,
+            progress: None,
         }
+    }
+
+    /// Mark `progress` whenever a frame of the body goes out.
+    pub(crate) fn with_progress(mut self, progress: Option<Arc<Progress>>) -> Self {
+        self.progress = progress;
+        self
     }
 }
 
@@ -175,7 +185,11 @@ where
             *this.gate = None;
             *this.timer = None;
         }
-        this.inner.poll_frame(cx)
+        let polled = this.inner.poll_frame(cx);
+        if let (Some(progress), Poll::Ready(Some(Ok(_)))) = (this.progress.as_ref(), &polled) {
+            progress.mark(crate::clock::now());
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

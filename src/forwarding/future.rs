@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::expect::Gate;
 use super::pool::BoxExchange;
+use super::progress::Progress;
 use super::request_body::{BodyTooLarge, ClientBodyError};
 use super::upgrade::{self, ClientUpgrade};
 use super::{headers, ExchangeGuard};
@@ -48,6 +49,9 @@ enum State {
 pub(super) struct Exchange {
     pub(super) upgrade: Option<ClientUpgrade>,
     pub(super) gate: Option<Arc<Gate>>,
+    /// When the request body last moved: the wait for the response head restarts
+    /// from there (YARP's activity timeout counts progress in either direction).
+    pub(super) progress: Option<Arc<Progress>>,
 }
 
 impl std::fmt::Debug for ResponseFuture {
@@ -98,7 +102,12 @@ impl Future for ResponseFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let error = match this.state {
-            State::Sending { upstream, .. } => match upstream.as_mut().poll_response(cx) {
+            State::Sending {
+                upstream,
+                activity_timeout,
+                exchange,
+                ..
+            } => match upstream.as_mut().poll_response(cx) {
                 Poll::Ready(Ok(mut response)) => {
                     let State::Sending {
                         upstream,
@@ -168,9 +177,26 @@ impl Future for ResponseFuture {
                     }
                 }
                 Poll::Ready(Err(e)) => ForwardError::new(classify(&*e), e),
-                Poll::Pending => match upstream.as_mut().poll_deadline(cx, *this.headers_by) {
-                    Poll::Ready(()) => ForwardError::kind_only(ForwardErrorKind::RequestTimedOut),
-                    Poll::Pending => return Poll::Pending,
+                Poll::Pending => loop {
+                    if upstream
+                        .as_mut()
+                        .poll_deadline(cx, *this.headers_by)
+                        .is_pending()
+                    {
+                        return Poll::Pending;
+                    }
+                    // The body moved since the deadline was set: the activity timeout
+                    // restarts from its last movement (never past the route's `Timeout`).
+                    let route_deadline =
+                        this.target.as_ref().and_then(|(c, _)| c.limits().deadline);
+                    let moved = exchange
+                        .progress
+                        .as_ref()
+                        .map(|p| p.last() + *activity_timeout);
+                    match moved.map(|m| route_deadline.map_or(m, |d| d.min(m))) {
+                        Some(next) if next > *this.headers_by => *this.headers_by = next,
+                        _ => break ForwardError::kind_only(ForwardErrorKind::RequestTimedOut),
+                    }
                 },
             },
             State::Failed(e) => e.take().expect("polled after completion"),

@@ -25,6 +25,7 @@ mod future;
 pub mod headers;
 pub(crate) mod path;
 pub(crate) mod pool;
+mod progress;
 mod request_body;
 mod tls;
 pub(crate) mod upgrade;
@@ -246,8 +247,12 @@ where
                     UpstreamVersion::Http2 => None,
                 };
                 let body_limit = context.limits().max_request_body_size;
+                // Only a request with a body can make progress after it is sent.
+                let progress = (!req.body().is_end_stream())
+                    .then(|| Arc::new(progress::Progress::new(crate::clock::now())));
                 let outgoing = req.map(|body| {
                     UpstreamBody::new(RequestBody::new(body, body_limit), gate.clone())
+                        .with_progress(progress.clone())
                 });
                 let dest = &context.cluster().destinations()[destination];
                 let address = dest.address();
@@ -273,7 +278,11 @@ where
                     destination,
                     http.activity_timeout,
                     client_version,
-                    future::Exchange { upgrade, gate },
+                    future::Exchange {
+                        upgrade,
+                        gate,
+                        progress,
+                    },
                 )
             }
             Err(e) => ResponseFuture::failed(e, context, destination),
