@@ -56,7 +56,7 @@ use pool::Pools;
 /// Everything that lives exactly as long as one exchange: the destination's and the
 /// cluster's concurrency counters, guards stages asked to hold, and the passive-health
 /// record. When the exchange ends the counters are released first, then the record is
-/// made — exactly once, and never when the client abandoned the response.
+/// made — exactly once; a response the client abandoned is recorded as a non-failure.
 pub struct ExchangeGuard {
     destination: Option<ConcurrencyGuard>,
     cluster: Option<ConcurrencyGuard>,
@@ -158,8 +158,13 @@ impl ExchangeGuard {
         self.cluster.take();
         self.held.take();
         self.continue_closer.take();
-        if let (Some(record), Some(result)) = (self.passive.take(), result) {
-            record.complete(&self.target, result);
+        // A client that went away is counted in the window's total, not as a failure
+        // (as YARP counts `ResponseBodyClient`); a panic records nothing.
+        if let Some(record) = self.passive.take() {
+            if !std::thread::panicking() {
+                let result = result.unwrap_or(Err(ForwardErrorKind::ResponseBodyClient));
+                record.complete(&self.target, result);
+            }
         }
     }
 }
@@ -342,7 +347,8 @@ fn outgoing<B>(
     };
     let rewritten = transforms.apply_request(&client, &mut method, &mut headers);
 
-    let invalid = |e: http::uri::InvalidUri| ForwardError::new(ForwardErrorKind::Request, e);
+    let invalid =
+        |e: http::uri::InvalidUri| ForwardError::new(ForwardErrorKind::RequestCreation, e);
     let path_and_query = match (rewritten, uri.path_and_query()) {
         (Some(r), _) => {
             let mut uri = String::with_capacity(
@@ -380,8 +386,8 @@ fn outgoing<B>(
         target.authority = Some(address.authority.clone());
     }
     target.path_and_query = Some(path_and_query);
-    let outgoing_uri =
-        Uri::from_parts(target).map_err(|e| ForwardError::new(ForwardErrorKind::Request, e))?;
+    let outgoing_uri = Uri::from_parts(target)
+        .map_err(|e| ForwardError::new(ForwardErrorKind::RequestCreation, e))?;
 
     // `Host`: YARP's RequestHeaderOriginalHost rules. A `Host` set by a transform wins;
     // otherwise the destination's (its configured `Host`, else for HTTP/1.1 its

@@ -265,7 +265,7 @@ impl DestinationHealth {
 
 /// A passive-health observation waiting for the exchange to end: recorded exactly once,
 /// after the response body has finished and the concurrency counters are released;
-/// never when the client aborted.
+/// a response the client abandoned counts in the total, not as a failure (as in YARP).
 ///
 /// It is made for the destination of the exchange that keeps it (no reference of its
 /// own: one reference-count increment and decrement less per request).

@@ -184,6 +184,8 @@ fn stage_counts_destination_failures() {
         ForwardErrorKind::RequestBodyClient,
         ForwardErrorKind::RequestBodyTooLarge,
         ForwardErrorKind::RequestCanceled,
+        // A request that could not be built is not the destination's failure.
+        ForwardErrorKind::RequestCreation,
     ] {
         let mut r = forwarded(
             &snap,
@@ -194,7 +196,7 @@ fn stage_counts_destination_failures() {
     }
     assert_eq!(
         health.passive_counts(),
-        (0, 3),
+        (0, 4),
         "client errors are not failures"
     );
     let mut r = forwarded(
@@ -205,7 +207,7 @@ fn stage_counts_destination_failures() {
     run_stage(&mut r);
     assert_eq!(
         health.passive_counts(),
-        (0, 4),
+        (0, 5),
         "5xx is not counted by default"
     );
     for kind in [
@@ -220,11 +222,11 @@ fn stage_counts_destination_failures() {
         );
         run_stage(&mut r);
     }
-    assert_eq!(health.passive_counts(), (3, 7));
+    assert_eq!(health.passive_counts(), (3, 8));
     assert_eq!(
         health.passive(),
         HealthState::Healthy,
-        "7 requests: below 10"
+        "8 requests: below 10"
     );
     assert_eq!(dest(&snap, 1).health().passive_counts(), (0, 0));
 }

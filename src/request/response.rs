@@ -21,6 +21,9 @@ pub enum ForwardErrorKind {
     NoAvailableDestinations,
     /// Connecting to or sending the request to the destination failed (502).
     Request,
+    /// The outgoing request could not be built (an invalid URI after the transforms;
+    /// 502). Not the destination's failure.
+    RequestCreation,
     /// The destination did not answer within the activity timeout (504).
     RequestTimedOut,
     /// The client went away before the response started.
@@ -237,7 +240,7 @@ impl ProxyResponse {
     }
 
     /// Record `record` once the exchange is over: when the streamed body ends or fails,
-    /// after the counters are released (never if the client abandons the body); at
+    /// after the counters are released (as a non-failure if the client abandons it); at
     /// once when there is no streamed body; for the outcome's destination (nothing
     /// without one).
     pub(crate) fn on_complete(&mut self, record: PassiveRecord) {

@@ -437,6 +437,7 @@ pub fn kind_name(kind: ForwardErrorKind) -> &'static str {
     match kind {
         ForwardErrorKind::NoAvailableDestinations => "NoAvailableDestinations",
         ForwardErrorKind::Request => "Request",
+        ForwardErrorKind::RequestCreation => "RequestCreation",
         ForwardErrorKind::RequestTimedOut => "RequestTimedOut",
         ForwardErrorKind::RequestCanceled => "RequestCanceled",
         ForwardErrorKind::RequestBodyClient => "RequestBodyClient",
