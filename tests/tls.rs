@@ -451,8 +451,6 @@ async fn https_destinations_over_http1_and_http2() {
 
 #[tokio::test]
 async fn the_binary_binds_tls_listeners_from_its_config() {
-    use std::process::Stdio;
-
     let (cert, key) = self_signed();
     let dir = TempDir::new("binary");
     let cert_file = dir.write("cert.pem", &cert);
@@ -460,16 +458,7 @@ async fn the_binary_binds_tls_listeners_from_its_config() {
     let backend = common::echo_backend().await;
     let config = front_config(&cert_file, &key_file, &backend.url(), "");
     let file = dir.write("proxy.json", &config);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"))
-        .arg("--config")
-        .arg(&file)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = fuseway(&file).spawn().unwrap();
     let addr = until_listening(&mut child).await;
     let r = https_client(&cert, None)
         .get(format!("https://{addr}/from-binary"))
@@ -489,8 +478,6 @@ async fn the_binary_binds_tls_listeners_from_its_config() {
 /// store that lacks it, the same destination is refused (502).
 #[tokio::test]
 async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
-    use std::process::Stdio;
-
     let (cert, key) = self_signed();
     let backend = https_backend(&cert, &key).await;
     let dir = TempDir::new("roots");
@@ -514,17 +501,10 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
             "",
         );
         let file = dir.write("proxy.json", &config);
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"));
+        let mut command = fuseway(&file);
         command
-            .arg("--config")
-            .arg(&file)
             .args(["--listen", "127.0.0.1:0"])
-            .env("RUST_LOG", "info")
-            .env_remove("SSL_CERT_DIR")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+            .env_remove("SSL_CERT_DIR");
         command.env("SSL_CERT_FILE", store);
         if bundled {
             command.arg("--bundled-roots");
@@ -553,50 +533,32 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
     }
 }
 
+/// The binary running `file`, logging at INFO to a piped stderr.
+fn fuseway(file: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"));
+    command
+        .arg("--config")
+        .arg(file)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+type Log = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>;
+
 /// Wait for the binary's "fuseway listening" log line (its stderr piped) and return
 /// the address it names. The log is closed afterwards: the binary must keep serving
 /// with its stderr gone (its later log lines fail to write).
 async fn until_listening(child: &mut tokio::process::Child) -> std::net::SocketAddr {
-    use tokio::io::{AsyncBufReadExt, BufReader};
-    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
-    within("the listening log line", async {
-        while let Some(line) = log.next_line().await.unwrap() {
-            if let Some(addr) = common::listening_addr(&line) {
-                return addr;
-            }
-        }
-        panic!("fuseway exited before listening");
-    })
-    .await
+    listening_with_log(child).await.0
 }
 
-/// `SIGHUP` re-reads the listener's certificate and key: after the files are replaced,
-/// new connections get the new certificate, without a restart.
-#[tokio::test]
-async fn sighup_rotates_listener_certificates() {
-    use std::process::Stdio;
+/// [`until_listening`], keeping the log open for later lines.
+async fn listening_with_log(child: &mut tokio::process::Child) -> (std::net::SocketAddr, Log) {
     use tokio::io::{AsyncBufReadExt, BufReader};
-
-    let (old_cert, old_key) = self_signed();
-    let (new_cert, new_key) = self_signed();
-    let dir = TempDir::new("rotate");
-    let cert_file = dir.write("cert.pem", &old_cert);
-    let key_file = dir.write("key.pem", &old_key);
-    let backend = common::echo_backend().await;
-    let file = dir.write(
-        "proxy.json",
-        &front_config(&cert_file, &key_file, &backend.url(), ""),
-    );
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"))
-        .arg("--config")
-        .arg(&file)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
     let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = within("the listening log line", async {
         while let Some(line) = log.next_line().await.unwrap() {
@@ -607,6 +569,25 @@ async fn sighup_rotates_listener_certificates() {
         panic!("fuseway exited before listening");
     })
     .await;
+    (addr, log)
+}
+
+/// `SIGHUP` re-reads the listener's certificate and key: after the files are replaced,
+/// new connections get the new certificate, without a restart.
+#[tokio::test]
+async fn sighup_rotates_listener_certificates() {
+    let (old_cert, old_key) = self_signed();
+    let (new_cert, new_key) = self_signed();
+    let dir = TempDir::new("rotate");
+    let cert_file = dir.write("cert.pem", &old_cert);
+    let key_file = dir.write("key.pem", &old_key);
+    let backend = common::echo_backend().await;
+    let file = dir.write(
+        "proxy.json",
+        &front_config(&cert_file, &key_file, &backend.url(), ""),
+    );
+    let mut child = fuseway(&file).spawn().unwrap();
+    let (addr, mut log) = listening_with_log(&mut child).await;
     let get = |cert: &str| {
         https_client(cert, Some(Version::HTTP_11))
             .get(format!("https://{addr}/rotated"))
