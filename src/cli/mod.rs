@@ -74,18 +74,16 @@ fn load(path: &std::path::Path) -> Result<ProxyConfig, BoxError> {
         .map_err(|e| format!("invalid configuration {}: {e}", path.display()).into())
 }
 
-/// `--check`: everything a start would check short of binding the listeners.
-fn check_config(path: &std::path::Path) -> Result<(), BoxError> {
-    let config = load(path)?;
-    for (i, listen) in config.listen.iter().enumerate() {
-        if let Some((cert, key)) = listen.tls_files() {
-            crate::server::tls_config_from_files(cert, key).map_err(|e| {
-                format!("invalid configuration {}: Listen[{i}]: {e}", path.display())
-            })?;
-        }
-    }
+/// The proxy state of a loaded configuration (its policies checked).
+fn build_state(path: &std::path::Path, config: ProxyConfig) -> Result<ProxyState, BoxError> {
     ProxyState::new(config)
-        .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?;
+        .map_err(|e| format!("invalid configuration {}: {e}", path.display()).into())
+}
+
+/// `--check`: everything a start would check short of binding the listeners (loading
+/// validates the listeners' certificate files too).
+fn check_config(path: &std::path::Path) -> Result<(), BoxError> {
+    build_state(path, load(path)?)?;
     println!("configuration {} is valid", path.display());
     Ok(())
 }
@@ -103,10 +101,7 @@ async fn run_config(
     } else {
         Server::bind(&listen_addrs(&listen, &config)?).await?
     };
-    let state = Arc::new(
-        ProxyState::new(config)
-            .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?,
-    );
+    let state = Arc::new(build_state(&path, config)?);
     for addr in server.local_addrs() {
         tracing::info!(%addr, config = %path.display(), "fuseway listening");
     }

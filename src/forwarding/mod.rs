@@ -239,7 +239,7 @@ where
         let upgrade = upgrade::ClientUpgrade::take(&mut request.request);
         let version = match upgrade {
             Some(_) => UpstreamVersion::Http1,
-            None => http.version_for(dest.address().scheme == http::uri::Scheme::HTTPS),
+            None => http.version,
         };
         // The request is rewritten where it lies and its body wrapped once: each move
         // of a request is a `memcpy` of a few hundred bytes.

@@ -271,7 +271,6 @@ impl PartialEq for ClusterPlan {
         self.cluster == other.cluster
             && self.settings == other.settings
             && self.http.version == other.http.version
-            && self.http.https_version == other.http.https_version
             && self.http.tls_versions == other.http.tls_versions
             && self.http.accept_any_certificate == other.http.accept_any_certificate
             && self.probes.len() == other.probes.len()
@@ -366,7 +365,7 @@ impl Prober {
             pool::Target {
                 scheme: &scheme,
                 authority: &authority,
-                version: plan.http.version_for(scheme == http::uri::Scheme::HTTPS),
+                version: plan.http.version,
                 accept_any_certificate: plan.http.accept_any_certificate,
                 tls: plan.http.tls_versions,
                 upgrade: false,

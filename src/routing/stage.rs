@@ -51,8 +51,9 @@ impl Routing {
         else {
             return Err(ProxyResponse::status(StatusCode::NOT_FOUND));
         };
-        for policy in snapshot.routes()[route].policies() {
-            policy.on_request(&PolicyRequest::new(request, snapshot.routes()[route].id()))?;
+        let matched = &snapshot.routes()[route];
+        for policy in matched.policies() {
+            policy.on_request(&PolicyRequest::new(request, matched.id()))?;
         }
         let Some(cluster) = snapshot.routes()[route].cluster_index() else {
             tracing::warn!(

@@ -37,17 +37,17 @@ impl UpstreamVersion {
     /// lower). Where the policy allows both versions on `https://`, .NET offers `h2`
     /// and `http/1.1` by ALPN and uses what the destination picks; fuseway does not
     /// negotiate yet and uses HTTP/1.1, which every destination speaks and the policy
-    /// allows. Ask for HTTP/2 with `Exact` (or `OrHigher`).
+    /// allows. Ask for HTTP/2 with `Exact` (or `OrHigher`). So for now one rule serves
+    /// both schemes.
     ///
     /// ```
     /// use fuseway::config::{HttpVersion, HttpVersionPolicy as P};
     /// use fuseway::state::UpstreamVersion as V;
-    /// assert_eq!(V::resolve(HttpVersion::Http2, P::RequestVersionOrLower, false), V::Http1);
-    /// assert_eq!(V::resolve(HttpVersion::Http2, P::RequestVersionExact, false), V::Http2);
-    /// assert_eq!(V::resolve(HttpVersion::Http11, P::RequestVersionExact, true), V::Http1);
+    /// assert_eq!(V::resolve(HttpVersion::Http2, P::RequestVersionOrLower), V::Http1);
+    /// assert_eq!(V::resolve(HttpVersion::Http2, P::RequestVersionExact), V::Http2);
+    /// assert_eq!(V::resolve(HttpVersion::Http11, P::RequestVersionOrHigher), V::Http1);
     /// ```
-    pub fn resolve(version: HttpVersion, policy: HttpVersionPolicy, https: bool) -> Self {
-        let _ = https; // the same rule on both schemes until ALPN negotiation lands
+    pub fn resolve(version: HttpVersion, policy: HttpVersionPolicy) -> Self {
         match (version, policy) {
             (HttpVersion::Http2, HttpVersionPolicy::RequestVersionExact)
             | (HttpVersion::Http2, HttpVersionPolicy::RequestVersionOrHigher) => {
@@ -61,10 +61,9 @@ impl UpstreamVersion {
 /// Outgoing HTTP settings of a cluster, resolved from its configuration.
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
-    /// HTTP version towards `http://` destinations.
+    /// HTTP version towards destinations (`HttpRequest.Version` and `VersionPolicy`,
+    /// see [`UpstreamVersion::resolve`]).
     pub version: UpstreamVersion,
-    /// HTTP version towards `https://` destinations.
-    pub https_version: UpstreamVersion,
     /// TLS versions offered to `https://` destinations (`HttpClient.SslProtocols`).
     pub tls_versions: TlsVersions,
     /// Longest idle time while waiting on the destination (YARP's `ActivityTimeout`, default 100 s).
@@ -81,15 +80,6 @@ pub struct HttpSettings {
 pub const DEFAULT_ACTIVITY_TIMEOUT: Duration = Duration::from_secs(100);
 
 impl HttpSettings {
-    /// The HTTP version towards a destination of this scheme.
-    pub fn version_for(&self, https: bool) -> UpstreamVersion {
-        if https {
-            self.https_version
-        } else {
-            self.version
-        }
-    }
-
     pub(crate) fn from_config(config: &ClusterConfig) -> Self {
         let request = config.http_request.as_ref();
         // Validation has checked both names.
@@ -103,8 +93,7 @@ impl HttpSettings {
             .unwrap_or_default();
         let client = config.http_client.as_ref();
         HttpSettings {
-            version: UpstreamVersion::resolve(version, policy, false),
-            https_version: UpstreamVersion::resolve(version, policy, true),
+            version: UpstreamVersion::resolve(version, policy),
             tls_versions: client
                 .and_then(|c| c.ssl_protocols.as_deref())
                 .and_then(|p| TlsVersions::from_names(p).ok())
