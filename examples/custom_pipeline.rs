@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use fuseway::balancing::LoadBalancing;
+use fuseway::body::Incoming;
 use fuseway::forwarding::Forwarder;
 use fuseway::request::{ProxyResponse, Routed};
 use fuseway::routing::Routing;
@@ -15,7 +16,6 @@ use fuseway::server::{ProxyService, Server};
 use fuseway::stage::{Stage, StageLayer};
 use fuseway::state::ProxyState;
 use http::{HeaderName, HeaderValue, StatusCode};
-use hyper::body::Incoming;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::util::MapResponseLayer;
 use tower::ServiceBuilder;

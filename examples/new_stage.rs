@@ -68,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .layer(StageLayer::new(ApiKey::default()))
         .layer(StageLayer::new(fuseway::limits::Limits::new()))
         .layer(StageLayer::new(fuseway::balancing::LoadBalancing::new()))
-        .service(fuseway::forwarding::Forwarder::<hyper::body::Incoming>::new());
+        .service(fuseway::forwarding::Forwarder::<fuseway::body::Incoming>::new());
     let fused = WithApiKey::from_state(state, ApiKey::default());
 
     let layered_server = Server::bind(&["127.0.0.1:8081".parse()?]).await?;

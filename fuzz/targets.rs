@@ -976,3 +976,155 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
     }
     Ok(())
 }
+
+// ===== HTTP/1.1: the native engine against hyper's =====
+
+/// Pieces of request heads: what clients send, and what smugglers do.
+const REQUEST_LINES: &[&str] = &[
+    "GET / HTTP/1.1",
+    "GET /a/b?c=d HTTP/1.1",
+    "POST /upload HTTP/1.1",
+    "HEAD / HTTP/1.1",
+    "GET / HTTP/1.0",
+    "POST / HTTP/1.0",
+    "OPTIONS * HTTP/1.1",
+    "GET * HTTP/1.1",
+    "CONNECT example.com:443 HTTP/1.1",
+    "GET example.com:443 HTTP/1.1",
+    "GET http://example.com/x HTTP/1.1",
+    "GET /%zz HTTP/1.1",
+    "GET / HTTP/1.2",
+    "GET / HTTP/2.0",
+    "GET  / HTTP/1.1",
+    "get / HTTP/1.1",
+    "BREW /pot HTTP/1.1",
+    "GET /caf\u{e9} HTTP/1.1",
+];
+
+const FIELDS: &[&str] = &[
+    "Host: example.com",
+    "Host: example.com",
+    "Host: example.com",
+    "Host: other",
+    "Host:",
+    "Content-Length: 0",
+    "Content-Length: 5",
+    "Content-Length: 5",
+    "Content-Length: 5, 5",
+    "Content-Length: 5,6",
+    "Content-Length: +5",
+    "Content-Length:  5 ",
+    "Content-Length: 99999999999999999999",
+    "Transfer-Encoding: chunked",
+    "Transfer-Encoding: chunked",
+    "Transfer-Encoding: Chunked",
+    "Transfer-Encoding: gzip, chunked",
+    "Transfer-Encoding: chunked, gzip",
+    "Transfer-Encoding: chunked, chunked",
+    "Transfer-Encoding: identity",
+    "Transfer-Encoding: xchunked",
+    "Transfer-Encoding:\tchunked",
+    "Transfer-Encoding : chunked",
+    "Connection: close",
+    "Connection: keep-alive",
+    "Connection: Upgrade",
+    "Upgrade: websocket",
+    "Expect: 100-continue",
+    "TE: trailers",
+    "X-Folded: a\r\n b",
+    "X-Bare: a\rb",
+    "X-Nul: a\u{0}b",
+    "X-Obs: caf\u{e9}",
+    "X-Empty:",
+    " X-Leading: space",
+    "X-Tab:\tvalue\t",
+];
+
+const BODIES: &[&str] = &[
+    "",
+    "hello",
+    "hello world",
+    "5\r\nhello\r\n0\r\n\r\n",
+    "5\r\nhello\r\n0\r\nX-Trailer: t\r\n\r\n",
+    "5;ext=1\r\nhello\r\n0\r\n\r\n",
+    "5 ; ext\r\nhello\r\n0\r\n\r\n",
+    "5\r\nhelloX\r\n0\r\n\r\n",
+    "\r\n\r\n",
+    "0x5\r\nhello\r\n0\r\n\r\n",
+    "-1\r\n",
+    "5\nhello\n0\n\n",
+    "fffffffffffffffff\r\n",
+    "0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+];
+
+thread_local! {
+    static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+}
+
+/// A client's bytes: one to three requests from the pieces above, line endings now and
+/// then bare LF, or (1 in 16) arbitrary bytes.
+fn http1_input(u: &mut Unstructured) -> Result<Vec<u8>> {
+    if u.ratio(1, 16)? {
+        return u.arbitrary::<Vec<u8>>();
+    }
+    let mut out = Vec::new();
+    for _ in 0..u.int_in_range(1..=3)? {
+        let eol: &[u8] = if u.ratio(1, 12)? { b"\n" } else { b"\r\n" };
+        out.extend_from_slice(pick(u, REQUEST_LINES)?.as_bytes());
+        out.extend_from_slice(eol);
+        for _ in 0..u.int_in_range(0..=5)? {
+            out.extend_from_slice(pick(u, FIELDS)?.as_bytes());
+            out.extend_from_slice(eol);
+        }
+        out.extend_from_slice(eol);
+        out.extend_from_slice(pick(u, BODIES)?.as_bytes());
+    }
+    Ok(out)
+}
+
+/// The same bytes through the native engine and hyper's: every request both hand to
+/// the pipeline is the same request (method, target, version, fields; body and
+/// trailers where both read them whole), and the native engine hands over no first
+/// request that hyper refuses (it is the stricter of the two; the README lists where
+/// they differ).
+pub fn http1_engines(u: &mut Unstructured) -> Result<()> {
+    use fuseway::server::Http1Engine;
+    use fuseway::testing::replay;
+    let input = http1_input(u)?;
+    let (native, hyper) = RUNTIME.with(|rt| {
+        rt.block_on(async {
+            (
+                replay(Http1Engine::Native, &input).await,
+                replay(Http1Engine::Hyper, &input).await,
+            )
+        })
+    });
+    let shown = || String::from_utf8_lossy(&input).into_owned();
+    for (n, h) in native.requests.iter().zip(&hyper.requests) {
+        assert_eq!(
+            (&n.method, &n.uri, n.version, &n.headers),
+            (&h.method, &h.uri, h.version, &h.headers),
+            "the engines read different heads from {:?}",
+            shown()
+        );
+        if let (Some(nb), Some(hb)) = (&n.body, &h.body) {
+            assert_eq!(nb, hb, "different bodies from {:?}", shown());
+            assert_eq!(
+                n.trailers,
+                h.trailers,
+                "different trailers from {:?}",
+                shown()
+            );
+        }
+    }
+    assert!(
+        native.requests.is_empty() || !hyper.requests.is_empty(),
+        "the native engine accepted what hyper refused: {:?} -> {:?}",
+        shown(),
+        native.requests
+    );
+    Ok(())
+}

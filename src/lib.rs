@@ -79,6 +79,7 @@ pub mod config;
 pub mod forwarding;
 mod fxhash;
 pub mod health;
+mod http1;
 pub mod limits;
 pub mod pipeline;
 pub mod policy;

@@ -1,6 +1,10 @@
 //! In-process stand-ins for the forwarder, for pipeline benches and tests that measure
 //! or compare the pipeline itself without sockets. Never part of a real proxy.
 //!
+//! [`replay`] serves a client's bytes through one HTTP/1.1 engine in process and tells
+//! what the pipeline received: the differential tests and fuzz target compare the
+//! native engine with hyper's through it.
+//!
 //! [`StubForwarder`] answers every [`Balanced`] request with `200 OK` and an empty body,
 //! recording the destination in the outcome as the real forwarder does, so stages that
 //! look at the outcome (affinity, passive health) behave as in production.
@@ -11,6 +15,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http::{HeaderMap, Response, StatusCode};
+
+pub use crate::server::replay::{replay, Received, Replayed};
 
 use crate::body::ProxyBody;
 use crate::pipeline::Terminal;

@@ -66,7 +66,7 @@ type LayeredChaos = StageService<
                     Chaos,
                     StageService<
                         fuseway::health::PassiveHealth,
-                        fuseway::forwarding::Forwarder<Incoming>,
+                        fuseway::forwarding::Forwarder<fuseway::body::Incoming>,
                     >,
                 >,
             >,

@@ -112,3 +112,8 @@ fn regression_headers_crash_dd9aa44f() {
     ];
     let _ = targets::headers(&mut Unstructured::new(data));
 }
+
+#[test]
+fn fuzz_http1_engines() {
+    run("http1_engines", structured(targets::http1_engines));
+}

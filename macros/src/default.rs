@@ -177,9 +177,7 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
         }
     }
     let request: syn::Type = request.unwrap_or_else(|| {
-        syn::parse_quote!(
-            ::fuseway::__private::http::Request<::fuseway::__private::hyper::body::Incoming>
-        )
+        syn::parse_quote!(::fuseway::__private::http::Request<::fuseway::body::Incoming>)
     });
     let terminal = match terminal {
         Some(t) => {
@@ -193,9 +191,7 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             Entry {
                 call: Call::ByValue,
                 name: format_ident!("forwarder"),
-                ty: syn::parse_quote!(
-                    ::fuseway::forwarding::Forwarder<::fuseway::__private::hyper::body::Incoming>
-                ),
+                ty: syn::parse_quote!(::fuseway::forwarding::Forwarder<::fuseway::body::Incoming>),
             }
         }
     };

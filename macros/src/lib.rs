@@ -14,10 +14,10 @@ use proc_macro::TokenStream;
 /// ```ignore
 /// fuseway::fused_pipeline! {
 ///     /// My pipeline.
-///     pub struct MyPipeline(http::Request<hyper::body::Incoming>) {
+///     pub struct MyPipeline(http::Request<fuseway::body::Incoming>) {
 ///         routing: fuseway::routing::Routing,
 ///         balancing: fuseway::balancing::LoadBalancing,
-///         => forwarder: fuseway::forwarding::Forwarder<hyper::body::Incoming>,
+///         => forwarder: fuseway::forwarding::Forwarder<fuseway::body::Incoming>,
 ///     }
 /// }
 /// ```

@@ -15,7 +15,7 @@ use crate::admin::Admin;
 use crate::config::{self, ProxyConfig};
 use crate::health::ActiveHealthChecker;
 use crate::pipeline;
-use crate::server::Server;
+use crate::server::{Http1Engine, Server};
 use crate::state::ProxyState;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -53,6 +53,10 @@ pub struct Args {
     /// when set), and the bundled set only where the system has none.
     #[arg(long)]
     pub bundled_roots: bool,
+    /// The engine serving HTTP/1.1: `native` (fuseway's own, the default) or `hyper`.
+    /// Default: `FUSEWAY_HTTP1_ENGINE` when set, else native.
+    #[arg(long, value_name = "native|hyper")]
+    pub http1_engine: Option<Http1Engine>,
 }
 
 /// The listen address used when neither the command line nor the config names one.
@@ -63,7 +67,10 @@ pub async fn run(args: Args) -> Result<(), BoxError> {
     crate::forwarding::trust_bundled_roots(args.bundled_roots);
     match &args.config {
         Some(path) if args.check => check_config(path),
-        Some(path) => run_config(path.clone(), args.listen, args.admin, args.workers).await,
+        Some(path) => {
+            let engine = args.http1_engine.unwrap_or_else(Http1Engine::from_env);
+            run_config(path.clone(), args.listen, args.admin, args.workers, engine).await
+        }
         None => demo::run(args.listen, args.admin).await,
     }
 }
@@ -93,6 +100,7 @@ async fn run_config(
     listen: Vec<SocketAddr>,
     admin: Option<SocketAddr>,
     workers: Option<usize>,
+    engine: Http1Engine,
 ) -> Result<(), BoxError> {
     let config = load(&path)?;
     // The config's `Listen` entries may terminate TLS; `--listen` addresses are plain.
@@ -100,7 +108,8 @@ async fn run_config(
         Server::bind_config(&config.listen).await?
     } else {
         Server::bind(&listen_addrs(&listen, &config)?).await?
-    };
+    }
+    .http1_engine(engine);
     let state = Arc::new(build_state(&path, config)?);
     for addr in server.local_addrs() {
         tracing::info!(%addr, config = %path.display(), "fuseway listening");

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 
 use super::ExchangeGuard;
 use crate::request::{ForwardErrorKind, RouteContext};
+use crate::server::native;
 
 /// Whether `headers` name `token` in `Connection` (comma-separated, case-insensitive).
 pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
@@ -58,10 +59,29 @@ pub(crate) fn upgrade_protocol(headers: &HeaderMap, version: Version) -> Option<
         .filter(|_| connection_has(headers, "upgrade"))
 }
 
+/// Where the client's connection comes from once upgraded: hyper, or fuseway's own
+/// HTTP/1.1 engine.
+enum ClientSide {
+    Hyper(OnUpgrade),
+    Native(native::OnUpgrade),
+}
+
+impl ClientSide {
+    async fn upgraded(self) -> io::Result<Box<dyn native::Io>> {
+        match self {
+            ClientSide::Hyper(on) => match on.await {
+                Ok(upgraded) => Ok(Box::new(TokioIo::new(upgraded))),
+                Err(e) => Err(io::Error::other(e)),
+            },
+            ClientSide::Native(on) => Ok(Box::new(on.upgraded().await?)),
+        }
+    }
+}
+
 /// The client's side of an upgrade request, taken from the request before it is
 /// forwarded.
 pub(crate) struct ClientUpgrade {
-    on_upgrade: OnUpgrade,
+    on_upgrade: ClientSide,
     protocol: HeaderValue,
     /// The client used HTTP/2 extended CONNECT (answered `200`, not `101`).
     extended_connect: bool,
@@ -80,11 +100,19 @@ impl ClientUpgrade {
     /// (requests built in process have nothing to upgrade). An HTTP/2 extended
     /// CONNECT is rewritten in place into the HTTP/1.1 upgrade request to forward.
     pub(crate) fn take<B>(request: &mut Request<B>) -> Option<ClientUpgrade> {
+        if let Some(native) = request.extensions_mut().remove::<native::OnUpgrade>() {
+            let protocol = upgrade_protocol(request.headers(), request.version())?.clone();
+            return Some(ClientUpgrade {
+                on_upgrade: ClientSide::Native(native),
+                protocol,
+                extended_connect: false,
+            });
+        }
         request.extensions().get::<OnUpgrade>()?;
         if let Some(protocol) = upgrade_protocol(request.headers(), request.version()) {
             let protocol = protocol.clone();
             return Some(ClientUpgrade {
-                on_upgrade: hyper::upgrade::on(request),
+                on_upgrade: ClientSide::Hyper(hyper::upgrade::on(request)),
                 protocol,
                 extended_connect: false,
             });
@@ -94,7 +122,7 @@ impl ClientUpgrade {
         }
         let protocol = request.extensions().get::<hyper::ext::Protocol>()?;
         let protocol = HeaderValue::from_str(protocol.as_str()).ok()?;
-        let on_upgrade = hyper::upgrade::on(&mut *request);
+        let on_upgrade = ClientSide::Hyper(hyper::upgrade::on(&mut *request));
         *request.method_mut() = Method::GET;
         *request.version_mut() = Version::HTTP_11;
         let headers = request.headers_mut();
@@ -214,7 +242,7 @@ enum End {
 }
 
 async fn tunnel(
-    client: OnUpgrade,
+    client: ClientSide,
     upstream: OnUpgrade,
     guard: oneshot::Receiver<ExchangeGuard>,
     idle_timeout: Duration,
@@ -224,8 +252,10 @@ async fn tunnel(
     // The body is dropped once hyper has taken the `101` head: from then on, the
     // tunnel owns the exchange.
     let mut guard = guard.await.ok();
-    let (end, bytes) = match (client.await, upstream.await) {
-        (Ok(client), Ok(upstream)) => copy(client, upstream, idle_timeout).await,
+    let (end, bytes) = match (client.upgraded().await, upstream.await) {
+        (Ok(client), Ok(upstream)) => {
+            copy(client, Box::new(TokioIo::new(upstream)), idle_timeout).await
+        }
         (Err(e), _) => {
             tracing::debug!(error = %e, "the client's connection was not upgraded");
             (End::Client, (0, 0))
@@ -259,8 +289,8 @@ async fn tunnel(
 /// for `idle_timeout`. Returns how it ended and the bytes sent (to the destination,
 /// to the client).
 async fn copy(
-    client: hyper::upgrade::Upgraded,
-    upstream: hyper::upgrade::Upgraded,
+    client: Box<dyn native::Io>,
+    upstream: Box<dyn native::Io>,
     idle_timeout: Duration,
 ) -> (End, (u64, u64)) {
     let activity = Arc::new(Activity::new());
@@ -343,18 +373,14 @@ impl Activity {
 
 /// One side of a tunnel: records reads as activity and failures by side.
 struct Tracked {
-    io: TokioIo<hyper::upgrade::Upgraded>,
+    io: Box<dyn native::Io>,
     side: Side,
     activity: Arc<Activity>,
 }
 
 impl Tracked {
-    fn new(io: hyper::upgrade::Upgraded, side: Side, activity: Arc<Activity>) -> Self {
-        Tracked {
-            io: TokioIo::new(io),
-            side,
-            activity,
-        }
+    fn new(io: Box<dyn native::Io>, side: Side, activity: Arc<Activity>) -> Self {
+        Tracked { io, side, activity }
     }
 
     fn note<T>(&self, result: Poll<io::Result<T>>) -> Poll<io::Result<T>> {

@@ -24,7 +24,7 @@
 //! use fuseway::{balancing::LoadBalancing, forwarding::Forwarder, routing::Routing};
 //! use fuseway::stage::StageLayer;
 //! use fuseway::state::ProxyState;
-//! use hyper::body::Incoming;
+//! use fuseway::body::Incoming;
 //! use tower::ServiceBuilder;
 //!
 //! # fn build(state: Arc<ProxyState>) {
@@ -40,7 +40,7 @@ mod fused_future;
 
 use std::sync::Arc;
 
-use hyper::body::Incoming;
+use crate::body::Incoming;
 
 pub use fused::FusedDefault;
 pub use fused_future::{FusedFuture, FusedPipeline, HyperTerminal, Terminal};

@@ -87,6 +87,40 @@ impl Watcher {
             live: self.live,
         }
     }
+
+    /// The shutdown signal alone, for a connection driver that polls it itself
+    /// ([`DrainSignal::poll_draining`]) instead of being wrapped.
+    pub(crate) fn signal(self) -> DrainSignal {
+        DrainSignal {
+            signal: self.signal,
+            registered: false,
+            live: self.live,
+        }
+    }
+}
+
+pin_project! {
+    /// A live connection's view of its [`Drain`] (see [`Watcher::signal`]).
+    #[derive(Debug)]
+    pub(crate) struct DrainSignal {
+        #[pin]
+        signal: OwnedNotified,
+        registered: bool,
+        live: Live,
+    }
+}
+
+impl DrainSignal {
+    /// Whether shutdown has started. The first call registers the task's waker with
+    /// the signal (it is woken when shutdown starts); later ones read a flag.
+    pub(crate) fn poll_draining(self: Pin<&mut Self>, cx: &mut Context<'_>) -> bool {
+        let this = self.project();
+        if *this.registered {
+            return this.live.0.draining.load(Ordering::Acquire);
+        }
+        *this.registered = true;
+        this.signal.poll(cx).is_ready() || this.live.0.draining.load(Ordering::Acquire)
+    }
 }
 
 /// One live connection: counted until dropped.

@@ -3,6 +3,8 @@
 
 mod drain;
 mod idle;
+pub(crate) mod native;
+pub(crate) mod replay;
 mod service;
 mod tls;
 
@@ -15,7 +17,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
@@ -27,13 +28,14 @@ use service::Served;
 pub use service::{IntoResponse, ProxyService};
 pub use tls::{tls_config_from_files, tls_config_from_pem, TlsError, TlsPart};
 
-use crate::body::ProxyBody;
+use crate::body::{Incoming, ProxyBody};
 use crate::config::ListenConfig;
 use crate::request::ConnectionInfo;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// What [`Server`] serves: a hyper service answering with [`ProxyBody`] responses,
+/// What [`Server`] serves: a hyper service taking requests with an [`Incoming`] body
+/// (whichever engine read them) and answering with [`ProxyBody`] responses,
 /// shareable across connections and threads (every pipeline, fused or layered through
 /// [`ProxyService`], is one).
 pub trait ServeService:
@@ -143,10 +145,57 @@ pub struct ServerOptions {
     pub header_read_timeout: Duration,
     /// Largest request head on HTTP/1.1 (bytes); larger ones get 431 (default 64 KiB).
     pub max_header_size: usize,
+    /// Longest request line on HTTP/1.1 (bytes); longer ones get 414 (default 8 KiB,
+    /// nginx's). Applies to the native engine.
+    pub max_request_line: usize,
+    /// Which engine serves HTTP/1.1 (default [`Http1Engine::Native`], or what
+    /// `FUSEWAY_HTTP1_ENGINE` names).
+    pub http1_engine: Http1Engine,
     /// Largest header list on HTTP/2 (bytes; default 64 KiB).
     pub max_header_list_size: u32,
     /// How long in-flight requests may take after shutdown starts (default 30 s).
     pub graceful_timeout: Duration,
+}
+
+/// The engine that serves HTTP/1.1 connections (HTTP/2 is always hyper's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Http1Engine {
+    /// fuseway's own: one task and one state machine per connection, buffers reused
+    /// across its messages, the edge-proxy checks of RFC 9112 (see the README).
+    #[default]
+    Native,
+    /// hyper's HTTP/1.1 server: the reference the native engine is tested against, and
+    /// a fallback.
+    Hyper,
+}
+
+impl Http1Engine {
+    /// The engine named by the `FUSEWAY_HTTP1_ENGINE` environment variable (`native`
+    /// or `hyper`), else the default: lets a deployment, or a test run, pick hyper
+    /// without a code change. An unknown name is ignored with a warning.
+    pub fn from_env() -> Http1Engine {
+        match std::env::var("FUSEWAY_HTTP1_ENGINE") {
+            Ok(name) => name.parse().unwrap_or_else(|e| {
+                tracing::warn!("FUSEWAY_HTTP1_ENGINE: {e}; using the native engine");
+                Http1Engine::Native
+            }),
+            Err(_) => Http1Engine::Native,
+        }
+    }
+}
+
+impl std::str::FromStr for Http1Engine {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name.to_ascii_lowercase().as_str() {
+            "native" => Ok(Http1Engine::Native),
+            "hyper" => Ok(Http1Engine::Hyper),
+            _ => Err(format!(
+                "unknown HTTP/1.1 engine `{name}` (native or hyper)"
+            )),
+        }
+    }
 }
 
 impl Default for ServerOptions {
@@ -156,6 +205,8 @@ impl Default for ServerOptions {
             max_concurrent_streams: 100,
             header_read_timeout: Duration::from_secs(30),
             max_header_size: 64 * 1024,
+            max_request_line: 8 * 1024,
+            http1_engine: Http1Engine::from_env(),
             max_header_list_size: 64 * 1024,
             graceful_timeout: Duration::from_secs(30),
         }
@@ -258,6 +309,12 @@ impl Server {
     /// How long in-flight requests may take to finish after shutdown starts (default 30 s).
     pub fn graceful_timeout(mut self, grace: Duration) -> Server {
         self.options.graceful_timeout = grace;
+        self
+    }
+
+    /// Serve HTTP/1.1 with `engine` (default: [`Http1Engine::from_env`]).
+    pub fn http1_engine(mut self, engine: Http1Engine) -> Server {
+        self.options.http1_engine = engine;
         self
     }
 
@@ -534,6 +591,7 @@ async fn accept_loop<S>(
                 let builder = builder.clone();
                 let mut stop = stop.clone();
                 let timeout = options.header_read_timeout;
+                let options = options.clone();
                 tokio::spawn(async move {
                     // hyper-util tells HTTP/1 from HTTP/2 by reading the first bytes,
                     // without a time limit: a client sending nothing, or part of the
@@ -547,9 +605,20 @@ async fn accept_loop<S>(
                         tracing::debug!(%remote, "no request within the header read timeout; closing");
                         return;
                     };
-                    let (svc, activity) = served(service, info, protocol);
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-                    drive(watcher.watch(conn.into_owned()), activity, timeout, remote).await;
+                    if protocol == Protocol::Http1 && options.http1_engine == Http1Engine::Native {
+                        let svc = Served {
+                            inner: service,
+                            info,
+                            activity: None,
+                        };
+                        native::serve_connection(stream, svc, options, watcher.signal(), remote)
+                            .await;
+                    } else {
+                        let (svc, activity) = served(service, info, protocol);
+                        let conn =
+                            builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+                        drive(watcher.watch(conn.into_owned()), activity, timeout, remote).await;
+                    }
                     drop(permit);
                 });
             }
@@ -561,6 +630,7 @@ async fn accept_loop<S>(
                 let handshake = tokio::time::timeout(timeout, acceptor.accept(stream));
                 let watcher = graceful.watcher();
                 let builder = builder.clone();
+                let options = options.clone();
                 tokio::spawn(async move {
                     let stream = match handshake.await {
                         Ok(Ok(stream)) => stream,
@@ -577,11 +647,21 @@ async fn accept_loop<S>(
                         Some(b"h2") => Protocol::Http2,
                         _ => Protocol::Http1,
                     };
-                    let (svc, activity) = served(service, info, protocol);
-                    let conn = builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), svc)
-                        .into_owned();
-                    drive(watcher.watch(conn), activity, timeout, remote).await;
+                    if protocol == Protocol::Http1 && options.http1_engine == Http1Engine::Native {
+                        let svc = Served {
+                            inner: service,
+                            info,
+                            activity: None,
+                        };
+                        native::serve_connection(stream, svc, options, watcher.signal(), remote)
+                            .await;
+                    } else {
+                        let (svc, activity) = served(service, info, protocol);
+                        let conn = builder
+                            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                            .into_owned();
+                        drive(watcher.watch(conn), activity, timeout, remote).await;
+                    }
                     drop(permit);
                 });
             }

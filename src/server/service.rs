@@ -13,7 +13,7 @@ use tower::util::Oneshot;
 use tower_service::Service;
 
 use super::idle::{Activity, Busy, ServedBody};
-use crate::body::ProxyBody;
+use crate::body::{Incoming, ProxyBody};
 use crate::request::ConnectionInfo;
 
 /// Serves a tower pipeline through hyper: each request gets a clone of the pipeline (as
@@ -91,7 +91,8 @@ pub(crate) struct Served<S> {
 
 impl<S, B> hyper::service::Service<Request<B>> for Served<S>
 where
-    S: hyper::service::Service<Request<B>, Response = Response<ProxyBody>>,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<ProxyBody>>,
+    B: Into<Incoming>,
 {
     type Response = Response<ServedBody>;
     type Error = S::Error;
@@ -106,6 +107,7 @@ where
         {
             return ServedFuture::BadRequest { busy };
         }
+        let request = request.map(Into::into);
         let _current = self.info.enter();
         let _moment = crate::clock::Moment::open();
         match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {

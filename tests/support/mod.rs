@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fuseway::body::Incoming;
 use fuseway::pipeline;
 use fuseway::server::{Server, ServerOptions};
 use fuseway::state::ProxyState;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;

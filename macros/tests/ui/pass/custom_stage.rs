@@ -28,7 +28,7 @@ fuseway::default_pipeline! {
 }
 
 fn main() {
-    fn is_service<S: hyper::service::Service<http::Request<hyper::body::Incoming>>>(_: &S) {}
+    fn is_service<S: hyper::service::Service<http::Request<fuseway::body::Incoming>>>(_: &S) {}
     let config = fuseway::config::parse(r#"{"Routes":{},"Clusters":{}}"#, fuseway::config::Format::Json).unwrap();
     let state = std::sync::Arc::new(fuseway::state::ProxyState::new(config).unwrap());
     let p = WithTag::from_state(state, Tag);

@@ -1,4 +1,9 @@
-//! [`ProxyBody`]: the one concrete response body type of every pipeline.
+//! [`ProxyBody`]: the one concrete response body type of every pipeline; [`Incoming`]:
+//! the one request body type.
+
+mod incoming;
+
+pub use incoming::Incoming;
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -7,7 +12,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
@@ -44,7 +48,7 @@ pin_project! {
     #[derive(Debug)]
     struct Upstream {
         #[pin]
-        body: Incoming,
+        body: hyper::body::Incoming,
         timeout: Duration,
         deadline: Option<Instant>,
         // When the destination must have sent the next frame: set when the body
@@ -116,7 +120,7 @@ impl ProxyBody {
     /// with [`ForwardErrorKind::RequestTimedOut`] after `timeout` without a frame, or at
     /// `deadline`.
     pub(crate) fn upstream(
-        body: Incoming,
+        body: hyper::body::Incoming,
         timeout: Duration,
         deadline: Option<Instant>,
         mut guard: ExchangeGuard,

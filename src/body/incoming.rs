@@ -1,0 +1,122 @@
+//! [`Incoming`]: the request body of every pipeline, whichever HTTP/1.1 engine read it.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+
+use crate::server::native::BodyReader;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request body as the server received it: read by fuseway's own HTTP/1.1 engine,
+/// by hyper (HTTP/2, and HTTP/1.1 with `--http1-engine hyper`), or built in process.
+/// Pipelines take `Request<Incoming>`; it replaces `hyper::body::Incoming` in their
+/// types (`From<hyper::body::Incoming>` converts, without allocating).
+///
+/// ```
+/// use fuseway::body::Incoming;
+/// use http_body::Body;
+///
+/// let body = Incoming::full("hello");
+/// assert_eq!(body.size_hint().exact(), Some(5));
+/// assert!(Incoming::empty().is_end_stream());
+/// ```
+pub struct Incoming {
+    kind: Kind,
+}
+
+enum Kind {
+    Empty,
+    Full(Option<Bytes>),
+    Hyper(hyper::body::Incoming),
+    Native(BodyReader),
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            Kind::Empty => f.write_str("Incoming::Empty"),
+            Kind::Full(data) => f.debug_tuple("Incoming::Full").field(data).finish(),
+            Kind::Hyper(body) => f.debug_tuple("Incoming::Hyper").field(body).finish(),
+            Kind::Native(body) => f.debug_tuple("Incoming::Native").field(body).finish(),
+        }
+    }
+}
+
+impl Incoming {
+    /// An empty body.
+    pub fn empty() -> Self {
+        Incoming { kind: Kind::Empty }
+    }
+
+    /// A body of these bytes.
+    pub fn full(data: impl Into<Bytes>) -> Self {
+        let data = data.into();
+        Incoming {
+            kind: Kind::Full((!data.is_empty()).then_some(data)),
+        }
+    }
+
+    pub(crate) fn native(reader: BodyReader) -> Self {
+        Incoming {
+            kind: Kind::Native(reader),
+        }
+    }
+}
+
+impl Default for Incoming {
+    fn default() -> Self {
+        Incoming::empty()
+    }
+}
+
+impl From<hyper::body::Incoming> for Incoming {
+    fn from(body: hyper::body::Incoming) -> Self {
+        Incoming {
+            kind: Kind::Hyper(body),
+        }
+    }
+}
+
+impl From<Bytes> for Incoming {
+    fn from(data: Bytes) -> Self {
+        Incoming::full(data)
+    }
+}
+
+impl Body for Incoming {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut self.kind {
+            Kind::Empty => Poll::Ready(None),
+            Kind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            Kind::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Kind::Native(body) => body.poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Empty => true,
+            Kind::Full(data) => data.is_none(),
+            Kind::Hyper(body) => body.is_end_stream(),
+            Kind::Native(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Empty => SizeHint::with_exact(0),
+            Kind::Full(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Kind::Hyper(body) => body.size_hint(),
+            Kind::Native(body) => body.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Response heads, and the framing of what follows them.
+
+use std::cell::RefCell;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::{self, HeaderMap};
+use http::StatusCode;
+
+/// How a response's body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// `Content-Length: n` (the response's own `Content-Length` is replaced).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// No framing header: the body ends when the connection closes (HTTP/1.0 clients).
+    UntilClose,
+    /// No body follows (a response to `HEAD`, `304`: their `Content-Length` is kept as
+    /// it describes the resource; `1xx`, `204`: none is sent).
+    Bodiless,
+}
+
+/// Write a response head into `dst`: status line, the response's fields (less the
+/// framing ones, which `framing` decides), `Date` when missing, `Connection: close`
+/// when the connection closes after it, `Connection: keep-alive` for an HTTP/1.0
+/// client whose connection stays open.
+pub(crate) fn write_response_head(
+    dst: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    framing: Framing,
+    connection: Connection,
+) {
+    dst.extend_from_slice(b"HTTP/1.1 ");
+    dst.extend_from_slice(status.as_str().as_bytes());
+    dst.push(b' ');
+    dst.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    dst.extend_from_slice(b"\r\n");
+    let keep_length = framing == Framing::Bodiless
+        && !(status.is_informational() || status == StatusCode::NO_CONTENT);
+    for (name, value) in headers {
+        if (*name == header::CONTENT_LENGTH && !keep_length) || *name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        dst.extend_from_slice(name.as_str().as_bytes());
+        dst.extend_from_slice(b": ");
+        dst.extend_from_slice(value.as_bytes());
+        dst.extend_from_slice(b"\r\n");
+    }
+    match framing {
+        Framing::Length(n) => {
+            dst.extend_from_slice(b"content-length: ");
+            let mut digits = [0u8; 20];
+            dst.extend_from_slice(decimal(n, &mut digits));
+            dst.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::UntilClose | Framing::Bodiless => {}
+    }
+    if !headers.contains_key(header::DATE) {
+        dst.extend_from_slice(b"date: ");
+        with_date(|date| dst.extend_from_slice(date));
+        dst.extend_from_slice(b"\r\n");
+    }
+    match connection {
+        Connection::Close if !headers.contains_key(header::CONNECTION) => {
+            dst.extend_from_slice(b"connection: close\r\n")
+        }
+        Connection::KeepAlive => dst.extend_from_slice(b"connection: keep-alive\r\n"),
+        _ => {}
+    }
+    dst.extend_from_slice(b"\r\n");
+}
+
+/// What a response head says of its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Connection {
+    /// Nothing to say: the version's default holds (HTTP/1.1 stays open, HTTP/1.0
+    /// closes).
+    Default,
+    /// An HTTP/1.0 client's connection stays open: `Connection: keep-alive`.
+    KeepAlive,
+    /// An HTTP/1.1 connection closes after this response: `Connection: close`.
+    Close,
+}
+
+/// `n` in decimal, written at the end of `buf`.
+pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// A chunk-size line for `len` bytes of data: hex digits and CRLF.
+pub(crate) fn chunk_header(len: usize, buf: &mut [u8; 18]) -> &[u8] {
+    let mut i = buf.len() - 2;
+    buf[i] = b'\r';
+    buf[i + 1] = b'\n';
+    let mut n = len;
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+thread_local! {
+    /// The `Date` value of the current second, formatted once per second per thread.
+    static DATE: RefCell<(u64, [u8; 29])> = const { RefCell::new((u64::MAX, [0; 29])) };
+}
+
+/// Call `f` with the current `Date` value (IMF-fixdate).
+fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
+    let now = SystemTime::now();
+    let second = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != second {
+            use std::io::Write;
+            let mut buf = [0u8; 29];
+            let _ = write!(&mut buf[..], "{}", httpdate::HttpDate::from(now));
+            *cached = (second, buf);
+        }
+        f(&cached.1)
+    })
+}

@@ -1,0 +1,305 @@
+//! Request heads: `httparse` finds the request line and header fields; the checks an
+//! edge proxy owes the servers behind it (RFC 9112 sections 3.2, 6 and 11.2) decide
+//! the message's framing or refuse it.
+
+use std::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode, Uri, Version};
+
+/// Most header fields in a request head (hyper's default as well).
+pub(crate) const MAX_HEADERS: usize = 100;
+
+/// Size limits of a request head.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The whole head, request line and header fields (431 beyond).
+    pub(crate) max_head: usize,
+    /// The request line (414 beyond).
+    pub(crate) max_request_line: usize,
+}
+
+/// Why a request head was refused, and so the status the client gets before the
+/// connection is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ParseError {
+    /// Malformed or ambiguous: 400.
+    Bad(&'static str),
+    /// The request line is longer than its limit: 414.
+    UriTooLong,
+    /// The head is larger than its limit, or has too many fields: 431.
+    HeadTooLarge,
+}
+
+impl ParseError {
+    /// The status answered for it.
+    pub(crate) fn status(self) -> StatusCode {
+        match self {
+            ParseError::Bad(_) => StatusCode::BAD_REQUEST,
+            ParseError::UriTooLong => StatusCode::URI_TOO_LONG,
+            ParseError::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        }
+    }
+
+    /// What was wrong, for the log.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            ParseError::Bad(reason) => reason,
+            ParseError::UriTooLong => "request line too long",
+            ParseError::HeadTooLarge => "request head too large",
+        }
+    }
+}
+
+/// How a request's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyLength {
+    /// `Content-Length` (zero when neither framing header is present).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// A parsed request head.
+#[derive(Debug)]
+pub(crate) struct RequestHead {
+    /// Method, target, version and header fields (the body is the caller's).
+    pub(crate) request: Request<()>,
+    pub(crate) body: BodyLength,
+    /// The connection may carry another request after this one (HTTP/1.1 without
+    /// `Connection: close`; HTTP/1.0 with `Connection: keep-alive`).
+    pub(crate) keep_alive: bool,
+    /// `Expect: 100-continue` on HTTP/1.1: the body comes once the server asks for it.
+    pub(crate) expect_continue: bool,
+    /// `TE: trailers`: the client takes trailer fields in a chunked response.
+    pub(crate) accepts_trailers: bool,
+}
+
+/// Parse the request head at the start of `buf`. `Ok(None)`: not complete yet (read
+/// more). On success the head's bytes are split off `buf`, which then starts with the
+/// body or the next request.
+pub(crate) fn parse_request(
+    buf: &mut BytesMut,
+    limits: &Limits,
+) -> Result<Option<RequestHead>, ParseError> {
+    let mut fields = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut []);
+    let len = match parsed.parse_with_uninit_headers(buf, &mut fields) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            return match request_line_len(buf) {
+                None if buf.len() > limits.max_request_line => Err(ParseError::UriTooLong),
+                Some(line) if line > limits.max_request_line => Err(ParseError::UriTooLong),
+                _ if buf.len() > limits.max_head => Err(ParseError::HeadTooLarge),
+                _ => Ok(None),
+            };
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadTooLarge),
+        Err(e) => return Err(ParseError::Bad(parse_error_reason(e))),
+    };
+    if len > limits.max_head {
+        return Err(ParseError::HeadTooLarge);
+    }
+    if request_line_len(buf).is_some_and(|line| line > limits.max_request_line) {
+        return Err(ParseError::UriTooLong);
+    }
+    let (Some(method), Some(path), Some(minor)) = (parsed.method, parsed.path, parsed.version)
+    else {
+        return Err(ParseError::Bad("incomplete request line"));
+    };
+    let method = Method::from_bytes(method.as_bytes()).map_err(|_| ParseError::Bad("method"))?;
+    let version = if minor == 1 {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
+    // The offsets of what the request keeps, taken before the head is split off the
+    // buffer (the parsed slices borrow it).
+    let base = buf.as_ptr() as usize;
+    let offset = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    let target = offset(path.as_bytes());
+    let count = parsed.headers.len();
+    let mut spans = [((0usize, 0usize), (0usize, 0usize)); MAX_HEADERS];
+    for (span, field) in spans.iter_mut().zip(parsed.headers.iter()) {
+        *span = (offset(field.name.as_bytes()), offset(field.value));
+    }
+    let head = buf.split_to(len).freeze();
+    let slice = |(start, len): (usize, usize)| head.slice(start..start + len);
+    let mut checks = Checks::default();
+    let mut headers = HeaderMap::with_capacity(count);
+    for &(name, value) in &spans[..count] {
+        let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
+            .map_err(|_| ParseError::Bad("header name"))?;
+        let value = slice(value);
+        // A repeated, equal `Content-Length` is kept once (as hyper does): the
+        // destination gets one length.
+        let repeated = name == header::CONTENT_LENGTH && checks.content_length.is_some();
+        checks.see(&name, &value)?;
+        if repeated {
+            continue;
+        }
+        let value =
+            HeaderValue::from_maybe_shared(value).map_err(|_| ParseError::Bad("header value"))?;
+        headers.append(name, value);
+    }
+    let uri = target_uri(&method, slice(target))?;
+    let body = checks.framing(version)?;
+    if version == Version::HTTP_11 && checks.hosts != 1 {
+        return Err(ParseError::Bad(if checks.hosts == 0 {
+            "no Host header"
+        } else {
+            "more than one Host header"
+        }));
+    }
+    let keep_alive = match version {
+        Version::HTTP_11 => !checks.close,
+        _ => checks.keep_alive && !checks.close,
+    };
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = version;
+    *request.headers_mut() = headers;
+    Ok(Some(RequestHead {
+        request,
+        body,
+        keep_alive,
+        expect_continue: checks.expect_continue && version == Version::HTTP_11,
+        accepts_trailers: checks.trailers,
+    }))
+}
+
+/// The request target as a URI: origin form (`/path?query`), absolute form, `*` for
+/// `OPTIONS`, authority form for `CONNECT` only (RFC 9112 section 3.2).
+fn target_uri(method: &Method, target: Bytes) -> Result<Uri, ParseError> {
+    let first = target.first().copied();
+    let uri = Uri::from_maybe_shared(target).map_err(|_| ParseError::Bad("request target"))?;
+    let valid = match first {
+        Some(b'/') => uri.authority().is_none(),
+        Some(b'*') => *method == Method::OPTIONS && uri.path() == "*",
+        _ if *method == Method::CONNECT => uri.scheme().is_none() && uri.authority().is_some(),
+        _ => uri.scheme().is_some() && uri.authority().is_some(),
+    };
+    if valid {
+        Ok(uri)
+    } else {
+        Err(ParseError::Bad("request target"))
+    }
+}
+
+/// The length of the first line ending in LF, without its line ending; leading empty
+/// lines (which a server ignores, RFC 9112 section 2.2) are skipped.
+fn request_line_len(buf: &[u8]) -> Option<usize> {
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let line = memchr::memchr(b'\n', &buf[start..])?;
+    Some(line)
+}
+
+fn parse_error_reason(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "header name (whitespace before the colon?)",
+        httparse::Error::HeaderValue => "header value (a bare CR?)",
+        httparse::Error::NewLine => "line ending",
+        httparse::Error::Status => "status",
+        httparse::Error::Token => "method or request target",
+        httparse::Error::TooManyHeaders => "too many header fields",
+        httparse::Error::Version => "HTTP version",
+    }
+}
+
+/// What the framing and connection fields of a head say, gathered field by field.
+#[derive(Debug, Default)]
+struct Checks {
+    content_length: Option<u64>,
+    /// `Transfer-Encoding` present; whether its last coding so far is `chunked`, and
+    /// whether `chunked` was seen before that.
+    transfer_encoding: bool,
+    chunked_last: bool,
+    chunked_twice: bool,
+    hosts: usize,
+    close: bool,
+    keep_alive: bool,
+    expect_continue: bool,
+    trailers: bool,
+}
+
+impl Checks {
+    fn see(&mut self, name: &HeaderName, value: &[u8]) -> Result<(), ParseError> {
+        if *name == header::CONTENT_LENGTH {
+            // Repeated fields of one length are that length (RFC 9110 section 8.6);
+            // a list in one field (`5, 5`) is refused, as hyper does.
+            let length = parse_length(value.trim_ascii())
+                .ok_or(ParseError::Bad("invalid Content-Length"))?;
+            match self.content_length {
+                Some(seen) if seen != length => {
+                    return Err(ParseError::Bad("differing Content-Length values"))
+                }
+                _ => self.content_length = Some(length),
+            }
+        } else if *name == header::TRANSFER_ENCODING {
+            self.transfer_encoding = true;
+            for coding in value.split(|&b| b == b',') {
+                let coding = coding.trim_ascii();
+                if coding.is_empty() {
+                    continue;
+                }
+                if self.chunked_last {
+                    // Anything after `chunked` (another `chunked` included).
+                    self.chunked_twice = true;
+                }
+                self.chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+            }
+        } else if *name == header::HOST {
+            self.hosts += 1;
+        } else if *name == header::CONNECTION {
+            for token in value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    self.close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    self.keep_alive = true;
+                }
+            }
+        } else if *name == header::EXPECT {
+            self.expect_continue |= value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
+        } else if *name == header::TE {
+            self.trailers |= value
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
+        }
+        Ok(())
+    }
+
+    /// The body's framing (RFC 9112 section 6.3), refusing every ambiguous case.
+    fn framing(&self, version: Version) -> Result<BodyLength, ParseError> {
+        if !self.transfer_encoding {
+            return Ok(BodyLength::Length(self.content_length.unwrap_or(0)));
+        }
+        if self.content_length.is_some() {
+            return Err(ParseError::Bad("both Content-Length and Transfer-Encoding"));
+        }
+        if version != Version::HTTP_11 {
+            return Err(ParseError::Bad("Transfer-Encoding in an HTTP/1.0 request"));
+        }
+        if !self.chunked_last || self.chunked_twice {
+            return Err(ParseError::Bad(
+                "Transfer-Encoding whose final coding is not (only once) chunked",
+            ));
+        }
+        Ok(BodyLength::Chunked)
+    }
+}
+
+/// A `Content-Length` value: decimal digits only, within `u64`.
+pub(crate) fn parse_length(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0'))
+    })
+}

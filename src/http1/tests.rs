@@ -1,0 +1,317 @@
+use bytes::BytesMut;
+use http::{Method, StatusCode, Version};
+
+use super::decode::MAX_CHUNK_LINE;
+use super::encode::{decimal, Connection};
+use super::head::BodyLength;
+use super::*;
+
+const LIMITS: Limits = Limits {
+    max_head: 1024,
+    max_request_line: 128,
+};
+
+fn parse(raw: &str) -> Result<Option<RequestHead>, ParseError> {
+    parse_request(&mut BytesMut::from(raw), &LIMITS)
+}
+
+fn head(raw: &str) -> RequestHead {
+    parse(raw).expect("valid").expect("complete")
+}
+
+fn refused(raw: &str) -> ParseError {
+    parse(raw).expect_err(raw)
+}
+
+#[test]
+fn parses_a_request_head_and_leaves_the_rest() {
+    let mut buf = BytesMut::from(
+        "GET /a/b?c=d HTTP/1.1\r\nHost: example.com\r\nX-Custom: one\r\nx-custom: two\r\n\r\nNEXT",
+    );
+    let head = parse_request(&mut buf, &LIMITS).unwrap().unwrap();
+    assert_eq!(&buf[..], b"NEXT");
+    let req = &head.request;
+    assert_eq!(req.method(), Method::GET);
+    assert_eq!(req.uri().path(), "/a/b");
+    assert_eq!(req.uri().query(), Some("c=d"));
+    assert_eq!(req.version(), Version::HTTP_11);
+    assert_eq!(req.headers()["host"], "example.com");
+    let custom: Vec<_> = req.headers().get_all("x-custom").iter().collect();
+    assert_eq!(custom, ["one", "two"]);
+    assert_eq!(head.body, BodyLength::Length(0));
+    assert!(head.keep_alive);
+    assert!(!head.expect_continue);
+}
+
+#[test]
+fn a_partial_head_asks_for_more() {
+    assert!(parse("GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+    assert!(parse("GET / HT").unwrap().is_none());
+}
+
+#[test]
+fn leading_empty_lines_are_ignored() {
+    assert_eq!(
+        head("\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .request
+            .uri()
+            .path(),
+        "/"
+    );
+}
+
+#[test]
+fn host_is_required_once_on_http11() {
+    assert_eq!(
+        refused("GET / HTTP/1.1\r\n\r\n"),
+        ParseError::Bad("no Host header")
+    );
+    assert_eq!(
+        refused("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+        ParseError::Bad("more than one Host header")
+    );
+    // HTTP/1.0 has no such rule, and closes by default.
+    let h = head("GET / HTTP/1.0\r\n\r\n");
+    assert!(!h.keep_alive);
+    assert!(head("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive);
+    assert!(!head("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").keep_alive);
+}
+
+#[test]
+fn framing_is_refused_when_ambiguous() {
+    let bad = |raw: &str| match refused(raw) {
+        ParseError::Bad(_) => {}
+        other => panic!("{raw:?}: {other:?}"),
+    };
+    // Content-Length with Transfer-Encoding (CL.TE / TE.CL smuggling).
+    bad("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n");
+    // Differing lengths, in two fields or one list.
+    bad("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n");
+    bad("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4, 5\r\n\r\n");
+    bad("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4, 4\r\n\r\n");
+    // Not a plain decimal.
+    bad("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +4\r\n\r\n");
+    bad("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x4\r\n\r\n");
+    bad("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n");
+    // The final coding is not chunked, or chunked twice.
+    bad("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n");
+    bad("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
+    bad("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n");
+    bad("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n");
+    // Transfer-Encoding in HTTP/1.0.
+    bad("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n");
+    // Whitespace before the colon, obs-fold, a bare CR.
+    bad("GET / HTTP/1.1\r\nHost: a\r\nContent-Length : 4\r\n\r\n");
+    bad("GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n");
+    bad("GET / HTTP/1.1\r\nHost: a\r\nX-A: b\rc\r\n\r\n");
+    // Targets: authority form only for CONNECT, `*` only for OPTIONS.
+    bad("GET example.com:80 HTTP/1.1\r\nHost: a\r\n\r\n");
+    bad("GET * HTTP/1.1\r\nHost: a\r\n\r\n");
+}
+
+#[test]
+fn framing_that_is_clear_is_read() {
+    let h = head("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\n");
+    assert_eq!(h.body, BodyLength::Length(4));
+    let h = head("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n");
+    assert_eq!(h.body, BodyLength::Chunked);
+    let h = head("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nTE: trailers\r\n\r\n");
+    assert!(h.expect_continue && h.accepts_trailers);
+    let h = head("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n");
+    assert_eq!(h.request.uri().authority().unwrap(), "example.com:443");
+    let h = head("GET http://example.com/x HTTP/1.1\r\nHost: example.com\r\n\r\n");
+    assert_eq!(h.request.uri().path(), "/x");
+    assert_eq!(
+        head("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").request.uri(),
+        "*"
+    );
+}
+
+#[test]
+fn limits_give_414_and_431() {
+    let long_target = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(200));
+    assert_eq!(refused(&long_target), ParseError::UriTooLong);
+    // Also before the line is complete.
+    assert_eq!(
+        refused(&format!("GET /{}", "a".repeat(200))),
+        ParseError::UriTooLong
+    );
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(1100)
+    );
+    assert_eq!(refused(&big), ParseError::HeadTooLarge);
+    assert_eq!(
+        refused(&format!("GET / HTTP/1.1\r\nX-Big: {}", "b".repeat(1100))),
+        ParseError::HeadTooLarge
+    );
+    let many: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
+    let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
+    let limits = Limits {
+        max_head: 64 * 1024,
+        max_request_line: 128,
+    };
+    assert_eq!(
+        parse_request(&mut BytesMut::from(many.as_str()), &limits).unwrap_err(),
+        ParseError::HeadTooLarge
+    );
+    assert_eq!(ParseError::UriTooLong.status(), StatusCode::URI_TOO_LONG);
+    assert_eq!(
+        ParseError::HeadTooLarge.status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+}
+
+/// Decode everything in `input` (all of it available at once, or one byte at a time).
+fn decode_all(
+    mut decoder: BodyDecoder,
+    input: &[u8],
+    bytewise: bool,
+) -> Result<Vec<Decoded>, &'static str> {
+    let mut buf = BytesMut::new();
+    let mut fed = 0;
+    let mut out = Vec::new();
+    loop {
+        match decoder.decode(&mut buf, 1024).map_err(|e| e.0)? {
+            Decoded::NeedMore => {
+                if fed == input.len() {
+                    out.push(decoder.closed().map_err(|e| e.0)?);
+                    return Ok(out);
+                }
+                let n = if bytewise { 1 } else { input.len() - fed };
+                buf.extend_from_slice(&input[fed..fed + n]);
+                fed += n;
+            }
+            Decoded::End => {
+                out.push(Decoded::End);
+                return Ok(out);
+            }
+            Decoded::Trailers(t) => {
+                out.push(Decoded::Trailers(t));
+                return Ok(out);
+            }
+            data => out.push(data),
+        }
+    }
+}
+
+fn data_of(decoded: &[Decoded]) -> Vec<u8> {
+    decoded
+        .iter()
+        .filter_map(|d| match d {
+            Decoded::Data(b) => Some(&b[..]),
+            _ => None,
+        })
+        .flatten()
+        .copied()
+        .collect()
+}
+
+#[test]
+fn chunked_bodies_decode_whole_or_byte_by_byte() {
+    let input = b"5\r\nhello\r\n6;name=value\r\n world\r\n0\r\nX-Trailer: yes\r\n\r\n";
+    for bytewise in [false, true] {
+        let decoded = decode_all(BodyDecoder::chunked(), input, bytewise).unwrap();
+        assert_eq!(data_of(&decoded), b"hello world");
+        match decoded.last() {
+            Some(Decoded::Trailers(t)) => assert_eq!(t["x-trailer"], "yes"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let decoded = decode_all(BodyDecoder::chunked(), b"3\r\nabc\r\n0\r\n\r\n", true).unwrap();
+    assert_eq!(data_of(&decoded), b"abc");
+    assert_eq!(decoded.last(), Some(&Decoded::End));
+}
+
+#[test]
+fn invalid_chunks_are_errors() {
+    for input in [
+        &b"\r\nabc"[..],           // no size
+        b"g\r\n",                  // not hex
+        b"11111111111111111\r\n",  // 17 digits
+        b"3\nabc\r\n0\r\n\r\n",    // bare LF
+        b"3\r\nabcX\r\n0\r\n\r\n", // data longer than its size
+        b"3 4\r\nabc\r\n",         // junk after the size
+        b"3;a\x01b\r\nabc\r\n",    // control character in an extension
+        b"3\r\nab",                // closed mid-chunk
+    ] {
+        assert!(
+            decode_all(BodyDecoder::chunked(), input, false).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+    let long_ext = format!("3;{}\r\nabc\r\n0\r\n\r\n", "e".repeat(MAX_CHUNK_LINE));
+    assert_eq!(
+        decode_all(BodyDecoder::chunked(), long_ext.as_bytes(), false),
+        Err("chunk-size line too long")
+    );
+}
+
+#[test]
+fn length_and_close_delimited_bodies() {
+    let decoded = decode_all(BodyDecoder::length(5), b"helloNEXT", false).unwrap();
+    assert_eq!(data_of(&decoded), b"hello");
+    assert!(decode_all(BodyDecoder::length(5), b"hel", false).is_err());
+    let decoded = decode_all(BodyDecoder::until_close(), b"all of it", true).unwrap();
+    assert_eq!(data_of(&decoded), b"all of it");
+    assert!(BodyDecoder::length(0).is_done());
+}
+
+#[test]
+fn response_heads_carry_the_framing_we_chose() {
+    let mut headers = http::HeaderMap::new();
+    headers.insert("content-length", "99".parse().unwrap());
+    headers.insert("x-a", "b".parse().unwrap());
+    let mut out = Vec::new();
+    write_response_head(
+        &mut out,
+        StatusCode::OK,
+        &headers,
+        Framing::Chunked,
+        Connection::Close,
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 200 OK\r\nx-a: b\r\ntransfer-encoding: chunked\r\ndate: "),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(" GMT\r\nconnection: close\r\n\r\n"),
+        "{text}"
+    );
+    assert!(!text.contains("content-length"));
+
+    let mut out = Vec::new();
+    write_response_head(
+        &mut out,
+        StatusCode::OK,
+        &headers,
+        Framing::Bodiless,
+        Connection::KeepAlive,
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("content-length: 99\r\n"),
+        "HEAD keeps the length: {text}"
+    );
+    assert!(text.contains("connection: keep-alive\r\n"));
+
+    let mut out = Vec::new();
+    write_response_head(
+        &mut out,
+        StatusCode::NO_CONTENT,
+        &headers,
+        Framing::Bodiless,
+        Connection::Default,
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.contains("content-length"), "{text}");
+    assert!(!text.contains("connection"), "{text}");
+
+    let mut digits = [0u8; 20];
+    assert_eq!(decimal(0, &mut digits), b"0");
+    assert_eq!(decimal(u64::MAX, &mut digits), b"18446744073709551615");
+    let mut line = [0u8; 18];
+    assert_eq!(chunk_header(0x1a2b, &mut line), b"1a2b\r\n");
+}

@@ -1,0 +1,712 @@
+//! fuseway's own HTTP/1.1 engine, server side: one task per connection drives the
+//! socket, the codec ([`crate::http1`]) and the pipeline's future as one state
+//! machine. The connection owns a read buffer and a write buffer, reused by every
+//! message on it; a request body is handed to the pipeline through a slot allocated
+//! once per connection ([`channel`]).
+//!
+//! Per message: wait for a head (bounded by the header read timeout, counted from the
+//! accept or from the end of the previous response; a shutdown closes a connection
+//! that waits), parse and check it (400 / 414 / 431 and close on anything ambiguous),
+//! call the pipeline, and while its future runs pump the request body and watch the
+//! socket for the client going away (which drops the future: the destination's
+//! request is cancelled). The response head and small bodies are written with one
+//! vectored write; bodies are framed by length, chunks (with trailers when the
+//! client said `TE: trailers`) or, for HTTP/1.0 clients, the connection's close.
+//! A `101` hands the socket, and whatever was read past the head, to the tunnel.
+
+mod channel;
+
+use std::future::{poll_fn, Future};
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::pin::{pin, Pin};
+use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{header, Method, Request, Response, StatusCode, Version};
+use http_body::Body;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
+
+pub(crate) use channel::BodyReader;
+use channel::Channel;
+
+use super::drain::DrainSignal;
+use super::idle::ServedBody;
+use super::ServerOptions;
+use crate::body::Incoming;
+use crate::http1::{
+    parse_request, write_response_head, BodyDecoder, Connection, Decoded, Framing, Limits,
+    ParseError,
+};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a connection's socket is: TCP, or TLS over TCP.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// Read buffer growth step; also the smallest free space a read is given.
+const READ_STEP: usize = 8 * 1024;
+/// Buffered response bytes past which the driver writes before taking more.
+const WRITE_HIGH: usize = 64 * 1024;
+/// Data frames up to this size are copied behind the head / chunk line (one write);
+/// larger ones are written from where they are.
+const COPY_MAX: usize = 16 * 1024;
+/// Most request body bytes read and thrown away after a response so that the
+/// connection can carry the next request; beyond, the connection is closed.
+const DISCARD_MAX: u64 = 256 * 1024;
+
+/// The client's connection after a `101 Switching Protocols`: the socket, and the
+/// bytes already read past the request head.
+pub(crate) struct UpgradedIo {
+    io: Box<dyn Io>,
+    read: Bytes,
+}
+
+impl std::fmt::Debug for UpgradedIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpgradedIo")
+            .field("read", &self.read.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AsyncRead for UpgradedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.read.is_empty() {
+            let n = self.read.len().min(buf.remaining());
+            buf.put_slice(&self.read[..n]);
+            self.read.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for UpgradedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// In an upgrade request's extensions (the native engine's counterpart of hyper's
+/// `OnUpgrade`): resolves to the client's connection once the `101` has been written.
+#[derive(Clone)]
+pub(crate) struct OnUpgrade(Arc<Mutex<Option<oneshot::Receiver<UpgradedIo>>>>);
+
+impl std::fmt::Debug for OnUpgrade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnUpgrade")
+    }
+}
+
+impl OnUpgrade {
+    /// Wait for the connection.
+    pub(crate) async fn upgraded(self) -> io::Result<UpgradedIo> {
+        let rx = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match rx {
+            Some(rx) => rx
+                .await
+                .map_err(|_| io::Error::other("the connection was not upgraded")),
+            None => Err(io::Error::other("the upgrade was already taken")),
+        }
+    }
+}
+
+/// Serve HTTP/1.1 on `io` until the client closes, the connection idles past the
+/// header read timeout, shutdown, an error, or an upgrade.
+pub(crate) async fn serve_connection<I, S>(
+    io: I,
+    service: S,
+    options: Arc<ServerOptions>,
+    drain: DrainSignal,
+    remote: SocketAddr,
+) where
+    I: Io,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<ServedBody>>,
+    S::Error: Into<BoxError>,
+{
+    let mut conn = Conn {
+        io,
+        read_buf: BytesMut::new(),
+        write_buf: Vec::new(),
+        out: Out::default(),
+        limits: Limits {
+            max_head: options.max_header_size,
+            max_request_line: options.max_request_line,
+        },
+        channel: Arc::new(Channel::default()),
+        body: None,
+        continue_pending: false,
+        read_eof: false,
+        body_failed: false,
+    };
+    let timeout = options.header_read_timeout;
+    let mut timer = pin!(tokio::time::sleep(timeout));
+    let mut drain = pin!(drain);
+    loop {
+        timer.as_mut().reset(Instant::now() + timeout);
+        let waited = poll_fn(|cx| conn.poll_head(cx, timer.as_mut(), drain.as_mut())).await;
+        let head = match waited {
+            Waited::Head(head) => head,
+            Waited::Closed => return,
+            Waited::TimedOut => {
+                tracing::debug!(%remote, "no request head within the header read timeout; closing");
+                return;
+            }
+            Waited::Refused(error) => {
+                tracing::debug!(%remote, reason = error.reason(), status = error.status().as_u16(), "refused a request head");
+                conn.answer_error(error.status()).await;
+                return;
+            }
+        };
+        let keep_alive = head.keep_alive;
+        let accepts_trailers = head.accepts_trailers;
+        let mut request = head.request.map(|()| Incoming::empty());
+        let method = request.method().clone();
+        let version = request.version();
+        let connect = method == Method::CONNECT;
+        conn.continue_pending = false;
+        match head.body {
+            crate::http1::BodyLength::Length(0) => {}
+            crate::http1::BodyLength::Length(n) if n <= conn.read_buf.len() as u64 => {
+                *request.body_mut() = Incoming::full(conn.read_buf.split_to(n as usize).freeze());
+            }
+            framing => {
+                let (decoder, length) = match framing {
+                    crate::http1::BodyLength::Length(n) => (BodyDecoder::length(n), Some(n)),
+                    crate::http1::BodyLength::Chunked => (BodyDecoder::chunked(), None),
+                };
+                conn.body = Some(decoder);
+                conn.continue_pending = head.expect_continue;
+                *request.body_mut() = Incoming::native(conn.channel.open(length));
+            }
+        }
+        let upgrade = crate::forwarding::upgrade::upgrade_protocol(request.headers(), version)
+            .is_some()
+            .then(|| {
+                let (tx, rx) = oneshot::channel();
+                request
+                    .extensions_mut()
+                    .insert(OnUpgrade(Arc::new(Mutex::new(Some(rx)))));
+                tx
+            });
+
+        // The pipeline runs; meanwhile the request body is pumped and the socket
+        // watched for the client's going away.
+        let response = {
+            let mut future = pin!(service.call(request));
+            poll_fn(|cx| {
+                conn.pump(cx);
+                if let Poll::Ready(response) = future.as_mut().poll(cx) {
+                    return Poll::Ready(Some(response.map_err(Into::<BoxError>::into)));
+                }
+                if conn.peer_closed(cx) {
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        let response = match response {
+            Some(Ok(response)) => response,
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, %remote, "the service failed; closing the connection");
+                return;
+            }
+            None => {
+                tracing::debug!(%remote, "the client closed its connection before the response; request cancelled");
+                return;
+            }
+        };
+
+        let (parts, body) = response.into_parts();
+        let status = parts.status;
+        let upgrading = status == StatusCode::SWITCHING_PROTOCOLS && upgrade.is_some();
+        let bodiless = method == Method::HEAD
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let framing = if bodiless {
+            Framing::Bodiless
+        } else if let Some(n) = body.size_hint().exact() {
+            Framing::Length(n)
+        } else if let Some(n) = declared_length(&parts.headers) {
+            Framing::Length(n)
+        } else if version == Version::HTTP_11 {
+            Framing::Chunked
+        } else {
+            Framing::UntilClose
+        };
+        let draining = drain
+            .as_mut()
+            .poll_draining(&mut Context::from_waker(std::task::Waker::noop()));
+        let keep_alive = keep_alive
+            && !draining
+            && !connect
+            && !conn.body_failed
+            && framing != Framing::UntilClose
+            && (!status.is_informational() || upgrading)
+            && !crate::forwarding::upgrade::connection_has(&parts.headers, "close");
+        let connection = match (keep_alive || upgrading, version) {
+            (false, Version::HTTP_11) => Connection::Close,
+            (true, Version::HTTP_10) => Connection::KeepAlive,
+            _ => Connection::Default,
+        };
+        write_response_head(
+            &mut conn.write_buf,
+            status,
+            &parts.headers,
+            framing,
+            connection,
+        );
+        drop(parts);
+        conn.continue_pending = false;
+        let written = {
+            let mut body = pin!(body);
+            let mut sending = Sending {
+                framing,
+                sent: 0,
+                trailers: accepts_trailers && framing == Framing::Chunked,
+                done: bodiless,
+            };
+            poll_fn(|cx| conn.poll_send(cx, body.as_mut(), &mut sending)).await
+        };
+        if let Err(e) = written {
+            tracing::debug!(error = %e, %remote, "the response could not be sent; closing");
+            return;
+        }
+        if upgrading {
+            let tx = upgrade.expect("upgrading");
+            conn.channel.close();
+            let _ = tx.send(UpgradedIo {
+                io: Box::new(conn.io),
+                read: conn.read_buf.freeze(),
+            });
+            return;
+        }
+        if !keep_alive {
+            let _ = poll_fn(|cx| Pin::new(&mut conn.io).poll_shutdown(cx)).await;
+            return;
+        }
+        // The body the pipeline left unread is read and thrown away (up to a bound),
+        // so that the next request can be read.
+        if conn.body.is_some() {
+            timer.as_mut().reset(Instant::now() + timeout);
+            if !poll_fn(|cx| conn.poll_discard(cx, timer.as_mut())).await {
+                return;
+            }
+        }
+        conn.channel.close();
+    }
+}
+
+/// A response's own `Content-Length`.
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    let value = headers.get(header::CONTENT_LENGTH)?;
+    crate::http1::parse_length(value.as_bytes())
+}
+
+// Returned once per request, by value on the stack: boxing the head would cost an
+// allocation per request.
+#[allow(clippy::large_enum_variant)]
+enum Waited {
+    Head(crate::http1::RequestHead),
+    Closed,
+    TimedOut,
+    Refused(ParseError),
+}
+
+/// A response body being sent.
+struct Sending {
+    framing: Framing,
+    sent: u64,
+    trailers: bool,
+    done: bool,
+}
+
+/// Bytes queued for the socket after the write buffer: a large data frame written
+/// from where it is, then (chunked) its CRLF.
+#[derive(Default)]
+struct Out {
+    written: usize,
+    data: Bytes,
+    tail: &'static [u8],
+}
+
+struct Conn<I> {
+    io: I,
+    read_buf: BytesMut,
+    write_buf: Vec<u8>,
+    out: Out,
+    limits: Limits,
+    channel: Arc<Channel>,
+    /// The request body still to be read from the socket.
+    body: Option<BodyDecoder>,
+    /// `Expect: 100-continue` not answered yet.
+    continue_pending: bool,
+    read_eof: bool,
+    /// The request body could not be read: the connection closes after the response.
+    body_failed: bool,
+}
+
+impl<I: Io> Conn<I> {
+    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read_buf.capacity() - self.read_buf.len() < 1024 {
+            self.read_buf.reserve(READ_STEP);
+        }
+        let read = pin!(self.io.read_buf(&mut self.read_buf));
+        read.poll(cx)
+    }
+
+    fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut timer: Pin<&mut Sleep>,
+        drain: Pin<&mut DrainSignal>,
+    ) -> Poll<Waited> {
+        let draining = drain.poll_draining(cx);
+        loop {
+            if !self.read_buf.is_empty() {
+                match parse_request(&mut self.read_buf, &self.limits) {
+                    Ok(Some(head)) => return Poll::Ready(Waited::Head(head)),
+                    Ok(None) => {}
+                    Err(e) => return Poll::Ready(Waited::Refused(e)),
+                }
+            } else if draining {
+                return Poll::Ready(Waited::Closed);
+            }
+            if self.read_eof {
+                return Poll::Ready(Waited::Closed);
+            }
+            match self.poll_read_more(cx) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Waited::Closed),
+                Poll::Ready(Ok(_)) => continue,
+                Poll::Pending => {
+                    ready!(timer.as_mut().poll(cx));
+                    return Poll::Ready(Waited::TimedOut);
+                }
+            }
+        }
+    }
+
+    /// Whether the client has closed its side (no request body left to read). Reads
+    /// ahead (a pipelined request) up to the head limit.
+    fn peer_closed(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.body.is_some() {
+            return false;
+        }
+        while !self.read_eof && self.read_buf.len() < self.limits.max_head {
+            match self.poll_read_more(cx) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => self.read_eof = true,
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => return false,
+            }
+        }
+        self.read_eof
+    }
+
+    /// Move the request body along: when its reader waits and the slot is free,
+    /// decode the next frame (reading the socket if needed) and hand it over.
+    fn pump(&mut self, cx: &mut Context<'_>) {
+        let Some(decoder) = self.body.as_mut() else {
+            return;
+        };
+        let mut state = self.channel.lock();
+        state.driver_waits(cx);
+        while state.ready_for_frame() {
+            if self.continue_pending {
+                self.continue_pending = false;
+                self.write_buf
+                    .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                let mut written = 0;
+                while written < self.write_buf.len() {
+                    match Pin::new(&mut self.io).poll_write(cx, &self.write_buf[written..]) {
+                        Poll::Ready(Ok(n)) if n > 0 => written += n,
+                        // The rest goes out with the response head.
+                        _ => break,
+                    }
+                }
+                self.write_buf.drain(..written);
+            }
+            match decoder.decode(&mut self.read_buf, self.limits.max_head) {
+                Ok(Decoded::Data(data)) => state.put_data(data),
+                Ok(Decoded::Trailers(trailers)) => state.put_end(Some(trailers)),
+                Ok(Decoded::End) => state.put_end(None),
+                Ok(Decoded::NeedMore) => {
+                    if self.read_buf.capacity() - self.read_buf.len() < 1024 {
+                        self.read_buf.reserve(READ_STEP);
+                    }
+                    match pin!(self.io.read_buf(&mut self.read_buf)).poll(cx) {
+                        Poll::Ready(Ok(0)) => {
+                            self.read_eof = true;
+                            match decoder.closed() {
+                                Ok(_) => state.put_end(None),
+                                Err(e) => state.put_error(e.0),
+                            }
+                        }
+                        Poll::Ready(Ok(_)) => continue,
+                        Poll::Ready(Err(_)) => {
+                            self.read_eof = true;
+                            state.put_error("reading the request body failed");
+                        }
+                        Poll::Pending => return,
+                    }
+                }
+                Err(e) => state.put_error(e.0),
+            }
+            if decoder.is_done() {
+                break;
+            }
+        }
+        if decoder.is_done() {
+            self.body = None;
+        } else if state.is_failed() {
+            self.body = None;
+            self.body_failed = true;
+        }
+    }
+
+    /// Send the response body (the head is in the write buffer).
+    fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut body: Pin<&mut ServedBody>,
+        sending: &mut Sending,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            self.pump(cx);
+            if sending.done {
+                ready!(self.poll_write_out(cx))?;
+                return Poll::Ready(Ok(()));
+            }
+            if !self.out.data.is_empty() || self.write_buf.len() >= WRITE_HIGH {
+                ready!(self.poll_write_out(cx))?;
+            }
+            match body.as_mut().poll_frame(cx) {
+                Poll::Pending => {
+                    ready!(self.poll_write_out(cx))?;
+                    // A client that goes away while the destination is silent ends
+                    // the response (and so the exchange) now, not when the
+                    // destination speaks again.
+                    if self.peer_closed(cx) {
+                        return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(None) => self.finish_body(sending, None)?,
+                Poll::Ready(Some(Err(e))) => {
+                    return Poll::Ready(Err(io::Error::other(format!("response body: {e}"))))
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        self.queue_data(sending, data)?;
+                        if body.is_end_stream() {
+                            self.finish_body(sending, None)?;
+                        }
+                    }
+                    Err(frame) => {
+                        let trailers = frame.into_trailers().ok();
+                        self.finish_body(sending, trailers)?;
+                    }
+                },
+            }
+        }
+    }
+
+    fn queue_data(&mut self, sending: &mut Sending, data: Bytes) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let len = data.len();
+        match sending.framing {
+            Framing::Bodiless => return Ok(()),
+            Framing::Length(declared) => {
+                if sending.sent + len as u64 > declared {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "response body longer than its Content-Length",
+                    ));
+                }
+            }
+            Framing::Chunked => {
+                let mut line = [0u8; 18];
+                self.write_buf
+                    .extend_from_slice(crate::http1::chunk_header(len, &mut line));
+            }
+            Framing::UntilClose => {}
+        }
+        sending.sent += len as u64;
+        let tail: &'static [u8] = if sending.framing == Framing::Chunked {
+            b"\r\n"
+        } else {
+            b""
+        };
+        if len <= COPY_MAX {
+            self.write_buf.extend_from_slice(&data);
+            self.write_buf.extend_from_slice(tail);
+        } else {
+            self.out = Out {
+                written: 0,
+                data,
+                tail,
+            };
+        }
+        Ok(())
+    }
+
+    fn finish_body(
+        &mut self,
+        sending: &mut Sending,
+        trailers: Option<http::HeaderMap>,
+    ) -> io::Result<()> {
+        sending.done = true;
+        match sending.framing {
+            Framing::Length(declared) if sending.sent != declared => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "response body shorter than its Content-Length",
+            )),
+            Framing::Chunked => {
+                self.write_buf.extend_from_slice(b"0\r\n");
+                if let (true, Some(trailers)) = (sending.trailers, trailers) {
+                    for (name, value) in &trailers {
+                        self.write_buf.extend_from_slice(name.as_str().as_bytes());
+                        self.write_buf.extend_from_slice(b": ");
+                        self.write_buf.extend_from_slice(value.as_bytes());
+                        self.write_buf.extend_from_slice(b"\r\n");
+                    }
+                }
+                self.write_buf.extend_from_slice(b"\r\n");
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Write the write buffer, then the queued data frame and its tail; flush.
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let head = &self.write_buf[self.out.written.min(self.write_buf.len())..];
+            let head_left = head.len();
+            if head_left == 0 && self.out.data.is_empty() && self.out.tail.is_empty() {
+                break;
+            }
+            let slices = [
+                IoSlice::new(head),
+                IoSlice::new(&self.out.data),
+                IoSlice::new(self.out.tail),
+            ];
+            let n = ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &slices))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            let mut n = n;
+            let from_head = n.min(head_left);
+            self.out.written += from_head;
+            n -= from_head;
+            let from_data = n.min(self.out.data.len());
+            self.out.data.advance(from_data);
+            n -= from_data;
+            self.out.tail = &self.out.tail[n.min(self.out.tail.len())..];
+        }
+        self.write_buf.clear();
+        self.out.written = 0;
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    /// Read and throw away the rest of a request body the pipeline left unread (at
+    /// most [`DISCARD_MAX`] bytes, before `timer`). `false`: the connection must close.
+    fn poll_discard(&mut self, cx: &mut Context<'_>, mut timer: Pin<&mut Sleep>) -> Poll<bool> {
+        if self.continue_pending {
+            // The client waits for a `100` it will not get: its body never comes.
+            return Poll::Ready(false);
+        }
+        let Some(decoder) = self.body.as_mut() else {
+            return Poll::Ready(true);
+        };
+        if decoder.remaining().is_some_and(|n| n > DISCARD_MAX) {
+            return Poll::Ready(false);
+        }
+        let mut discarded = 0u64;
+        loop {
+            match decoder.decode(&mut self.read_buf, self.limits.max_head) {
+                Ok(Decoded::Data(data)) => {
+                    discarded += data.len() as u64;
+                    if discarded > DISCARD_MAX {
+                        return Poll::Ready(false);
+                    }
+                }
+                Ok(Decoded::Trailers(_) | Decoded::End) => {
+                    self.body = None;
+                    return Poll::Ready(true);
+                }
+                Ok(Decoded::NeedMore) => {
+                    if self.read_buf.capacity() - self.read_buf.len() < 1024 {
+                        self.read_buf.reserve(READ_STEP);
+                    }
+                    match pin!(self.io.read_buf(&mut self.read_buf)).poll(cx) {
+                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(false),
+                        Poll::Ready(Ok(_)) => {}
+                        Poll::Pending => {
+                            ready!(timer.as_mut().poll(cx));
+                            return Poll::Ready(false);
+                        }
+                    }
+                }
+                Err(_) => return Poll::Ready(false),
+            }
+        }
+    }
+
+    /// Answer a refused head (`400`, `414`, `431`) and close.
+    async fn answer_error(&mut self, status: StatusCode) {
+        write_response_head(
+            &mut self.write_buf,
+            status,
+            &http::HeaderMap::new(),
+            Framing::Length(0),
+            Connection::Close,
+        );
+        let written = tokio::time::timeout(
+            Duration::from_secs(5),
+            poll_fn(|cx| self.poll_write_out(cx)),
+        )
+        .await;
+        if matches!(written, Ok(Ok(()))) {
+            let _ = poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)).await;
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! fuseway's own HTTP/1.1 engine against hyper's, end to end over real sockets: the
+//! same raw requests sent to a proxy on each engine must get the same answers (status,
+//! fields, decoded body) and reach the destination the same way; and what RFC 9112
+//! tells an edge proxy to refuse, the native engine refuses with the right status and
+//! a closed connection, forwarding nothing.
+
+mod common;
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::*;
+use fuseway::server::{Http1Engine, ServerOptions};
+use http::{Request, Response};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn engine(engine: Http1Engine) -> ServerOptions {
+    ServerOptions {
+        http1_engine: engine,
+        max_request_line: 1024,
+        max_header_size: 8 * 1024,
+        ..options()
+    }
+}
+
+/// A destination that answers with what it saw: method, target, version, framing
+/// fields, body and trailers; `/stream` answers with a body of unknown length; every
+/// request is counted.
+async fn seeing_backend(count: Arc<AtomicUsize>) -> Backend {
+    backend(move |req: Request<Incoming>| {
+        let count = count.clone();
+        async move {
+            count.fetch_add(1, Ordering::SeqCst);
+            let head = format!(
+                "{} {} {:?} cl={:?} te={:?} expect={:?}",
+                req.method(),
+                req.uri(),
+                req.version(),
+                req.headers().get("content-length"),
+                req.headers().get("transfer-encoding"),
+                req.headers().get("expect"),
+            );
+            if req.uri().path() == "/stream" {
+                let frames = ["one ", "two ", "three"]
+                    .map(|s| Ok::<_, BoxError>(Frame::data(Bytes::from_static(s.as_bytes()))));
+                let body = StreamBody::new(futures_util::stream::iter(frames));
+                return Response::new(BodyExt::boxed(body));
+            }
+            let collected = req.into_body().collect().await.unwrap();
+            let trailers = collected.trailers().cloned();
+            let body = collected.to_bytes();
+            Response::builder()
+                .header("x-seen", head)
+                .header("x-trailers", format!("{trailers:?}"))
+                .body(full(body))
+                .unwrap()
+        }
+    })
+    .await
+}
+
+const CONFIG: &str = r#"{
+  "Routes": { "r": { "ClusterId": "c", "Match": { "Path": "/{**rest}" } } },
+  "Clusters": { "c": { "Destinations": { "d": { "Address": "BACKEND" } } } }
+}"#;
+
+/// A proxy on each engine in front of one counting backend.
+async fn pair() -> (TestProxy, TestProxy, Arc<AtomicUsize>, Backend) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let b = seeing_backend(count.clone()).await;
+    let config = CONFIG.replace("BACKEND", &b.url());
+    let native = start(&config, engine(Http1Engine::Native)).await;
+    let hyper = start(&config, engine(Http1Engine::Hyper)).await;
+    (native, hyper, count, b)
+}
+
+/// A parsed response: status, fields (less `date`), decoded body.
+#[derive(Debug, PartialEq)]
+struct Answer {
+    status: u16,
+    fields: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// Parse every response in `raw` (a HEAD's carries no body).
+fn answers(mut raw: &[u8], head_request: bool) -> Vec<Answer> {
+    let mut out = Vec::new();
+    while !raw.is_empty() {
+        let mut fields = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut fields);
+        let Ok(httparse::Status::Complete(len)) = response.parse(raw) else {
+            panic!("unparsable response: {:?}", String::from_utf8_lossy(raw));
+        };
+        let status = response.code.unwrap();
+        let mut fields: Vec<(String, String)> = response
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_ascii_lowercase(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .filter(|(n, _)| n != "date")
+            .collect();
+        fields.sort();
+        raw = &raw[len..];
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let mut body = Vec::new();
+        if status == 100 {
+            continue;
+        }
+        if head_request || status == 204 || status == 304 {
+        } else if field("transfer-encoding").as_deref() == Some("chunked") {
+            loop {
+                let line_end = raw.windows(2).position(|w| w == b"\r\n").unwrap();
+                let size =
+                    usize::from_str_radix(std::str::from_utf8(&raw[..line_end]).unwrap(), 16)
+                        .unwrap();
+                raw = &raw[line_end + 2..];
+                if size == 0 {
+                    let end = raw.windows(2).position(|w| w == b"\r\n").unwrap();
+                    raw = &raw[end + 2..];
+                    break;
+                }
+                body.extend_from_slice(&raw[..size]);
+                raw = &raw[size + 2..];
+            }
+        } else if let Some(length) = field("content-length") {
+            let length: usize = length.parse().unwrap();
+            body.extend_from_slice(&raw[..length]);
+            raw = &raw[length..];
+        } else {
+            body.extend_from_slice(raw);
+            raw = &[];
+        }
+        // The framing is each engine's choice; what it frames must be the same.
+        fields.retain(|(n, _)| n != "transfer-encoding" && n != "content-length");
+        out.push(Answer {
+            status,
+            fields,
+            body,
+        });
+    }
+    out
+}
+
+/// Send `request` on a fresh connection; read until the proxy closes it.
+async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> Vec<u8> {
+    within("an exchange", async {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        out
+    })
+    .await
+}
+
+#[tokio::test]
+async fn both_engines_answer_valid_requests_alike() {
+    let (native, hyper, _count, _b) = pair().await;
+    let requests: &[&str] = &[
+        "GET /plain?q=1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        "POST /length HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello world",
+        "POST /chunked HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-T: 1\r\n\r\n",
+        "HEAD /head HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        "GET /old HTTP/1.0\r\n\r\n",
+        "GET /stream HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        "GET /stream HTTP/1.0\r\n\r\n",
+        "GET http://a/absolute HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        "POST /expect HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+        "GET /one HTTP/1.1\r\nHost: a\r\n\r\nGET /two HTTP/1.1\r\nHost: a\r\n\r\nPOST /three HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nConnection: close\r\n\r\n3",
+    ];
+    for request in requests {
+        let head = request.starts_with("HEAD");
+        let from_native = answers(&exchange(native.addr, request.as_bytes()).await, head);
+        let from_hyper = answers(&exchange(hyper.addr, request.as_bytes()).await, head);
+        assert!(!from_native.is_empty(), "{request:?}: no answer");
+        assert_eq!(from_native, from_hyper, "{request:?}");
+    }
+}
+
+/// A difference the README lists: the native engine keeps an HTTP/1.0 client's
+/// connection open when it asks (`Connection: keep-alive`), as nginx does; hyper's
+/// closes it after the first response.
+#[tokio::test]
+async fn http10_keep_alive_is_honoured() {
+    let (native, hyper, _count, _b) = pair().await;
+    let request =
+        b"GET /keep HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /closing HTTP/1.0\r\n\r\n";
+    let got = answers(&exchange(native.addr, request).await, false);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0]
+        .fields
+        .contains(&("connection".into(), "keep-alive".into())));
+    assert!(!got[1].fields.iter().any(|(n, _)| n == "connection"));
+    assert_eq!(
+        answers(&exchange(hyper.addr, request).await, false).len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_on_one_connection() {
+    let (native, _hyper, count, _b) = pair().await;
+    let mut request = String::new();
+    for i in 0..20 {
+        request.push_str(&format!("GET /p{i} HTTP/1.1\r\nHost: a\r\n\r\n"));
+    }
+    request.push_str("GET /last HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let got = answers(&exchange(native.addr, request.as_bytes()).await, false);
+    assert_eq!(got.len(), 21);
+    for (i, answer) in got.iter().take(20).enumerate() {
+        let seen = &answer.fields.iter().find(|(n, _)| n == "x-seen").unwrap().1;
+        assert!(seen.starts_with(&format!("GET /p{i} ")), "{i}: {seen}");
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 21);
+}
+
+#[tokio::test]
+async fn expect_100_continue_is_answered_before_the_body_is_sent() {
+    let (native, _hyper, _count, _b) = pair().await;
+    let mut s = TcpStream::connect(native.addr).await.unwrap();
+    s.write_all(
+        b"PUT /upload HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    within("100 Continue", async {
+        while !got.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(s.read(&mut byte).await.unwrap(), 1, "closed before 100");
+            got.push(byte[0]);
+        }
+    })
+    .await;
+    assert_eq!(got, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"12345").await.unwrap();
+    let mut response = vec![0u8; 4096];
+    let n = within("the response", s.read(&mut response)).await.unwrap();
+    let answer = &answers(&response[..n], false)[0];
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, b"12345");
+}
+
+#[tokio::test]
+async fn what_rfc_9112_refuses_is_refused_and_never_forwarded() {
+    let (native, _hyper, count, _b) = pair().await;
+    let long_target = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(2000));
+    let big_head = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(9000)
+    );
+    let cases: Vec<(&str, String, u16)> = vec![
+        ("no Host", "GET / HTTP/1.1\r\n\r\n".into(), 400),
+        ("two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".into(), 400),
+        (
+            "CL and TE",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".into(),
+            400,
+        ),
+        (
+            "differing CLs",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd".into(),
+            400,
+        ),
+        (
+            "TE not ending in chunked",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n".into(),
+            400,
+        ),
+        ("obs-fold", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n".into(), 400),
+        ("space before colon", "GET / HTTP/1.1\r\nHost : a\r\n\r\n".into(), 400),
+        ("bare CR", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\rc\r\n\r\n".into(), 400),
+        ("request line over its limit", long_target, 414),
+        ("head over its limit", big_head, 431),
+    ];
+    for (what, request, status) in cases {
+        let raw = exchange(native.addr, request.as_bytes()).await;
+        let raw = String::from_utf8_lossy(&raw);
+        assert_eq!(status_of(&raw), Some(status), "{what}: {raw}");
+        assert!(raw.contains("connection: close"), "{what}: {raw}");
+    }
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        0,
+        "nothing reached the destination"
+    );
+
+    // A bad chunk after the head: the request was forwarded, its body fails, and the
+    // connection carries nothing after it (no smuggled second request).
+    let smuggle = "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcGET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
+    let raw = exchange(native.addr, smuggle.as_bytes()).await;
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(!raw.contains("/smuggled"), "{raw}");
+    assert!(raw.matches("HTTP/1.1 ").count() <= 1, "{raw}");
+}
+
+#[tokio::test]
+async fn shutdown_closes_idle_connections_and_ends_in_flight_ones_with_close() {
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (a, r) = (arrived.clone(), release.clone());
+    let slow = backend(move |_req: Request<Incoming>| {
+        let (a, r) = (a.clone(), r.clone());
+        async move {
+            a.notify_one();
+            r.notified().await;
+            Response::new(full("late"))
+        }
+    })
+    .await;
+    let p = start(
+        &CONFIG.replace("BACKEND", &slow.url()),
+        engine(Http1Engine::Native),
+    )
+    .await;
+    let mut idle = TcpStream::connect(p.addr).await.unwrap();
+    let mut busy = TcpStream::connect(p.addr).await.unwrap();
+    busy.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    within("the request to reach the destination", arrived.notified()).await;
+    let shutdown = tokio::spawn(p.shutdown());
+    let mut out = Vec::new();
+    within("the idle connection to close", idle.read_to_end(&mut out))
+        .await
+        .unwrap();
+    assert!(out.is_empty());
+    release.notify_one();
+    let mut out = Vec::new();
+    within("the in-flight response", busy.read_to_end(&mut out))
+        .await
+        .unwrap();
+    let answer = &answers(&out, false)[0];
+    assert_eq!(answer.body, b"late");
+    assert!(
+        answer
+            .fields
+            .contains(&("connection".into(), "close".into())),
+        "{answer:?}"
+    );
+    within("shutdown", shutdown).await.unwrap();
+}
