@@ -1,8 +1,9 @@
 //! End-to-end bench (BENCHMARKS.md §3): a hyper backend (100-byte body), the release
 //! `fuseway` binary (built with `--features count-allocs`) and a load generator, each
 //! its own process on 127.0.0.1; HTTP/1.1 and h2c, 32 connections, alternating rounds
-//! direct -> fuseway -> hyper-legacy -> hyper-pool -> hyper-pinned [-> nginx -> haproxy,
-//! when installed]. `hyper-legacy`, `hyper-pool` and `hyper-pinned` are
+//! direct -> fuseway -> fuseway-hyper (the binary with `--http1-engine hyper`; HTTP/1.1
+//! only) -> hyper-legacy -> hyper-pool -> hyper-pinned [-> nginx -> haproxy, when
+//! installed]. `hyper-legacy`, `hyper-pool` and `hyper-pinned` are
 //! `examples/bare_proxy.rs`: a bare hyper proxy (no routing, no transforms) over
 //! hyper-util's legacy client, its composable pool, or no pool at all (each client
 //! connection its own backend connection) — the floor of a proxy built on those pools,
@@ -263,6 +264,9 @@ fn rss_mb(pid: u32) -> f64 {
 enum Kind {
     Direct,
     Fuseway,
+    /// The same binary with `--http1-engine hyper` (HTTP/1.1 rounds only: HTTP/2 is
+    /// hyper's in both).
+    FusewayHyper,
     HyperLegacy,
     HyperPool,
     HyperPinned,
@@ -275,6 +279,7 @@ impl Kind {
         match self {
             Kind::Direct => "direct",
             Kind::Fuseway => "fuseway",
+            Kind::FusewayHyper => "fuseway-hyper",
             Kind::HyperLegacy => "hyper-legacy",
             Kind::HyperPool => "hyper-pool",
             Kind::HyperPinned => "hyper-pinned",
@@ -294,9 +299,14 @@ struct Target {
     allocs: Option<mpsc::Receiver<(u64, u64)>>,
 }
 
-fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr) -> Target {
+fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr, kind: Kind) -> Target {
     let port = free_port();
     let config = tmp.join("fuseway.json");
+    let engine = if kind == Kind::FusewayHyper {
+        "hyper"
+    } else {
+        "native"
+    };
     std::fs::write(
         &config,
         format!(
@@ -313,6 +323,7 @@ fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr) -> Target {
             .arg("--config")
             .arg(&config)
             .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--http1-engine", engine])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::piped()),
@@ -334,7 +345,7 @@ fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr) -> Target {
         "e2e: fuseway is not listening on 127.0.0.1:{port}"
     );
     Target {
-        kind: Kind::Fuseway,
+        kind,
         h1: port,
         h2: port,
         process: Some(process),
@@ -752,7 +763,8 @@ fn main() {
             process: None,
             allocs: None,
         },
-        start_fuseway(&dir, &tmp, backend_addr),
+        start_fuseway(&dir, &tmp, backend_addr, Kind::Fuseway),
+        start_fuseway(&dir, &tmp, backend_addr, Kind::FusewayHyper),
     ];
     for kind in [Kind::HyperLegacy, Kind::HyperPool, Kind::HyperPinned] {
         targets.extend(start_bare(&dir, backend_addr, kind));
@@ -783,6 +795,9 @@ fn main() {
     for http in [1u8, 2] {
         for _ in 0..settings.rounds {
             for t in &targets {
+                if http == 2 && t.kind == Kind::FusewayHyper {
+                    continue;
+                }
                 runs.push(run_once(
                     &dir,
                     t,
@@ -801,10 +816,13 @@ fn main() {
             p.stop();
         }
     }
-    if let Some(f) = targets.iter_mut().find(|t| t.kind == Kind::Fuseway) {
+    for f in &targets {
         if let Some(rx) = &f.allocs {
             if let Ok((a, b)) = rx.recv_timeout(Duration::from_secs(2)) {
-                println!("fuseway exited: {a} allocations, {b} bytes in total");
+                println!(
+                    "{} exited: {a} allocations, {b} bytes in total",
+                    f.kind.label()
+                );
             }
         }
     }
