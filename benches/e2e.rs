@@ -720,6 +720,9 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
             if matches!(k, Kind::Direct | Kind::Fuseway) {
                 continue;
             }
+            if of(k).next().is_none() {
+                continue;
+            }
             let cpu = median(of(k).filter_map(|r| r.proxy_cpu_us).collect());
             let user = median(of(k).filter_map(|r| r.proxy_user_us).collect());
             let rps = median(of(Kind::Fuseway).map(|r| r.rps).collect())

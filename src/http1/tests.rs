@@ -1,5 +1,5 @@
 use bytes::BytesMut;
-use http::{Method, StatusCode, Version};
+use http::{HeaderMap, Method, StatusCode, Version};
 
 use super::decode::MAX_CHUNK_LINE;
 use super::encode::{decimal, Connection};
@@ -12,7 +12,7 @@ const LIMITS: Limits = Limits {
 };
 
 fn parse(raw: &str) -> Result<Option<RequestHead>, ParseError> {
-    parse_request(&mut BytesMut::from(raw), &LIMITS)
+    parse_request(&mut BytesMut::from(raw), &LIMITS, HeaderMap::with_capacity)
 }
 
 fn head(raw: &str) -> RequestHead {
@@ -28,7 +28,9 @@ fn parses_a_request_head_and_leaves_the_rest() {
     let mut buf = BytesMut::from(
         "GET /a/b?c=d HTTP/1.1\r\nHost: example.com\r\nX-Custom: one\r\nx-custom: two\r\n\r\nNEXT",
     );
-    let head = parse_request(&mut buf, &LIMITS).unwrap().unwrap();
+    let head = parse_request(&mut buf, &LIMITS, HeaderMap::with_capacity)
+        .unwrap()
+        .unwrap();
     assert_eq!(&buf[..], b"NEXT");
     let req = &head.request;
     assert_eq!(req.method(), Method::GET);
@@ -152,7 +154,12 @@ fn limits_give_414_and_431() {
         max_request_line: 128,
     };
     assert_eq!(
-        parse_request(&mut BytesMut::from(many.as_str()), &limits).unwrap_err(),
+        parse_request(
+            &mut BytesMut::from(many.as_str()),
+            &limits,
+            HeaderMap::with_capacity
+        )
+        .unwrap_err(),
         ParseError::HeadTooLarge
     );
     assert_eq!(ParseError::UriTooLong.status(), StatusCode::URI_TOO_LONG);

@@ -14,6 +14,7 @@
 //! client said `TE: trailers`) or, for HTTP/1.0 clients, the connection's close.
 //! A `101` hands the socket, and whatever was read past the head, to the tunnel.
 
+mod buffers;
 mod channel;
 
 use std::future::{poll_fn, Future};
@@ -50,8 +51,6 @@ pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
-/// Read buffer growth step; also the smallest free space a read is given.
-const READ_STEP: usize = 8 * 1024;
 /// Buffered response bytes past which the driver writes before taking more.
 const WRITE_HIGH: usize = 64 * 1024;
 /// Data frames up to this size are copied behind the head / chunk line (one write);
@@ -178,6 +177,7 @@ pub(crate) async fn serve_connection<I, S>(
     let mut timer = pin!(tokio::time::sleep(timeout));
     let mut drain = pin!(drain);
     loop {
+        buffers::release_write(&mut conn.write_buf);
         timer.as_mut().reset(Instant::now() + timeout);
         let waited = poll_fn(|cx| conn.poll_head(cx, timer.as_mut(), drain.as_mut())).await;
         let head = match waited {
@@ -286,6 +286,7 @@ pub(crate) async fn serve_connection<I, S>(
             (true, Version::HTTP_10) => Connection::KeepAlive,
             _ => Connection::Default,
         };
+        buffers::ready_to_write(&mut conn.write_buf);
         write_response_head(
             &mut conn.write_buf,
             status,
@@ -293,7 +294,7 @@ pub(crate) async fn serve_connection<I, S>(
             framing,
             connection,
         );
-        drop(parts);
+        buffers::release_headers(parts.headers);
         conn.continue_pending = false;
         let written = {
             let mut body = pin!(body);
@@ -385,9 +386,7 @@ struct Conn<I> {
 
 impl<I: Io> Conn<I> {
     fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.read_buf.capacity() - self.read_buf.len() < 1024 {
-            self.read_buf.reserve(READ_STEP);
-        }
+        buffers::ready_to_read(&mut self.read_buf);
         let read = pin!(self.io.read_buf(&mut self.read_buf));
         read.poll(cx)
     }
@@ -401,7 +400,7 @@ impl<I: Io> Conn<I> {
         let draining = drain.poll_draining(cx);
         loop {
             if !self.read_buf.is_empty() {
-                match parse_request(&mut self.read_buf, &self.limits) {
+                match parse_request(&mut self.read_buf, &self.limits, buffers::headers) {
                     Ok(Some(head)) => return Poll::Ready(Waited::Head(head)),
                     Ok(None) => {}
                     Err(e) => return Poll::Ready(Waited::Refused(e)),
@@ -416,6 +415,8 @@ impl<I: Io> Conn<I> {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Waited::Closed),
                 Poll::Ready(Ok(_)) => continue,
                 Poll::Pending => {
+                    // Nothing in hand: wait without a buffer.
+                    buffers::release_read(&mut self.read_buf);
                     ready!(timer.as_mut().poll(cx));
                     return Poll::Ready(Waited::TimedOut);
                 }
@@ -467,9 +468,7 @@ impl<I: Io> Conn<I> {
                 Ok(Decoded::Trailers(trailers)) => state.put_end(Some(trailers)),
                 Ok(Decoded::End) => state.put_end(None),
                 Ok(Decoded::NeedMore) => {
-                    if self.read_buf.capacity() - self.read_buf.len() < 1024 {
-                        self.read_buf.reserve(READ_STEP);
-                    }
+                    buffers::ready_to_read(&mut self.read_buf);
                     match pin!(self.io.read_buf(&mut self.read_buf)).poll(cx) {
                         Poll::Ready(Ok(0)) => {
                             self.read_eof = true;
@@ -674,9 +673,7 @@ impl<I: Io> Conn<I> {
                     return Poll::Ready(true);
                 }
                 Ok(Decoded::NeedMore) => {
-                    if self.read_buf.capacity() - self.read_buf.len() < 1024 {
-                        self.read_buf.reserve(READ_STEP);
-                    }
+                    buffers::ready_to_read(&mut self.read_buf);
                     match pin!(self.io.read_buf(&mut self.read_buf)).poll(cx) {
                         Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(false),
                         Poll::Ready(Ok(_)) => {}

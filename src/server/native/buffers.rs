@@ -1,0 +1,114 @@
+//! Read and write buffers, and header maps, lent to connections while they have a
+//! message in hand.
+//!
+//! A keep-alive connection spends most of its life waiting for its next request. nginx
+//! keeps only a small header buffer per idle connection and takes large buffers while
+//! a message needs them; here an idle connection holds none: it tries its read first
+//! with a buffer taken from its worker thread's pool (no allocation once the pool is
+//! warm) and gives the buffer back when there was nothing to read. The same for the
+//! write buffer once a response has been flushed. A buffer still shared with a
+//! message's views (header values, body chunks not yet dropped) is not given back:
+//! its memory is freed with the last view.
+//!
+//! Header maps: a response's map, once its head is written, is emptied and kept for a
+//! later request's fields (Kestrel's reuse of per-message objects), so a request head
+//! costs no allocation when the pool has one large enough.
+
+use std::cell::RefCell;
+
+use bytes::BytesMut;
+use http::HeaderMap;
+
+/// Size of a read buffer (and the free space a read is given).
+pub(crate) const READ_SIZE: usize = 8 * 1024;
+/// Buffers of each kind a thread keeps for its connections; more are freed.
+const KEEP: usize = 256;
+
+thread_local! {
+    static READ: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+    static WRITE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static HEADERS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty header map with room for `fields`: a pooled one when there is one.
+pub(crate) fn headers(fields: usize) -> HeaderMap {
+    let mut map = HEADERS.with(|p| p.borrow_mut().pop()).unwrap_or_default();
+    map.reserve(fields);
+    map
+}
+
+/// Keep `map`'s memory for a later request (emptied here); maps with little room are
+/// not worth keeping.
+pub(crate) fn release_headers(mut map: HeaderMap) {
+    if map.capacity() < 8 {
+        return;
+    }
+    map.clear();
+    HEADERS.with(|p| {
+        let mut pool = p.borrow_mut();
+        if pool.len() < KEEP {
+            pool.push(map);
+        }
+    });
+}
+
+/// A read buffer with room for a read: `buf` itself when it has room, else a pooled
+/// or new one (keeping `buf`'s bytes).
+pub(crate) fn ready_to_read(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() >= 1024 {
+        return;
+    }
+    if buf.capacity() == 0 {
+        if let Some(pooled) = READ.with(|p| p.borrow_mut().pop()) {
+            *buf = pooled;
+            return;
+        }
+    }
+    buf.reserve(READ_SIZE);
+}
+
+/// Give an empty read buffer back to the pool (leaving `buf` without memory) if nothing
+/// else shares its memory.
+pub(crate) fn release_read(buf: &mut BytesMut) {
+    if !buf.is_empty() || buf.capacity() == 0 {
+        return;
+    }
+    let mut taken = std::mem::take(buf);
+    if !taken.try_reclaim(READ_SIZE) {
+        return;
+    }
+    READ.with(|p| {
+        let mut pool = p.borrow_mut();
+        if pool.len() < KEEP {
+            pool.push(taken);
+        }
+    });
+}
+
+/// A write buffer for a response head: `buf` itself when it has memory, else a pooled
+/// one.
+pub(crate) fn ready_to_write(buf: &mut Vec<u8>) {
+    if buf.capacity() == 0 {
+        if let Some(pooled) = WRITE.with(|p| p.borrow_mut().pop()) {
+            *buf = pooled;
+        }
+    }
+}
+
+/// Give a flushed (empty) write buffer back to the pool.
+pub(crate) fn release_write(buf: &mut Vec<u8>) {
+    if !buf.is_empty() || buf.capacity() == 0 {
+        return;
+    }
+    let taken = std::mem::take(buf);
+    // One that grew for a large body is not kept as it is.
+    if taken.capacity() > 4 * READ_SIZE {
+        return;
+    }
+    WRITE.with(|p| {
+        let mut pool = p.borrow_mut();
+        if pool.len() < KEEP {
+            pool.push(taken);
+        }
+    });
+}

@@ -1,0 +1,213 @@
+//! Heap allocations per HTTP/1.1 request on the proxy's worker thread, over real
+//! sockets: a hyper backend and a keep-alive client on the test's runtime, the proxy on
+//! its own worker thread (`Server::serve_workers`), and a counting global allocator
+//! that counts only on that thread. Counts are deterministic, so they are asserted
+//! (time is measured by the benches, never here).
+//!
+//! Two measurements: the whole proxied request (the native server engine, the fused
+//! default pipeline, the forwarder and its pooled destination connection), and the
+//! server engine with the pipeline alone — the same stages over the in-process
+//! `StubForwarder` terminal (a stub, so that only the serving side is counted).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use fuseway::server::{Http1Engine, Server};
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+// ===== counting allocator: the proxy's thread, inside the window =====
+
+struct Counting;
+
+thread_local! {
+    static PROXY_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+static MEASURING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+/// The sizes of the window's first allocations (for a failure's message).
+static SIZES: [AtomicUsize; 32] = [const { AtomicUsize::new(0) }; 32];
+
+fn record(size: usize) {
+    if !MEASURING.load(Ordering::Relaxed) || !PROXY_THREAD.try_with(Cell::get).unwrap_or(false) {
+        return;
+    }
+    let n = ALLOCS.fetch_add(1, Ordering::Relaxed) as usize;
+    BYTES.fetch_add(size as u64, Ordering::Relaxed);
+    if let Some(slot) = SIZES.get(n) {
+        slot.store(size, Ordering::Relaxed);
+    }
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        record(layout.size());
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        record(new_size);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// `n` keep-alive requests on `stream`, each answered before the next is sent.
+async fn requests(stream: &mut TcpStream, n: usize) {
+    let mut buf = vec![0u8; 16 * 1024];
+    for _ in 0..n {
+        stream
+            .write_all(b"GET /bench HTTP/1.1\r\nHost: bench\r\n\r\n")
+            .await
+            .unwrap();
+        // Responses end with their body (the backend's 100 bytes, or the stub's empty
+        // one): a `content-length` says which.
+        let mut got = 0;
+        loop {
+            let read = stream.read(&mut buf[got..]).await.unwrap();
+            assert!(read > 0, "the proxy closed the connection");
+            got += read;
+            let text = &buf[..got];
+            if let Some(end) = text.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&text[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .split("content-length: ")
+                    .nth(1)
+                    .and_then(|rest| rest.split("\r\n").next())
+                    .and_then(|n| n.trim().parse().ok())
+                    .expect("a content-length");
+                if got >= end + 4 + length {
+                    assert!(
+                        text.starts_with(b"HTTP/1.1 200"),
+                        "{:?}",
+                        String::from_utf8_lossy(text)
+                    );
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fuseway::default_pipeline! {
+    /// The default stages over the in-process stub terminal.
+    struct StubbedDefault(http::Request<fuseway::body::Incoming>) {
+        => stub: fuseway::testing::StubForwarder,
+    }
+}
+
+/// What terminates the measured proxy.
+#[derive(Clone, Copy)]
+enum Terminal {
+    Forwarder,
+    Stub,
+}
+
+/// (allocations, bytes) per request on the proxy's thread, in steady state.
+async fn per_request(engine: Http1Engine, terminal: Terminal) -> (f64, f64, Vec<usize>) {
+    let b = backend(|_req: Request<Incoming>| async move { Response::new(full(vec![b'x'; 100])) })
+        .await;
+    let config = simple_config(&[("d1", &b.url())], "");
+    let config = fuseway::config::parse(&config, fuseway::config::Format::Json).unwrap();
+    let state = Arc::new(fuseway::state::ProxyState::new(config).unwrap());
+    match terminal {
+        Terminal::Forwarder => {
+            measure(engine, move || {
+                fuseway::pipeline::FusedDefault::from_state(state.clone())
+            })
+            .await
+        }
+        Terminal::Stub => {
+            measure(engine, move || {
+                StubbedDefault::from_state(
+                    state.clone(),
+                    fuseway::testing::StubForwarder::new(fuseway::testing::StubMode::Sync),
+                )
+            })
+            .await
+        }
+    }
+}
+
+async fn measure<S, F>(engine: Http1Engine, make_service: F) -> (f64, f64, Vec<usize>)
+where
+    F: Fn() -> S + Send + Sync + 'static,
+    S: fuseway::server::ServeService,
+{
+    let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
+        .await
+        .unwrap()
+        .http1_engine(engine);
+    let addr = server.local_addrs()[0];
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_workers(
+        1,
+        move || {
+            PROXY_THREAD.with(|p| p.set(true));
+            make_service()
+        },
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    within("the warm-up", requests(&mut stream, 300)).await;
+    const N: u64 = 1000;
+    ALLOCS.store(0, Ordering::SeqCst);
+    BYTES.store(0, Ordering::SeqCst);
+    MEASURING.store(true, Ordering::SeqCst);
+    within("the measured requests", requests(&mut stream, N as usize)).await;
+    MEASURING.store(false, Ordering::SeqCst);
+    let sizes = SIZES.iter().map(|s| s.load(Ordering::Relaxed)).collect();
+    drop(stream);
+    let _ = stop_tx.send(());
+    within("the proxy to stop", serving).await.unwrap().unwrap();
+    (
+        ALLOCS.load(Ordering::SeqCst) as f64 / N as f64,
+        BYTES.load(Ordering::SeqCst) as f64 / N as f64,
+        sizes,
+    )
+}
+
+// One test: the counters are global to the binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_per_http11_request() {
+    // Two: the request's header map (indices and entries). The engine takes maps from
+    // a per-thread pool fed with the responses' maps once their heads are written; the
+    // stub answers with an empty map, and the request's own map ends in the terminal
+    // (the native client side will give it back once it has written the head).
+    let (allocs, bytes, sizes) = per_request(Http1Engine::Native, Terminal::Stub).await;
+    println!("native engine + pipeline (stub terminal): {allocs:.2} allocations, {bytes:.0} bytes per request");
+    assert!(
+        allocs <= 2.0 && bytes <= 1_400.0,
+        "native engine + pipeline (stub terminal): {allocs:.2} allocations / {bytes:.0} bytes per request (first sizes {sizes:?})"
+    );
+
+    // Today the destination side is hyper's client connection: its response callback
+    // channel (384 B), the response's header indices (40 B), its body channel (224 B)
+    // and a read buffer per response (8 KiB). The native client side removes them.
+    let (allocs, bytes, sizes) = per_request(Http1Engine::Native, Terminal::Forwarder).await;
+    println!("native engine, proxied: {allocs:.2} allocations, {bytes:.0} bytes per request (first sizes {sizes:?})");
+    assert!(
+        allocs <= 4.0 && bytes <= 8_900.0,
+        "native engine, proxied: {allocs:.2} allocations / {bytes:.0} bytes per request (first sizes {sizes:?})"
+    );
+
+    let (allocs, bytes, _) = per_request(Http1Engine::Hyper, Terminal::Forwarder).await;
+    println!("hyper engine, proxied: {allocs:.2} allocations, {bytes:.0} bytes per request");
+}
