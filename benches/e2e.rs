@@ -27,7 +27,7 @@
 //! otherwise they are skipped with a message. Only 127.0.0.1 is used.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -39,6 +39,8 @@ struct Settings {
     warmup: f64,
     seconds: f64,
     connections: usize,
+    /// Idle keep-alive connections opened to each proxy in the memory phase.
+    idle: usize,
     quick: bool,
 }
 
@@ -56,6 +58,7 @@ impl Settings {
             warmup: num("FUSEWAY_E2E_WARMUP", if quick { 1.0 } else { 5.0 }),
             seconds: num("FUSEWAY_E2E_SECONDS", if quick { 2.0 } else { 10.0 }),
             connections: num("FUSEWAY_E2E_CONNECTIONS", 32.0) as usize,
+            idle: num("FUSEWAY_E2E_IDLE", if quick { 200.0 } else { 10_000.0 }) as usize,
             quick,
         }
     }
@@ -413,7 +416,7 @@ fn start_nginx(nginx: &Path, tmp: &Path, backend: SocketAddr) -> Option<Target> 
 daemon off;
 pid {p}/nginx.pid;
 error_log {p}/error.log warn;
-events {{ worker_connections 4096; }}
+events {{ worker_connections 16384; }}
 http {{
     access_log off;
     client_body_temp_path {p}/body;
@@ -461,7 +464,7 @@ fn start_haproxy(haproxy: &Path, tmp: &Path, backend: SocketAddr) -> Option<Targ
     let config = format!(
         r#"global
     nbthread 2
-    maxconn 4000
+    maxconn 30000
 defaults
     mode http
     timeout connect 5s
@@ -740,6 +743,9 @@ fn summary(runs: &[Run], kinds: &[Kind]) {
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not supported here.
     let settings = Settings::from_env();
+    // The idle phase holds thousands of sockets here and in each proxy (which inherit
+    // the limit).
+    raise_fd_limit(settings.idle as u64 * 2 + 4096);
     let dir = profile_dir();
     build(&dir);
     let tmp = std::env::temp_dir().join(format!("fuseway-e2e-{}", std::process::id()));
@@ -814,6 +820,7 @@ fn main() {
         }
     }
     summary(&runs, &kinds);
+    idle_phase(&targets, settings.idle);
     for t in &mut targets {
         if let Some(p) = &mut t.process {
             p.stop();
@@ -838,5 +845,100 @@ fn main() {
     );
     if total_errors > 0 {
         println!("e2e: {total_errors} errors in total (see the RESULT lines)");
+    }
+}
+
+// ===== idle keep-alive connections: memory per connection =====
+
+fn raise_fd_limit(wanted: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain libc calls on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < wanted {
+            limit.rlim_cur = wanted.min(limit.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// Resident set size of `pid` and its children, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    (rss_mb(pid) * 1024.0) as u64
+}
+
+/// One request on `stream`, its response read to the end of its body.
+fn one_request(stream: &mut TcpStream) -> std::io::Result<()> {
+    stream.write_all(b"GET /idle HTTP/1.1\r\nHost: bench\r\n\r\n")?;
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    loop {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        if !head.starts_with("http/1.1 200") {
+            return Err(std::io::Error::other(head));
+        }
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if buf.len() >= end + 4 + length {
+            return Ok(());
+        }
+    }
+}
+
+/// Open `n` keep-alive connections to each proxy, one request on each, and hold them:
+/// the proxy's RSS growth per connection; then one more request on every connection
+/// (all must still be open and answer).
+fn idle_phase(targets: &[Target], n: usize) {
+    if n == 0 {
+        return;
+    }
+    println!();
+    println!("idle: {n} keep-alive HTTP/1.1 connections per proxy, one request each, then held");
+    for t in targets {
+        let Some(process) = &t.process else { continue };
+        if matches!(
+            t.kind,
+            Kind::HyperLegacy | Kind::HyperPool | Kind::HyperPinned
+        ) {
+            continue;
+        }
+        let before = rss_kib(process.pid());
+        let mut conns = Vec::with_capacity(n);
+        let mut errors = 0usize;
+        for _ in 0..n {
+            match TcpStream::connect(("127.0.0.1", t.h1)).and_then(|mut s| {
+                s.set_read_timeout(Some(Duration::from_secs(10)))?;
+                one_request(&mut s).map(|()| s)
+            }) {
+                Ok(s) => conns.push(s),
+                Err(_) => errors += 1,
+            }
+        }
+        let after = rss_kib(process.pid());
+        for s in &mut conns {
+            if one_request(s).is_err() {
+                errors += 1;
+            }
+        }
+        let held = conns.len();
+        drop(conns);
+        let per_conn = (after.saturating_sub(before) * 1024) as f64 / held.max(1) as f64;
+        println!(
+            "IDLE label={} connections={held} errors={errors} rss_before_kib={before} rss_held_kib={after} bytes_per_connection={per_conn:.0}",
+            t.kind.label()
+        );
     }
 }

@@ -556,6 +556,8 @@ async fn accept_loop<S>(
         .enable_connect_protocol();
     let builder = Arc::new(builder);
     let graceful = drain::Drain::new();
+    // The native engine's in-flight slots, shared by the listener's connections.
+    let slots = native::Slots::new();
     loop {
         // Wait for a free connection slot before accepting: excess clients queue in the
         // kernel's backlog instead of consuming memory here.
@@ -592,6 +594,7 @@ async fn accept_loop<S>(
                 let mut stop = stop.clone();
                 let timeout = options.header_read_timeout;
                 let options = options.clone();
+                let slots = slots.clone();
                 tokio::spawn(async move {
                     // hyper-util tells HTTP/1 from HTTP/2 by reading the first bytes,
                     // without a time limit: a client sending nothing, or part of the
@@ -611,13 +614,28 @@ async fn accept_loop<S>(
                             info,
                             activity: None,
                         };
-                        native::serve_connection(stream, svc, options, watcher.signal(), remote)
-                            .await;
+                        native::serve_connection(
+                            stream,
+                            svc,
+                            options,
+                            slots,
+                            watcher.signal(),
+                            remote,
+                        )
+                        .await;
                     } else {
                         let (svc, activity) = served(service, info, protocol);
                         let conn =
                             builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-                        drive(watcher.watch(conn.into_owned()), activity, timeout, remote).await;
+                        // Boxed: the task's size is that of its largest state, and hyper's
+                        // connection would make every native connection's task as large.
+                        Box::pin(drive(
+                            watcher.watch(conn.into_owned()),
+                            activity,
+                            timeout,
+                            remote,
+                        ))
+                        .await;
                     }
                     drop(permit);
                 });
@@ -631,6 +649,7 @@ async fn accept_loop<S>(
                 let watcher = graceful.watcher();
                 let builder = builder.clone();
                 let options = options.clone();
+                let slots = slots.clone();
                 tokio::spawn(async move {
                     let stream = match handshake.await {
                         Ok(Ok(stream)) => stream,
@@ -653,14 +672,21 @@ async fn accept_loop<S>(
                             info,
                             activity: None,
                         };
-                        native::serve_connection(stream, svc, options, watcher.signal(), remote)
-                            .await;
+                        native::serve_connection(
+                            stream,
+                            svc,
+                            options,
+                            slots,
+                            watcher.signal(),
+                            remote,
+                        )
+                        .await;
                     } else {
                         let (svc, activity) = served(service, info, protocol);
                         let conn = builder
                             .serve_connection_with_upgrades(TokioIo::new(stream), svc)
                             .into_owned();
-                        drive(watcher.watch(conn), activity, timeout, remote).await;
+                        Box::pin(drive(watcher.watch(conn), activity, timeout, remote)).await;
                     }
                     drop(permit);
                 });

@@ -95,6 +95,7 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
                     server,
                     served,
                     Arc::new(options),
+                    native::Slots::new(),
                     drain.watcher().signal(),
                     info.remote,
                 )

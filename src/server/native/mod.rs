@@ -145,15 +145,103 @@ impl OnUpgrade {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// What a connection has in flight: the pipeline's future, then the response's
+    /// body. Kept out of the connection's own future (which an idle keep-alive
+    /// connection holds for as long as it waits) in a slot lent by [`Slots`].
+    #[project = InFlightProj]
+    pub(crate) enum InFlight<F, B> {
+        Idle,
+        Calling { #[pin] future: F },
+        Sending { #[pin] body: B },
+    }
+}
+
+/// The in-flight slots of a listener's connections: one is taken when a request head
+/// arrives and given back when the connection waits again, so a warm server allocates
+/// none per request and an idle connection holds none.
+pub(crate) struct Slots<F, B> {
+    free: Mutex<Vec<Slot<F, B>>>,
+}
+
+/// One in-flight slot: pinned in its own allocation, reused request after request.
+type Slot<F, B> = Pin<Box<InFlight<F, B>>>;
+
+impl<F, B> Slots<F, B> {
+    /// Most slots kept free; more are freed.
+    const KEEP: usize = 1024;
+
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Slots {
+            free: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn take(&self) -> Slot<F, B> {
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_else(|| Box::pin(InFlight::Idle))
+    }
+
+    fn give(&self, mut slot: Slot<F, B>) {
+        slot.set(InFlight::Idle);
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        if free.len() < Self::KEEP {
+            free.push(slot);
+        }
+    }
+}
+
+impl<F, B> std::fmt::Debug for Slots<F, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Slots")
+    }
+}
+
+/// The slot of the request in flight, given back to its pool when dropped (at the end
+/// of the message, or with the connection).
+struct Lent<'a, F, B> {
+    slot: Option<Slot<F, B>>,
+    slots: &'a Slots<F, B>,
+}
+
+impl<F, B> Lent<'_, F, B> {
+    /// The slot, taken from the pool if the connection has none.
+    fn get(&mut self) -> Pin<&mut InFlight<F, B>> {
+        self.slot.get_or_insert_with(|| self.slots.take()).as_mut()
+    }
+
+    /// Give the slot back (what it holds is dropped).
+    fn release(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            self.slots.give(slot);
+        }
+    }
+}
+
+impl<F, B> Drop for Lent<'_, F, B> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// Serve HTTP/1.1 on `io` until the client closes, the connection idles past the
 /// header read timeout, shutdown, an error, or an upgrade.
-pub(crate) async fn serve_connection<I, S>(
+///
+/// A function returning an `async` block rather than an `async fn`: the block keeps
+/// what it captures in place, where an `async fn` would hold its arguments twice (as
+/// captured and as moved into its body's locals) for the connection's whole life.
+pub(crate) fn serve_connection<I, S>(
     io: I,
     service: S,
     options: Arc<ServerOptions>,
+    slots: Arc<Slots<S::Future, ServedBody>>,
     drain: DrainSignal,
     remote: SocketAddr,
-) where
+) -> impl Future<Output = ()>
+where
     I: Io,
     S: hyper::service::Service<Request<Incoming>, Response = Response<ServedBody>>,
     S::Error: Into<BoxError>,
@@ -167,172 +255,139 @@ pub(crate) async fn serve_connection<I, S>(
             max_head: options.max_header_size,
             max_request_line: options.max_request_line,
         },
-        channel: Arc::new(Channel::default()),
+        channel: None,
         body: None,
         continue_pending: false,
         read_eof: false,
         body_failed: false,
     };
     let timeout = options.header_read_timeout;
-    let mut timer = pin!(tokio::time::sleep(timeout));
-    let mut drain = pin!(drain);
-    loop {
-        buffers::release_write(&mut conn.write_buf);
-        timer.as_mut().reset(Instant::now() + timeout);
-        let waited = poll_fn(|cx| conn.poll_head(cx, timer.as_mut(), drain.as_mut())).await;
-        let head = match waited {
-            Waited::Head(head) => head,
-            Waited::Closed => return,
-            Waited::TimedOut => {
-                tracing::debug!(%remote, "no request head within the header read timeout; closing");
-                return;
-            }
-            Waited::Refused(error) => {
-                tracing::debug!(%remote, reason = error.reason(), status = error.status().as_u16(), "refused a request head");
-                conn.answer_error(error.status()).await;
-                return;
-            }
+    drop(options);
+    let mut drain = Box::pin(drain);
+    async move {
+        let mut timer = pin!(tokio::time::sleep(timeout));
+        // Requests' locals live in blocks that end before the next suspension point, and
+        // the pipeline's future and the response body in a lent slot: the connection's
+        // future stays small while it waits (see `the_connection_future_size`).
+        let mut lent = Lent {
+            slot: None,
+            slots: &slots,
         };
-        let keep_alive = head.keep_alive;
-        let accepts_trailers = head.accepts_trailers;
-        let mut request = head.request.map(|()| Incoming::empty());
-        let method = request.method().clone();
-        let version = request.version();
-        let connect = method == Method::CONNECT;
-        conn.continue_pending = false;
-        match head.body {
-            crate::http1::BodyLength::Length(0) => {}
-            crate::http1::BodyLength::Length(n) if n <= conn.read_buf.len() as u64 => {
-                *request.body_mut() = Incoming::full(conn.read_buf.split_to(n as usize).freeze());
-            }
-            framing => {
-                let (decoder, length) = match framing {
-                    crate::http1::BodyLength::Length(n) => (BodyDecoder::length(n), Some(n)),
-                    crate::http1::BodyLength::Chunked => (BodyDecoder::chunked(), None),
-                };
-                conn.body = Some(decoder);
-                conn.continue_pending = head.expect_continue;
-                *request.body_mut() = Incoming::native(conn.channel.open(length));
-            }
-        }
-        let upgrade = crate::forwarding::upgrade::upgrade_protocol(request.headers(), version)
-            .is_some()
-            .then(|| {
-                let (tx, rx) = oneshot::channel();
-                request
-                    .extensions_mut()
-                    .insert(OnUpgrade(Arc::new(Mutex::new(Some(rx)))));
-                tx
-            });
-
-        // The pipeline runs; meanwhile the request body is pumped and the socket
-        // watched for the client's going away.
-        let response = {
-            let mut future = pin!(service.call(request));
-            poll_fn(|cx| {
-                conn.pump(cx);
-                if let Poll::Ready(response) = future.as_mut().poll(cx) {
-                    return Poll::Ready(Some(response.map_err(Into::<BoxError>::into)));
-                }
-                if conn.peer_closed(cx) {
-                    return Poll::Ready(None);
-                }
-                Poll::Pending
-            })
-            .await
-        };
-        let response = match response {
-            Some(Ok(response)) => response,
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, %remote, "the service failed; closing the connection");
-                return;
-            }
-            None => {
-                tracing::debug!(%remote, "the client closed its connection before the response; request cancelled");
-                return;
-            }
-        };
-
-        let (parts, body) = response.into_parts();
-        let status = parts.status;
-        let upgrading = status == StatusCode::SWITCHING_PROTOCOLS && upgrade.is_some();
-        let bodiless = method == Method::HEAD
-            || status.is_informational()
-            || status == StatusCode::NO_CONTENT
-            || status == StatusCode::NOT_MODIFIED;
-        let framing = if bodiless {
-            Framing::Bodiless
-        } else if let Some(n) = body.size_hint().exact() {
-            Framing::Length(n)
-        } else if let Some(n) = declared_length(&parts.headers) {
-            Framing::Length(n)
-        } else if version == Version::HTTP_11 {
-            Framing::Chunked
-        } else {
-            Framing::UntilClose
-        };
-        let draining = drain
-            .as_mut()
-            .poll_draining(&mut Context::from_waker(std::task::Waker::noop()));
-        let keep_alive = keep_alive
-            && !draining
-            && !connect
-            && !conn.body_failed
-            && framing != Framing::UntilClose
-            && (!status.is_informational() || upgrading)
-            && !crate::forwarding::upgrade::connection_has(&parts.headers, "close");
-        let connection = match (keep_alive || upgrading, version) {
-            (false, Version::HTTP_11) => Connection::Close,
-            (true, Version::HTTP_10) => Connection::KeepAlive,
-            _ => Connection::Default,
-        };
-        buffers::ready_to_write(&mut conn.write_buf);
-        write_response_head(
-            &mut conn.write_buf,
-            status,
-            &parts.headers,
-            framing,
-            connection,
-        );
-        buffers::release_headers(parts.headers);
-        conn.continue_pending = false;
-        let written = {
-            let mut body = pin!(body);
-            let mut sending = Sending {
-                framing,
-                sent: 0,
-                trailers: accepts_trailers && framing == Framing::Chunked,
-                done: bodiless,
-            };
-            poll_fn(|cx| conn.poll_send(cx, body.as_mut(), &mut sending)).await
-        };
-        if let Err(e) = written {
-            tracing::debug!(error = %e, %remote, "the response could not be sent; closing");
-            return;
-        }
-        if upgrading {
-            let tx = upgrade.expect("upgrading");
-            conn.channel.close();
-            let _ = tx.send(UpgradedIo {
-                io: Box::new(conn.io),
-                read: conn.read_buf.freeze(),
-            });
-            return;
-        }
-        if !keep_alive {
-            let _ = poll_fn(|cx| Pin::new(&mut conn.io).poll_shutdown(cx)).await;
-            return;
-        }
-        // The body the pipeline left unread is read and thrown away (up to a bound),
-        // so that the next request can be read.
-        if conn.body.is_some() {
+        loop {
+            buffers::release_write(&mut conn.write_buf);
+            lent.release();
             timer.as_mut().reset(Instant::now() + timeout);
-            if !poll_fn(|cx| conn.poll_discard(cx, timer.as_mut())).await {
+            let message = {
+                let head = match poll_fn(|cx| conn.poll_head(cx, timer.as_mut(), drain.as_mut()))
+                    .await
+                {
+                    Waited::Head(head) => head,
+                    Waited::Closed => return,
+                    Waited::TimedOut => {
+                        tracing::debug!(%remote, "no request head within the header read timeout; closing");
+                        return;
+                    }
+                    Waited::Refused(error) => {
+                        tracing::debug!(%remote, reason = error.reason(), status = error.status().as_u16(), "refused a request head");
+                        conn.answer_error(error.status()).await;
+                        return;
+                    }
+                };
+                let (request, message) = conn.start_request(head);
+                lent.get().set(InFlight::Calling {
+                    future: service.call(request),
+                });
+                message
+            };
+
+            // The pipeline runs; meanwhile the request body is pumped and the socket
+            // watched for the client's going away.
+            let (mut sending, keep_alive, upgrading) = {
+                let response = poll_fn(|cx| {
+                    conn.pump(cx);
+                    if let InFlightProj::Calling { future } = lent.get().project() {
+                        if let Poll::Ready(response) = future.poll(cx) {
+                            return Poll::Ready(Some(response.map_err(Into::<BoxError>::into)));
+                        }
+                    }
+                    if conn.peer_closed(cx) {
+                        return Poll::Ready(None);
+                    }
+                    Poll::Pending
+                })
+                .await;
+                // The future is done (or abandoned): dropped now, before the body takes
+                // its place.
+                lent.get().set(InFlight::Idle);
+                let response = match response {
+                    Some(Ok(response)) => response,
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, %remote, "the service failed; closing the connection");
+                        return;
+                    }
+                    None => {
+                        tracing::debug!(%remote, "the client closed its connection before the response; request cancelled");
+                        return;
+                    }
+                };
+                let draining = drain
+                    .as_mut()
+                    .poll_draining(&mut Context::from_waker(std::task::Waker::noop()));
+                let (body, sending, keep_alive, upgrading) =
+                    conn.start_response(response, &message, draining);
+                lent.get().set(InFlight::Sending { body });
+                (sending, keep_alive, upgrading)
+            };
+            let written = poll_fn(|cx| match lent.get().project() {
+                InFlightProj::Sending { body } => conn.poll_send(cx, body, &mut sending),
+                _ => Poll::Ready(Ok(())),
+            })
+            .await;
+            // The body is dropped here (an upgrade's hands the exchange to the tunnel).
+            lent.release();
+            if let Err(e) = written {
+                tracing::debug!(error = %e, %remote, "the response could not be sent; closing");
                 return;
             }
+            if upgrading {
+                let tx = message.upgrade.expect("upgrading");
+                if let Some(channel) = &conn.channel {
+                    channel.close();
+                }
+                let _ = tx.send(UpgradedIo {
+                    io: Box::new(conn.io),
+                    read: conn.read_buf.freeze(),
+                });
+                return;
+            }
+            if !keep_alive {
+                let _ = poll_fn(|cx| Pin::new(&mut conn.io).poll_shutdown(cx)).await;
+                return;
+            }
+            // The body the pipeline left unread is read and thrown away (up to a bound),
+            // so that the next request can be read.
+            if conn.body.is_some() {
+                timer.as_mut().reset(Instant::now() + timeout);
+                if !poll_fn(|cx| conn.poll_discard(cx, timer.as_mut())).await {
+                    return;
+                }
+            }
+            if let Some(channel) = &conn.channel {
+                channel.close();
+            }
         }
-        conn.channel.close();
     }
+}
+
+/// What the connection keeps of a request while it is answered.
+struct Message {
+    keep_alive: bool,
+    accepts_trailers: bool,
+    head: bool,
+    version: Version,
+    connect: bool,
+    /// Where the connection goes if the request is upgraded.
+    upgrade: Option<oneshot::Sender<UpgradedIo>>,
 }
 
 /// A response's own `Content-Length`.
@@ -374,7 +429,8 @@ struct Conn<I> {
     write_buf: Vec<u8>,
     out: Out,
     limits: Limits,
-    channel: Arc<Channel>,
+    /// Where request bodies are handed over: made for the first body that streams.
+    channel: Option<Arc<Channel>>,
     /// The request body still to be read from the socket.
     body: Option<BodyDecoder>,
     /// `Expect: 100-continue` not answered yet.
@@ -385,6 +441,105 @@ struct Conn<I> {
 }
 
 impl<I: Io> Conn<I> {
+    /// The request of `head`, its body read from this connection (the bytes already
+    /// in hand, or through the channel).
+    fn start_request(&mut self, head: crate::http1::RequestHead) -> (Request<Incoming>, Message) {
+        let mut request = head.request.map(|()| Incoming::empty());
+        let version = request.version();
+        self.continue_pending = false;
+        match head.body {
+            crate::http1::BodyLength::Length(0) => {}
+            crate::http1::BodyLength::Length(n) if n <= self.read_buf.len() as u64 => {
+                *request.body_mut() = Incoming::full(self.read_buf.split_to(n as usize).freeze());
+            }
+            framing => {
+                let (decoder, length) = match framing {
+                    crate::http1::BodyLength::Length(n) => (BodyDecoder::length(n), Some(n)),
+                    crate::http1::BodyLength::Chunked => (BodyDecoder::chunked(), None),
+                };
+                self.body = Some(decoder);
+                self.continue_pending = head.expect_continue;
+                let channel = self.channel.get_or_insert_with(Default::default);
+                *request.body_mut() = Incoming::native(channel.open(length));
+            }
+        }
+        let upgrade = crate::forwarding::upgrade::upgrade_protocol(request.headers(), version)
+            .is_some()
+            .then(|| {
+                let (tx, rx) = oneshot::channel();
+                request
+                    .extensions_mut()
+                    .insert(OnUpgrade(Arc::new(Mutex::new(Some(rx)))));
+                tx
+            });
+        let message = Message {
+            keep_alive: head.keep_alive,
+            accepts_trailers: head.accepts_trailers,
+            head: request.method() == Method::HEAD,
+            version,
+            connect: request.method() == Method::CONNECT,
+            upgrade,
+        };
+        (request, message)
+    }
+
+    /// Write `response`'s head into the write buffer: returns its body, how it is sent,
+    /// whether the connection stays open, and whether it is being upgraded.
+    fn start_response(
+        &mut self,
+        response: Response<ServedBody>,
+        message: &Message,
+        draining: bool,
+    ) -> (ServedBody, Sending, bool, bool) {
+        let (parts, body) = response.into_parts();
+        let status = parts.status;
+        let upgrading = status == StatusCode::SWITCHING_PROTOCOLS && message.upgrade.is_some();
+        let bodiless = message.head
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let framing = if bodiless {
+            Framing::Bodiless
+        } else if let Some(n) = body.size_hint().exact() {
+            Framing::Length(n)
+        } else if let Some(n) = declared_length(&parts.headers) {
+            Framing::Length(n)
+        } else if message.version == Version::HTTP_11 {
+            Framing::Chunked
+        } else {
+            Framing::UntilClose
+        };
+        let keep_alive = message.keep_alive
+            && !draining
+            && !message.connect
+            && !self.body_failed
+            && framing != Framing::UntilClose
+            && (!status.is_informational() || upgrading)
+            && !crate::forwarding::upgrade::connection_has(&parts.headers, "close");
+        let connection = match (keep_alive || upgrading, message.version) {
+            (false, Version::HTTP_11) => Connection::Close,
+            (true, Version::HTTP_10) => Connection::KeepAlive,
+            _ => Connection::Default,
+        };
+        buffers::ready_to_write(&mut self.write_buf);
+        write_response_head(
+            &mut self.write_buf,
+            status,
+            &parts.headers,
+            framing,
+            connection,
+        );
+        buffers::release_headers(parts.headers);
+        self.continue_pending = false;
+        let sending = Sending {
+            framing,
+            sent: 0,
+            trailers: message.accepts_trailers && framing == Framing::Chunked,
+            done: bodiless,
+        };
+        (body, sending, keep_alive, upgrading)
+    }
+
     fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         buffers::ready_to_read(&mut self.read_buf);
         let read = pin!(self.io.read_buf(&mut self.read_buf));
@@ -446,7 +601,10 @@ impl<I: Io> Conn<I> {
         let Some(decoder) = self.body.as_mut() else {
             return;
         };
-        let mut state = self.channel.lock();
+        let Some(channel) = &self.channel else {
+            return;
+        };
+        let mut state = channel.lock();
         state.driver_waits(cx);
         while state.ready_for_frame() {
             if self.continue_pending {
@@ -705,5 +863,52 @@ impl<I: Io> Conn<I> {
         if matches!(written, Ok(Ok(()))) {
             let _ = poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an idle keep-alive connection costs besides its socket is mostly its task:
+    /// the connection's future, whose size is that of its largest state (the one
+    /// holding the pipeline's future). Printed for the README; bounded so that it
+    /// cannot grow unnoticed.
+    #[test]
+    fn the_connection_future_size() {
+        let config = crate::config::parse(
+            r#"{"Routes": {}, "Clusters": {}}"#,
+            crate::config::Format::Json,
+        )
+        .unwrap();
+        let state = Arc::new(crate::state::ProxyState::new(config).unwrap());
+        let service = super::super::service::Served {
+            inner: crate::pipeline::FusedDefault::from_state(state),
+            info: crate::request::ConnectionInfo {
+                remote: ([127, 0, 0, 1], 1).into(),
+                local: ([127, 0, 0, 1], 2).into(),
+                tls: false,
+            },
+            activity: None,
+        };
+        let (io, _peer) = tokio::io::duplex(64);
+        let drain = super::super::drain::Drain::new();
+        let future = serve_connection(
+            io,
+            service,
+            Arc::new(ServerOptions::default()),
+            Slots::new(),
+            drain.watcher().signal(),
+            ([127, 0, 0, 1], 1).into(),
+        );
+        let size = std::mem::size_of_val(&future);
+        println!(
+            "the native connection future: {size} bytes (the service {} bytes, the timer {}, the drain signal {}, the in-flight slot {})",
+            std::mem::size_of::<super::super::service::Served<crate::pipeline::FusedDefault>>(),
+            std::mem::size_of::<tokio::time::Sleep>(),
+            std::mem::size_of::<DrainSignal>(),
+            std::mem::size_of::<InFlight<<super::super::service::Served<crate::pipeline::FusedDefault> as hyper::service::Service<Request<Incoming>>>::Future, ServedBody>>(),
+        );
+        assert!(size <= 1024, "{size} bytes");
     }
 }
