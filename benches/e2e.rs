@@ -459,12 +459,19 @@ http {{
     peer_up(Kind::Nginx, process, h1, h2)
 }
 
+/// HAProxy's `maxconn`: as many as its descriptor limit allows (it needs two per
+/// connection and refuses to start beyond the limit).
+fn haproxy_maxconn() -> u64 {
+    (fd_limit().saturating_sub(200) / 2).clamp(1000, 30_000)
+}
+
 fn start_haproxy(haproxy: &Path, tmp: &Path, backend: SocketAddr) -> Option<Target> {
     let (h1, h2) = (free_port(), free_port());
+    let maxconn = haproxy_maxconn();
     let config = format!(
         r#"global
     nbthread 2
-    maxconn 30000
+    maxconn {maxconn}
 defaults
     mode http
     timeout connect 5s
@@ -745,7 +752,7 @@ fn main() {
     let settings = Settings::from_env();
     // The idle phase holds thousands of sockets here and in each proxy (which inherit
     // the limit).
-    raise_fd_limit(settings.idle as u64 * 2 + 4096);
+    raise_fd_limit(settings.idle as u64 * 3 + 4096);
     let dir = profile_dir();
     build(&dir);
     let tmp = std::env::temp_dir().join(format!("fuseway-e2e-{}", std::process::id()));
@@ -850,6 +857,17 @@ fn main() {
 
 // ===== idle keep-alive connections: memory per connection =====
 
+/// This process's descriptor limit (its children inherit it).
+fn fd_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a plain libc call on a local struct.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    limit.rlim_cur
+}
+
 fn raise_fd_limit(wanted: u64) {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -915,6 +933,12 @@ fn idle_phase(targets: &[Target], n: usize) {
         ) {
             continue;
         }
+        // HAProxy holds at most `maxconn` connections (its descriptor limit).
+        let n = if t.kind == Kind::Haproxy {
+            n.min(haproxy_maxconn() as usize - 100)
+        } else {
+            n
+        };
         let before = rss_kib(process.pid());
         let mut conns = Vec::with_capacity(n);
         let mut errors = 0usize;

@@ -1128,3 +1128,82 @@ pub fn http1_engines(u: &mut Unstructured) -> Result<()> {
     );
     Ok(())
 }
+
+/// The chunked decoder: the same bytes decode to the same data, trailers or error
+/// whether they arrive at once or in arbitrary pieces, and a body that decodes is
+/// what its chunks say (re-encoded, it decodes to the same again).
+pub fn chunked(u: &mut Unstructured) -> Result<()> {
+    use fuseway::__private::decode_chunked;
+    let input: Vec<u8> = if u.ratio(1, 2)? {
+        // Mostly well-formed: chunks of generated sizes, sometimes a broken piece.
+        let mut out = Vec::new();
+        for _ in 0..u.int_in_range(0..=6)? {
+            let data: Vec<u8> = u.arbitrary()?;
+            let size = if u.ratio(1, 12)? {
+                data.len() + 1
+            } else {
+                data.len()
+            };
+            out.extend_from_slice(format!("{size:x}").as_bytes());
+            if u.ratio(1, 6)? {
+                out.extend_from_slice(
+                    pick(u, &[";a=b", "; x", ";\t", " ;e", ";\u{1}"])?.as_bytes(),
+                );
+            }
+            out.extend_from_slice(if u.ratio(1, 16)? { b"\n" } else { b"\r\n" });
+            out.extend_from_slice(&data);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"0\r\n");
+        if u.ratio(1, 3)? {
+            out.extend_from_slice(
+                pick(u, &["X-T: 1\r\n", "bad trailer\r\n", "A: b\r\nC: d\r\n"])?.as_bytes(),
+            );
+        }
+        if u.ratio(7, 8)? {
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    } else {
+        u.arbitrary()?
+    };
+    let cuts: Vec<usize> = u.arbitrary()?;
+    let whole = decode_chunked(&input, &[]);
+    let pieces = decode_chunked(
+        &input,
+        &cuts
+            .iter()
+            .map(|c| c % (input.len() + 1))
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(
+        whole,
+        pieces,
+        "fed whole and in pieces: {:?}",
+        String::from_utf8_lossy(&input)
+    );
+    if let Ok((data, trailers)) = whole {
+        let mut again = Vec::new();
+        if !data.is_empty() {
+            again.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+            again.extend_from_slice(&data);
+            again.extend_from_slice(b"\r\n");
+        }
+        again.extend_from_slice(b"0\r\n");
+        if let Some(t) = &trailers {
+            for (name, value) in t {
+                again.extend_from_slice(name.as_str().as_bytes());
+                again.extend_from_slice(b": ");
+                again.extend_from_slice(value.as_bytes());
+                again.extend_from_slice(b"\r\n");
+            }
+        }
+        again.extend_from_slice(b"\r\n");
+        assert_eq!(
+            decode_chunked(&again, &[]),
+            Ok((data, trailers)),
+            "re-encoded"
+        );
+    }
+    Ok(())
+}

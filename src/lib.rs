@@ -146,4 +146,14 @@ pub mod __private {
     pub fn remove_hop_by_hop(headers: &mut http::HeaderMap) {
         crate::forwarding::headers::remove_hop_by_hop(headers);
     }
+
+    /// Decode a chunked body from `input`, fed to the decoder in pieces ending at
+    /// `cuts` (offsets into `input`), then closed: the data and trailers, or the
+    /// error. For the fuzz targets.
+    pub fn decode_chunked(
+        input: &[u8],
+        cuts: &[usize],
+    ) -> Result<(Vec<u8>, Option<http::HeaderMap>), &'static str> {
+        crate::http1::decode_chunked_in_pieces(input, cuts)
+    }
 }

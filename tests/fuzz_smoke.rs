@@ -117,3 +117,8 @@ fn regression_headers_crash_dd9aa44f() {
 fn fuzz_http1_engines() {
     run("http1_engines", structured(targets::http1_engines));
 }
+
+#[test]
+fn fuzz_chunked() {
+    run("chunked", structured(targets::chunked));
+}

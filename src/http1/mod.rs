@@ -18,5 +18,44 @@ pub(crate) use decode::{BodyDecoder, Decoded};
 pub(crate) use encode::{chunk_header, write_response_head, Connection, Framing};
 pub(crate) use head::{parse_length, parse_request, BodyLength, Limits, ParseError, RequestHead};
 
+/// Decode a chunked body fed in pieces ending at `cuts`, then closed (for the fuzz
+/// targets: `fuseway::__private::decode_chunked`).
+pub(crate) fn decode_chunked_in_pieces(
+    input: &[u8],
+    cuts: &[usize],
+) -> Result<(Vec<u8>, Option<http::HeaderMap>), &'static str> {
+    let mut decoder = BodyDecoder::chunked();
+    let mut buf = bytes::BytesMut::new();
+    let mut data = Vec::new();
+    let mut fed = 0;
+    let mut cuts = cuts
+        .iter()
+        .copied()
+        .filter(|&c| c <= input.len())
+        .collect::<Vec<_>>();
+    cuts.sort_unstable();
+    cuts.push(input.len());
+    let mut cuts = cuts.into_iter();
+    loop {
+        match decoder.decode(&mut buf, 8 * 1024).map_err(|e| e.0)? {
+            Decoded::Data(d) => data.extend_from_slice(&d),
+            Decoded::Trailers(t) => return Ok((data, Some(t))),
+            Decoded::End => return Ok((data, None)),
+            Decoded::NeedMore => match cuts.next() {
+                Some(cut) => {
+                    buf.extend_from_slice(&input[fed..cut.max(fed)]);
+                    fed = cut.max(fed);
+                }
+                None => {
+                    return match decoder.closed().map_err(|e| e.0)? {
+                        Decoded::End => Ok((data, None)),
+                        _ => Err("closed"),
+                    }
+                }
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

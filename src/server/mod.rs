@@ -525,6 +525,67 @@ async fn drive<F, E>(
     }
 }
 
+/// The native engine's in-flight slots for pipeline `S`.
+type NativeSlots<S> = native::Slots<
+    <Served<S> as hyper::service::Service<Request<Incoming>>>::Future,
+    idle::ServedBody,
+>;
+
+/// What every connection of a listener shares.
+struct Shared<'a, S: ServeService> {
+    builder: &'a auto::Builder<TokioExecutor>,
+    options: &'a Arc<ServerOptions>,
+    slots: &'a Arc<NativeSlots<S>>,
+}
+
+/// Serve a connection whose protocol is known: HTTP/1.1 on the native engine when it
+/// is chosen, else hyper's. Not an `async fn`, so that the arguments are not held
+/// twice for the connection's life; hyper's connection is boxed, since the task's
+/// size is that of its largest state and it would make every native connection's
+/// task as large.
+fn serve_known<I, S>(
+    io: I,
+    protocol: Protocol,
+    service: S,
+    info: ConnectionInfo,
+    shared: &Shared<'_, S>,
+    watcher: drain::Watcher,
+) -> impl Future<Output = ()>
+where
+    I: native::Io,
+    S: ServeService,
+{
+    let remote = info.remote;
+    if protocol == Protocol::Http1 && shared.options.http1_engine == Http1Engine::Native {
+        let service = Served {
+            inner: service,
+            info,
+            activity: None,
+        };
+        futures_util::future::Either::Left(native::serve_connection(
+            io,
+            service,
+            shared.options.clone(),
+            shared.slots.clone(),
+            watcher.signal(),
+            remote,
+        ))
+    } else {
+        let (service, activity) = served(service, info, protocol);
+        let connection = shared
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), service)
+            .into_owned();
+        let timeout = shared.options.header_read_timeout;
+        futures_util::future::Either::Right(Box::pin(drive(
+            watcher.watch(connection),
+            activity,
+            timeout,
+            remote,
+        )))
+    }
+}
+
 async fn accept_loop<S>(
     listener: Listener,
     service: S,
@@ -608,35 +669,12 @@ async fn accept_loop<S>(
                         tracing::debug!(%remote, "no request within the header read timeout; closing");
                         return;
                     };
-                    if protocol == Protocol::Http1 && options.http1_engine == Http1Engine::Native {
-                        let svc = Served {
-                            inner: service,
-                            info,
-                            activity: None,
-                        };
-                        native::serve_connection(
-                            stream,
-                            svc,
-                            options,
-                            slots,
-                            watcher.signal(),
-                            remote,
-                        )
-                        .await;
-                    } else {
-                        let (svc, activity) = served(service, info, protocol);
-                        let conn =
-                            builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-                        // Boxed: the task's size is that of its largest state, and hyper's
-                        // connection would make every native connection's task as large.
-                        Box::pin(drive(
-                            watcher.watch(conn.into_owned()),
-                            activity,
-                            timeout,
-                            remote,
-                        ))
-                        .await;
-                    }
+                    let shared = Shared {
+                        builder: &builder,
+                        options: &options,
+                        slots: &slots,
+                    };
+                    serve_known(stream, protocol, service, info, &shared, watcher).await;
                     drop(permit);
                 });
             }
@@ -666,28 +704,12 @@ async fn accept_loop<S>(
                         Some(b"h2") => Protocol::Http2,
                         _ => Protocol::Http1,
                     };
-                    if protocol == Protocol::Http1 && options.http1_engine == Http1Engine::Native {
-                        let svc = Served {
-                            inner: service,
-                            info,
-                            activity: None,
-                        };
-                        native::serve_connection(
-                            stream,
-                            svc,
-                            options,
-                            slots,
-                            watcher.signal(),
-                            remote,
-                        )
-                        .await;
-                    } else {
-                        let (svc, activity) = served(service, info, protocol);
-                        let conn = builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
-                            .into_owned();
-                        Box::pin(drive(watcher.watch(conn), activity, timeout, remote)).await;
-                    }
+                    let shared = Shared {
+                        builder: &builder,
+                        options: &options,
+                        slots: &slots,
+                    };
+                    serve_known(stream, protocol, service, info, &shared, watcher).await;
                     drop(permit);
                 });
             }
