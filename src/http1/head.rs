@@ -7,6 +7,10 @@ use std::mem::MaybeUninit;
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
+use smallvec::SmallVec;
+
+/// Where something lies in a buffer: offset and length.
+type Span = (usize, usize);
 
 /// Most header fields in a request head (hyper's default as well).
 pub(crate) const MAX_HEADERS: usize = 100;
@@ -127,15 +131,18 @@ pub(crate) fn parse_request(
     let offset = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
     let target = offset(path.as_bytes());
     let count = parsed.headers.len();
-    let mut spans = [((0usize, 0usize), (0usize, 0usize)); MAX_HEADERS];
-    for (span, field) in spans.iter_mut().zip(parsed.headers.iter()) {
-        *span = (offset(field.name.as_bytes()), offset(field.value));
-    }
+    // Filled as it goes (a zeroed array for the most fields would cost a 3 KiB memset
+    // per request); spills to the heap only past 24 fields.
+    let spans: SmallVec<[(Span, Span); 24]> = parsed
+        .headers
+        .iter()
+        .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
+        .collect();
     let head = buf.split_to(len).freeze();
     let slice = |(start, len): (usize, usize)| head.slice(start..start + len);
     let mut checks = Checks::default();
     let mut headers = new_headers(count + FORWARDING_ROOM);
-    for &(name, value) in &spans[..count] {
+    for &(name, value) in &spans {
         let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
             .map_err(|_| ParseError::Bad("header name"))?;
         let value = slice(value);
