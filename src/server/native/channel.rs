@@ -32,9 +32,7 @@ pub(crate) struct State {
     ended: bool,
     error: Option<&'static str>,
     /// The reader is waiting for the next frame.
-    pub(crate) wanted: bool,
-    /// The reader was dropped before the body's end.
-    pub(crate) dropped: bool,
+    wanted: bool,
     reader: Option<Waker>,
     driver: Option<Waker>,
 }
@@ -83,7 +81,9 @@ impl Channel {
 }
 
 impl State {
-    /// The driver waits for the reader (to want more, or to be dropped).
+    /// The driver waits for the reader to want more. (A reader dropped before the
+    /// body's end is noticed when the response is done: the rest of the body is read
+    /// and thrown away, or the connection closed.)
     pub(crate) fn driver_waits(&mut self, cx: &Context<'_>) {
         set_waker(&mut self.driver, cx);
     }
@@ -190,21 +190,6 @@ impl BodyReader {
         match self.remaining {
             Some(n) => SizeHint::with_exact(n),
             None => SizeHint::default(),
-        }
-    }
-}
-
-impl Drop for BodyReader {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let mut state = self.channel.lock();
-        if state.message == self.message {
-            state.dropped = true;
-            if let Some(driver) = &state.driver {
-                driver.wake_by_ref();
-            }
         }
     }
 }
