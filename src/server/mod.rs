@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use futures_util::future::{Either, FutureExt};
 use http::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -562,7 +563,7 @@ where
             info,
             activity: None,
         };
-        futures_util::future::Either::Left(native::serve_connection(
+        Either::Left(native::serve_connection(
             io,
             service,
             shared.options.clone(),
@@ -577,7 +578,7 @@ where
             .serve_connection_with_upgrades(TokioIo::new(io), service)
             .into_owned();
         let timeout = shared.options.header_read_timeout;
-        futures_util::future::Either::Right(Box::pin(drive(
+        Either::Right(Box::pin(drive(
             watcher.watch(connection),
             activity,
             timeout,
@@ -656,27 +657,40 @@ async fn accept_loop<S>(
                 let timeout = options.header_read_timeout;
                 let options = options.clone();
                 let slots = slots.clone();
-                tokio::spawn(async move {
-                    // hyper-util tells HTTP/1 from HTTP/2 by reading the first bytes,
-                    // without a time limit: a client sending nothing, or part of the
-                    // HTTP/2 preface, would hold its slot forever. It gets the header
-                    // read timeout.
+                // hyper-util tells HTTP/1 from HTTP/2 by reading the first bytes, without
+                // a time limit: a client sending nothing, or part of the HTTP/2 preface,
+                // would hold its slot forever. It gets the header read timeout.
+                let detect = async move {
                     let known = tokio::select! {
                         known = tokio::time::timeout(timeout, protocol_known(&stream)) => known,
-                        _ = stop.changed() => return,
+                        _ = stop.changed() => return None,
                     };
-                    let Ok(Ok(protocol)) = known else {
-                        tracing::debug!(%remote, "no request within the header read timeout; closing");
-                        return;
+                    match known {
+                        Ok(Ok(protocol)) => Some((stream, protocol)),
+                        _ => {
+                            tracing::debug!(%remote, "no request within the header read timeout; closing");
+                            None
+                        }
+                    }
+                };
+                // Two steps chained rather than one `async` block: what the second
+                // captures is consumed when it starts, so a connection's task holds
+                // the larger of the two, not both (an idle keep-alive connection is
+                // mostly its task).
+                tokio::spawn(detect.then(move |known| {
+                    let Some((stream, protocol)) = known else {
+                        return Either::Left(std::future::ready(()));
                     };
                     let shared = Shared {
                         builder: &builder,
                         options: &options,
                         slots: &slots,
                     };
-                    serve_known(stream, protocol, service, info, &shared, watcher).await;
-                    drop(permit);
-                });
+                    Either::Right(
+                        serve_known(stream, protocol, service, info, &shared, watcher)
+                            .map(move |()| drop(permit)),
+                    )
+                }));
             }
             Some(config) => {
                 // The configuration of the moment: a reload applies to new connections.
@@ -688,30 +702,39 @@ async fn accept_loop<S>(
                 let builder = builder.clone();
                 let options = options.clone();
                 let slots = slots.clone();
-                tokio::spawn(async move {
-                    let stream = match handshake.await {
-                        Ok(Ok(stream)) => stream,
+                let handshake = async move {
+                    match handshake.await {
+                        Ok(Ok(stream)) => {
+                            let protocol = match stream.get_ref().1.alpn_protocol() {
+                                Some(b"h2") => Protocol::Http2,
+                                _ => Protocol::Http1,
+                            };
+                            Some((stream, protocol))
+                        }
                         Ok(Err(e)) => {
                             tracing::debug!(error = %e, %remote, "TLS handshake failed");
-                            return;
+                            None
                         }
                         Err(_) => {
                             tracing::debug!(%remote, "TLS handshake timed out");
-                            return;
+                            None
                         }
-                    };
-                    let protocol = match stream.get_ref().1.alpn_protocol() {
-                        Some(b"h2") => Protocol::Http2,
-                        _ => Protocol::Http1,
+                    }
+                };
+                tokio::spawn(handshake.then(move |known| {
+                    let Some((stream, protocol)) = known else {
+                        return Either::Left(std::future::ready(()));
                     };
                     let shared = Shared {
                         builder: &builder,
                         options: &options,
                         slots: &slots,
                     };
-                    serve_known(stream, protocol, service, info, &shared, watcher).await;
-                    drop(permit);
-                });
+                    Either::Right(
+                        serve_known(stream, protocol, service, info, &shared, watcher)
+                            .map(move |()| drop(permit)),
+                    )
+                }));
             }
         }
     }
