@@ -533,10 +533,47 @@ type NativeSlots<S> = native::Slots<
 >;
 
 /// What every connection of a listener shares.
-struct Shared<'a, S: ServeService> {
-    builder: &'a auto::Builder<TokioExecutor>,
-    options: &'a Arc<ServerOptions>,
-    slots: &'a Arc<NativeSlots<S>>,
+struct Shared<S: ServeService> {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    options: Arc<ServerOptions>,
+    slots: Arc<NativeSlots<S>>,
+}
+
+impl<S: ServeService> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Shared {
+            builder: self.builder.clone(),
+            options: self.options.clone(),
+            slots: self.slots.clone(),
+        }
+    }
+}
+
+/// Spawn a connection's task: `known` (the protocol detection, or the TLS handshake)
+/// and then serving, chained rather than one `async` block — what the second step
+/// captures is consumed when it starts, so the task holds the larger of the two, not
+/// both (an idle keep-alive connection is mostly its task). The connection slot
+/// `permit` is released when the connection ends.
+fn spawn_connection<I, S, D>(
+    known: D,
+    service: S,
+    info: ConnectionInfo,
+    shared: Shared<S>,
+    watcher: drain::Watcher,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) where
+    I: native::Io,
+    S: ServeService,
+    D: Future<Output = Option<(I, Protocol)>> + Send + 'static,
+{
+    tokio::spawn(known.then(move |known| {
+        let Some((io, protocol)) = known else {
+            return Either::Left(std::future::ready(()));
+        };
+        Either::Right(
+            serve_known(io, protocol, service, info, &shared, watcher).map(move |()| drop(permit)),
+        )
+    }));
 }
 
 /// Serve a connection whose protocol is known: HTTP/1.1 on the native engine when it
@@ -549,7 +586,7 @@ fn serve_known<I, S>(
     protocol: Protocol,
     service: S,
     info: ConnectionInfo,
-    shared: &Shared<'_, S>,
+    shared: &Shared<S>,
     watcher: drain::Watcher,
 ) -> impl Future<Output = ()>
 where
@@ -616,10 +653,13 @@ async fn accept_loop<S>(
         .max_header_list_size(options.max_header_list_size)
         // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
         .enable_connect_protocol();
-    let builder = Arc::new(builder);
     let graceful = drain::Drain::new();
-    // The native engine's in-flight slots, shared by the listener's connections.
-    let slots = native::Slots::new();
+    let shared = Shared {
+        builder: Arc::new(builder),
+        options: options.clone(),
+        // The native engine's in-flight slots, shared by the listener's connections.
+        slots: native::Slots::new(),
+    };
     loop {
         // Wait for a free connection slot before accepting: excess clients queue in the
         // kernel's backlog instead of consuming memory here.
@@ -652,11 +692,8 @@ async fn accept_loop<S>(
         match &tls {
             None => {
                 let watcher = graceful.watcher();
-                let builder = builder.clone();
                 let mut stop = stop.clone();
                 let timeout = options.header_read_timeout;
-                let options = options.clone();
-                let slots = slots.clone();
                 // hyper-util tells HTTP/1 from HTTP/2 by reading the first bytes, without
                 // a time limit: a client sending nothing, or part of the HTTP/2 preface,
                 // would hold its slot forever. It gets the header read timeout.
@@ -673,24 +710,7 @@ async fn accept_loop<S>(
                         }
                     }
                 };
-                // Two steps chained rather than one `async` block: what the second
-                // captures is consumed when it starts, so a connection's task holds
-                // the larger of the two, not both (an idle keep-alive connection is
-                // mostly its task).
-                tokio::spawn(detect.then(move |known| {
-                    let Some((stream, protocol)) = known else {
-                        return Either::Left(std::future::ready(()));
-                    };
-                    let shared = Shared {
-                        builder: &builder,
-                        options: &options,
-                        slots: &slots,
-                    };
-                    Either::Right(
-                        serve_known(stream, protocol, service, info, &shared, watcher)
-                            .map(move |()| drop(permit)),
-                    )
-                }));
+                spawn_connection(detect, service, info, shared.clone(), watcher, permit);
             }
             Some(config) => {
                 // The configuration of the moment: a reload applies to new connections.
@@ -699,9 +719,6 @@ async fn accept_loop<S>(
                 let timeout = options.header_read_timeout;
                 let handshake = tokio::time::timeout(timeout, acceptor.accept(stream));
                 let watcher = graceful.watcher();
-                let builder = builder.clone();
-                let options = options.clone();
-                let slots = slots.clone();
                 let handshake = async move {
                     match handshake.await {
                         Ok(Ok(stream)) => {
@@ -721,20 +738,7 @@ async fn accept_loop<S>(
                         }
                     }
                 };
-                tokio::spawn(handshake.then(move |known| {
-                    let Some((stream, protocol)) = known else {
-                        return Either::Left(std::future::ready(()));
-                    };
-                    let shared = Shared {
-                        builder: &builder,
-                        options: &options,
-                        slots: &slots,
-                    };
-                    Either::Right(
-                        serve_known(stream, protocol, service, info, &shared, watcher)
-                            .map(move |()| drop(permit)),
-                    )
-                }));
+                spawn_connection(handshake, service, info, shared.clone(), watcher, permit);
             }
         }
     }
