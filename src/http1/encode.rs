@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 
 /// How a response's body is delimited on the wire.
@@ -42,10 +42,7 @@ pub(crate) fn write_response_head(
         if (*name == header::CONTENT_LENGTH && !keep_length) || *name == header::TRANSFER_ENCODING {
             continue;
         }
-        dst.extend_from_slice(name.as_str().as_bytes());
-        dst.extend_from_slice(b": ");
-        dst.extend_from_slice(value.as_bytes());
-        dst.extend_from_slice(b"\r\n");
+        write_field(dst, name, value);
     }
     match framing {
         Framing::Length(n) => {
@@ -69,6 +66,14 @@ pub(crate) fn write_response_head(
         Connection::KeepAlive => dst.extend_from_slice(b"connection: keep-alive\r\n"),
         _ => {}
     }
+    dst.extend_from_slice(b"\r\n");
+}
+
+/// One field line (`name: value` CRLF), of a head or of a trailer section.
+pub(crate) fn write_field(dst: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
+    dst.extend_from_slice(name.as_str().as_bytes());
+    dst.extend_from_slice(b": ");
+    dst.extend_from_slice(value.as_bytes());
     dst.extend_from_slice(b"\r\n");
 }
 

@@ -15,7 +15,7 @@ mod encode;
 mod head;
 
 pub(crate) use decode::{BodyDecoder, Decoded};
-pub(crate) use encode::{chunk_header, write_response_head, Connection, Framing};
+pub(crate) use encode::{chunk_header, write_field, write_response_head, Connection, Framing};
 pub(crate) use head::{parse_length, parse_request, BodyLength, Limits, ParseError, RequestHead};
 
 /// Decode a chunked body fed in pieces ending at `cuts`, then closed (for the fuzz

@@ -598,6 +598,20 @@ impl<I: Io> Conn<I> {
     /// Move the request body along: when its reader waits and the slot is free,
     /// decode the next frame (reading the socket if needed) and hand it over.
     fn pump(&mut self, cx: &mut Context<'_>) {
+        // `Expect: 100-continue`: the client sends its body once the reader first asks
+        // for it. Written and flushed like any response bytes (what a full socket
+        // leaves goes out ahead of the response head).
+        if self.continue_pending
+            && self
+                .channel
+                .as_ref()
+                .is_some_and(|c| c.lock().ready_for_frame())
+        {
+            self.continue_pending = false;
+            self.write_buf
+                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            let _ = self.poll_write_out(cx);
+        }
         let Some(decoder) = self.body.as_mut() else {
             return;
         };
@@ -607,20 +621,6 @@ impl<I: Io> Conn<I> {
         let mut state = channel.lock();
         state.driver_waits(cx);
         while state.ready_for_frame() {
-            if self.continue_pending {
-                self.continue_pending = false;
-                self.write_buf
-                    .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-                let mut written = 0;
-                while written < self.write_buf.len() {
-                    match Pin::new(&mut self.io).poll_write(cx, &self.write_buf[written..]) {
-                        Poll::Ready(Ok(n)) if n > 0 => written += n,
-                        // The rest goes out with the response head.
-                        _ => break,
-                    }
-                }
-                self.write_buf.drain(..written);
-            }
             match decoder.decode(&mut self.read_buf, self.limits.max_head) {
                 Ok(Decoded::Data(data)) => state.put_data(data),
                 Ok(Decoded::Trailers(trailers)) => state.put_end(Some(trailers)),
@@ -760,10 +760,7 @@ impl<I: Io> Conn<I> {
                 self.write_buf.extend_from_slice(b"0\r\n");
                 if let (true, Some(trailers)) = (sending.trailers, trailers) {
                     for (name, value) in &trailers {
-                        self.write_buf.extend_from_slice(name.as_str().as_bytes());
-                        self.write_buf.extend_from_slice(b": ");
-                        self.write_buf.extend_from_slice(value.as_bytes());
-                        self.write_buf.extend_from_slice(b"\r\n");
+                        crate::http1::write_field(&mut self.write_buf, name, value);
                     }
                 }
                 self.write_buf.extend_from_slice(b"\r\n");
