@@ -179,6 +179,8 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
     let request: syn::Type = request.unwrap_or_else(|| {
         syn::parse_quote!(::fuseway::__private::http::Request<::fuseway::body::Incoming>)
     });
+    // With the default forwarder: a second constructor choosing its HTTP/1.1 engine.
+    let mut engine_args = None;
     let terminal = match terminal {
         Some(t) => {
             let (n, ty) = (&t.name, &t.ty);
@@ -187,6 +189,11 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             t
         }
         None => {
+            let mut with_engine = ctor_args.clone();
+            with_engine.push(quote!(::fuseway::forwarding::Forwarder::with_http1_engine(
+                http1_engine
+            )));
+            engine_args = Some(with_engine);
             ctor_args.push(quote!(::fuseway::forwarding::Forwarder::new()));
             Entry {
                 call: Call::ByValue,
@@ -195,6 +202,19 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             }
         }
     };
+    let with_engine = engine_args.map(|args| {
+        quote! {
+            /// As [`from_state`](Self::from_state), the forwarder's HTTP/1.1
+            /// connections to destinations on `http1_engine`.
+            #vis fn from_state_with_engine(
+                state: ::std::sync::Arc<::fuseway::state::ProxyState>,
+                #(#user_params,)*
+                http1_engine: ::fuseway::server::Http1Engine,
+            ) -> Self {
+                Self::new(#(#args),*)
+            }
+        }
+    });
     let extra_impl = quote! {
         /// The default stages over `state`, the custom stages in the order they were
         /// declared, and the terminal (a new forwarder unless the pipeline names its own).
@@ -204,6 +224,8 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
         ) -> Self {
             Self::new(#(#ctor_args),*)
         }
+
+        #with_engine
     };
     Ok(fused::expand(&FusedInput {
         attrs,

@@ -15,6 +15,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
+use crate::forwarding::pool::ResponseBody;
 use crate::forwarding::upgrade::Handoff;
 use crate::forwarding::ExchangeGuard;
 use crate::request::{ForwardError, ForwardErrorKind};
@@ -47,8 +48,7 @@ pin_project! {
 pin_project! {
     #[derive(Debug)]
     struct Upstream {
-        #[pin]
-        body: hyper::body::Incoming,
+        body: ResponseBody,
         timeout: Duration,
         deadline: Option<Instant>,
         // When the destination must have sent the next frame: set when the body
@@ -120,7 +120,7 @@ impl ProxyBody {
     /// with [`ForwardErrorKind::RequestTimedOut`] after `timeout` without a frame, or at
     /// `deadline`.
     pub(crate) fn upstream(
-        body: hyper::body::Incoming,
+        body: ResponseBody,
         timeout: Duration,
         deadline: Option<Instant>,
         mut guard: ExchangeGuard,
@@ -236,14 +236,15 @@ impl Upstream {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ForwardError>>> {
-        let mut this = self.project();
+        let this = self.project();
         if let Some(error) = this.failed.take() {
             return Poll::Ready(Some(Err(error)));
         }
         if let Some(guard) = this.guard.as_mut() {
             guard.drive(cx);
         }
-        match this.body.as_mut().poll_frame(cx) {
+        let exchange = this.guard.as_mut().and_then(ExchangeGuard::exchange_mut);
+        match this.body.poll_frame(exchange, cx) {
             Poll::Ready(Some(Ok(mut frame))) => {
                 if let (Some(t), Some(trailers)) = (this.trailers.as_mut(), frame.trailers_mut()) {
                     t.apply(trailers);

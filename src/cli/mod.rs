@@ -129,7 +129,7 @@ async fn run_config(
     server
         .serve_workers(
             workers,
-            move || pipeline::FusedDefault::from_state(state.clone()),
+            move || pipeline::FusedDefault::from_state_with_engine(state.clone(), engine),
             shutdown_signal(),
         )
         .await?;

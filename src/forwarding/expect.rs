@@ -58,6 +58,11 @@ impl Gate {
         changed
     }
 
+    /// The destination answered `100 Continue`: the body goes.
+    pub(crate) fn continued(&self) {
+        self.set(WAITING, OPEN);
+    }
+
     /// A final response arrived: if the body was still held back it is never sent,
     /// and the returned closer ends the connection to the destination when dropped
     /// (once the response has been relayed).
@@ -65,6 +70,12 @@ impl Gate {
         self.set(WAITING, REJECTED).then(|| Closer(self.clone()))
     }
 }
+
+/// In the request's extensions: the gate a native HTTP/1.1 exchange opens when the
+/// destination answers `100 Continue` (hyper's client calls the callback set by
+/// `hyper::ext::on_informational` instead).
+#[derive(Debug, Clone)]
+pub(crate) struct ContinueGate(pub(crate) Arc<Gate>);
 
 /// Drop it to close the upstream connection of a rejected expectation.
 #[derive(Debug)]
@@ -96,9 +107,10 @@ where
     let informed = gate.clone();
     hyper::ext::on_informational(request, move |response| {
         if response.status() == http::StatusCode::CONTINUE {
-            informed.set(WAITING, OPEN);
+            informed.continued();
         }
     });
+    request.extensions_mut().insert(ContinueGate(gate.clone()));
     Some(gate)
 }
 

@@ -125,6 +125,11 @@ impl ExchangeGuard {
         self.upstream = Some(upstream);
     }
 
+    /// The exchange with the destination, while the response body streams.
+    pub(crate) fn exchange_mut(&mut self) -> Option<&mut pool::BoxExchange> {
+        self.upstream.as_mut()
+    }
+
     /// Drive the destination's connection while the response body streams.
     pub(crate) fn drive(&mut self, cx: &mut Context<'_>) {
         if let Some(upstream) = self.upstream.as_mut() {
@@ -213,10 +218,24 @@ where
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    /// A forwarder with fresh connection pools.
+    /// A forwarder with fresh connection pools, its HTTP/1.1 connections on the engine
+    /// [`Http1Engine::from_env`](crate::server::Http1Engine::from_env) names (fuseway's
+    /// own unless `FUSEWAY_HTTP1_ENGINE=hyper`).
     pub fn new() -> Self {
+        Self::with_http1_engine(crate::server::Http1Engine::from_env())
+    }
+
+    /// A forwarder with fresh connection pools, its HTTP/1.1 connections to
+    /// destinations on `engine`.
+    ///
+    /// ```
+    /// use fuseway::{body::Incoming, forwarding::Forwarder, server::Http1Engine};
+    /// let forwarder = Forwarder::<Incoming>::with_http1_engine(Http1Engine::Hyper);
+    /// assert_eq!(forwarder.connections_opened(), 0);
+    /// ```
+    pub fn with_http1_engine(engine: crate::server::Http1Engine) -> Self {
         Forwarder {
-            pools: Arc::new(Pools::new()),
+            pools: Arc::new(Pools::new(engine)),
         }
     }
 

@@ -317,7 +317,7 @@ struct Prober {
 impl Prober {
     fn new() -> Self {
         Prober {
-            pools: Pools::new(),
+            pools: Pools::new(crate::server::Http1Engine::from_env()),
         }
     }
 

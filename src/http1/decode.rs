@@ -52,7 +52,6 @@ enum State {
     /// After the last chunk: trailer fields, then an empty line.
     Trailers,
     /// Everything until the connection closes.
-    #[cfg_attr(not(test), allow(dead_code))]
     UntilClose,
     Done,
 }
@@ -76,9 +75,7 @@ impl BodyDecoder {
         }
     }
 
-    /// A body that ends when the connection closes (responses only: the client side,
-    /// which comes next, reads them).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// A body that ends when the connection closes (responses only).
     pub(crate) fn until_close() -> Self {
         BodyDecoder {
             state: State::UntilClose,

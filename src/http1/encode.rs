@@ -45,12 +45,7 @@ pub(crate) fn write_response_head(
         write_field(dst, name, value);
     }
     match framing {
-        Framing::Length(n) => {
-            dst.extend_from_slice(b"content-length: ");
-            let mut digits = [0u8; 20];
-            dst.extend_from_slice(decimal(n, &mut digits));
-            dst.extend_from_slice(b"\r\n");
-        }
+        Framing::Length(n) => write_content_length(dst, n),
         Framing::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::UntilClose | Framing::Bodiless => {}
     }
@@ -66,6 +61,57 @@ pub(crate) fn write_response_head(
         Connection::KeepAlive => dst.extend_from_slice(b"connection: keep-alive\r\n"),
         _ => {}
     }
+    dst.extend_from_slice(b"\r\n");
+}
+
+/// How a request's body goes to the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RequestFraming {
+    /// No body: the request's own framing fields, if any, are written as they are
+    /// (`Content-Length: 0` on a `POST` is kept), less `Transfer-Encoding`.
+    Empty,
+    /// `Content-Length: n` (the request's own is replaced).
+    Length(u64),
+    /// `Transfer-Encoding: chunked` (the request's own `Content-Length` dropped).
+    Chunked,
+}
+
+/// Write a request head into `dst`: request line (the URI's path and query: the
+/// origin form, or `*`), the request's fields less the framing ones `framing` decides.
+pub(crate) fn write_request_head(
+    dst: &mut Vec<u8>,
+    method: &http::Method,
+    uri: &http::Uri,
+    headers: &HeaderMap,
+    framing: RequestFraming,
+) {
+    dst.extend_from_slice(method.as_str().as_bytes());
+    dst.push(b' ');
+    dst.extend_from_slice(
+        uri.path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .as_bytes(),
+    );
+    dst.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        let framing_field = *name == header::TRANSFER_ENCODING
+            || (*name == header::CONTENT_LENGTH && framing != RequestFraming::Empty);
+        if !framing_field {
+            write_field(dst, name, value);
+        }
+    }
+    match framing {
+        RequestFraming::Length(n) => write_content_length(dst, n),
+        RequestFraming::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        RequestFraming::Empty => {}
+    }
+    dst.extend_from_slice(b"\r\n");
+}
+
+fn write_content_length(dst: &mut Vec<u8>, n: u64) {
+    dst.extend_from_slice(b"content-length: ");
+    let mut digits = [0u8; 20];
+    dst.extend_from_slice(decimal(n, &mut digits));
     dst.extend_from_slice(b"\r\n");
 }
 

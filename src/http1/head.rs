@@ -6,7 +6,7 @@ use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
 use smallvec::SmallVec;
 
 /// Where something lies in a buffer: offset and length.
@@ -94,9 +94,9 @@ pub(crate) fn parse_request(
     limits: &Limits,
     new_headers: impl FnOnce(usize) -> HeaderMap,
 ) -> Result<Option<RequestHead>, ParseError> {
-    let mut fields = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut uninit = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut []);
-    let len = match parsed.parse_with_uninit_headers(buf, &mut fields) {
+    let len = match parsed.parse_with_uninit_headers(buf, &mut uninit) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
             return match request_line_len(buf) {
@@ -133,31 +133,20 @@ pub(crate) fn parse_request(
     let count = parsed.headers.len();
     // Filled as it goes (a zeroed array for the most fields would cost a 3 KiB memset
     // per request); spills to the heap only past 24 fields.
-    let spans: SmallVec<[(Span, Span); 24]> = parsed
+    let spans: Spans = parsed
         .headers
         .iter()
         .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
         .collect();
     let head = buf.split_to(len).freeze();
-    let slice = |(start, len): (usize, usize)| head.slice(start..start + len);
     let mut checks = Checks::default();
-    let mut headers = new_headers(count + FORWARDING_ROOM);
-    for &(name, value) in &spans {
-        let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
-            .map_err(|_| ParseError::Bad("header name"))?;
-        let value = slice(value);
-        // A repeated, equal `Content-Length` is kept once (as hyper does): the
-        // destination gets one length.
-        let repeated = name == header::CONTENT_LENGTH && checks.content_length.is_some();
-        checks.see(&name, &value)?;
-        if repeated {
-            continue;
-        }
-        let value =
-            HeaderValue::from_maybe_shared(value).map_err(|_| ParseError::Bad("header value"))?;
-        headers.append(name, value);
-    }
-    let uri = target_uri(&method, slice(target))?;
+    let headers = fields(
+        &head,
+        &spans,
+        &mut checks,
+        new_headers(count + FORWARDING_ROOM),
+    )?;
+    let uri = target_uri(&method, head.slice(target.0..target.0 + target.1))?;
     let body = checks.framing(version)?;
     if version == Version::HTTP_11 && checks.hosts != 1 {
         return Err(ParseError::Bad(if checks.hosts == 0 {
@@ -181,6 +170,146 @@ pub(crate) fn parse_request(
         keep_alive,
         expect_continue: checks.expect_continue && version == Version::HTTP_11,
         accepts_trailers: checks.trailers,
+    }))
+}
+
+/// Where each header field's name and value lie in a head's buffer: filled as the
+/// fields are read (a zeroed array for the most fields would cost a 3 KiB memset per
+/// message); spills to the heap only past 24 fields.
+type Spans = SmallVec<[(Span, Span); 24]>;
+
+/// The header fields at `spans` of `head`, into `headers`, each seen by `checks`.
+/// Values are views of `head`, not copies.
+fn fields(
+    head: &Bytes,
+    spans: &Spans,
+    checks: &mut Checks,
+    mut headers: HeaderMap,
+) -> Result<HeaderMap, ParseError> {
+    for &(name, value) in spans {
+        let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
+            .map_err(|_| ParseError::Bad("header name"))?;
+        let value = head.slice(value.0..value.0 + value.1);
+        // A repeated, equal `Content-Length` is kept once (as hyper does): the
+        // next hop gets one length.
+        let repeated = name == header::CONTENT_LENGTH && checks.content_length.is_some();
+        checks.see(&name, &value)?;
+        if repeated {
+            continue;
+        }
+        let value =
+            HeaderValue::from_maybe_shared(value).map_err(|_| ParseError::Bad("header value"))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+/// How a response's body is delimited (RFC 9112 section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResponseBodyLength {
+    /// `Content-Length`, or none at all (a response to `HEAD`, `1xx`, `204`, `304`).
+    Length(u64),
+    /// `Transfer-Encoding` ending in `chunked`.
+    Chunked,
+    /// Neither framing field, or a `Transfer-Encoding` not ending in `chunked`: the body
+    /// ends when the destination closes the connection.
+    UntilClose,
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub(crate) struct ResponseHead {
+    /// Status, version and header fields (the body is the caller's).
+    pub(crate) response: Response<()>,
+    pub(crate) body: ResponseBodyLength,
+    /// The connection may carry another request after this response.
+    pub(crate) keep_alive: bool,
+}
+
+/// Parse the response head at the start of `buf` (the answer to a `HEAD` request when
+/// `to_head`). `Ok(None)`: not complete yet. On success the head's bytes are split off
+/// `buf`, which then starts with the body. Refused (the connection cannot be used
+/// further): a malformed head, one larger than `max_head` or with too many fields,
+/// and ambiguous framing — both `Content-Length` and `Transfer-Encoding` (as nginx
+/// refuses them), or differing lengths.
+pub(crate) fn parse_response(
+    buf: &mut BytesMut,
+    max_head: usize,
+    to_head: bool,
+    new_headers: impl FnOnce(usize) -> HeaderMap,
+) -> Result<Option<ResponseHead>, ParseError> {
+    let mut uninit = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut parsed,
+        buf,
+        &mut uninit,
+    ) {
+        Ok(httparse::Status::Complete(len)) if len > max_head => {
+            return Err(ParseError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > max_head => {
+            return Err(ParseError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadTooLarge),
+        Err(e) => return Err(ParseError::Bad(parse_error_reason(e))),
+    };
+    let (Some(code), Some(minor)) = (parsed.code, parsed.version) else {
+        return Err(ParseError::Bad("incomplete status line"));
+    };
+    let status = StatusCode::from_u16(code).map_err(|_| ParseError::Bad("status"))?;
+    let version = if minor == 1 {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
+    let base = buf.as_ptr() as usize;
+    let offset = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    let count = parsed.headers.len();
+    let spans: Spans = parsed
+        .headers
+        .iter()
+        .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
+        .collect();
+    let head = buf.split_to(len).freeze();
+    let mut checks = Checks::default();
+    let headers = fields(&head, &spans, &mut checks, new_headers(count))?;
+    let bodiless = to_head
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let body = if bodiless {
+        ResponseBodyLength::Length(0)
+    } else if checks.transfer_encoding {
+        if checks.content_length.is_some() {
+            return Err(ParseError::Bad("both Content-Length and Transfer-Encoding"));
+        }
+        if checks.chunked_last && !checks.chunked_twice {
+            ResponseBodyLength::Chunked
+        } else {
+            ResponseBodyLength::UntilClose
+        }
+    } else {
+        match checks.content_length {
+            Some(n) => ResponseBodyLength::Length(n),
+            None => ResponseBodyLength::UntilClose,
+        }
+    };
+    let keep_alive = body != ResponseBodyLength::UntilClose
+        && match version {
+            Version::HTTP_11 => !checks.close,
+            _ => checks.keep_alive && !checks.close,
+        };
+    let mut response = Response::new(());
+    *response.status_mut() = status;
+    *response.version_mut() = version;
+    *response.headers_mut() = headers;
+    Ok(Some(ResponseHead {
+        response,
+        body,
+        keep_alive,
     }))
 }
 

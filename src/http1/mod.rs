@@ -1,8 +1,10 @@
 //! fuseway's own HTTP/1.1 codec: request heads (`httparse`, then the edge-proxy checks
-//! of RFC 9112 and the request-smuggling literature), message bodies (`Content-Length`
-//! and chunked, with trailers) and response heads. The connection driver that uses it
-//! is [`server::native`](crate::server); hyper's codec stays the reference it is
-//! tested against.
+//! of RFC 9112 and the request-smuggling literature), response heads (`httparse`, with
+//! the framing rules of RFC 9112 section 6.3), message bodies (`Content-Length`,
+//! chunked with trailers, close-delimited) and the heads fuseway writes. The drivers
+//! that use it are the server's (`server::native`) and the forwarder's pooled
+//! destination connections (`forwarding::native`); hyper's codec stays the reference
+//! both are tested against.
 //!
 //! Everything here works on a connection's own read buffer: a request head is split
 //! off the buffer and frozen, and header values, the target and body chunks are views
@@ -10,13 +12,22 @@
 //! Once the message's views are dropped the buffer is unique again and its memory is
 //! reused for the next message.
 
+pub(crate) mod buffers;
 mod decode;
 mod encode;
 mod head;
+mod write;
 
-pub(crate) use decode::{BodyDecoder, Decoded};
-pub(crate) use encode::{chunk_header, write_field, write_response_head, Connection, Framing};
-pub(crate) use head::{parse_length, parse_request, BodyLength, Limits, ParseError, RequestHead};
+pub(crate) use decode::{BodyDecoder, DecodeError, Decoded};
+pub(crate) use encode::{
+    chunk_header, write_field, write_request_head, write_response_head, Connection, Framing,
+    RequestFraming,
+};
+pub(crate) use head::{
+    parse_length, parse_request, parse_response, BodyLength, Limits, ParseError, RequestHead,
+    ResponseBodyLength, ResponseHead,
+};
+pub(crate) use write::Outgoing;
 
 /// Decode a chunked body fed in pieces ending at `cuts`, then closed (for the fuzz
 /// targets: `fuseway::__private::decode_chunked`).

@@ -14,7 +14,6 @@
 //! client said `TE: trailers`) or, for HTTP/1.0 clients, the connection's close.
 //! A `101` hands the socket, and whatever was read past the head, to the tunnel.
 
-mod buffers;
 mod channel;
 
 use std::future::{poll_fn, Future};
@@ -40,8 +39,8 @@ use super::idle::ServedBody;
 use super::ServerOptions;
 use crate::body::Incoming;
 use crate::http1::{
-    parse_request, write_response_head, BodyDecoder, Connection, Decoded, Framing, Limits,
-    ParseError,
+    buffers, parse_request, write_response_head, BodyDecoder, Connection, Decoded, Framing, Limits,
+    Outgoing, ParseError,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -53,9 +52,6 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 /// Buffered response bytes past which the driver writes before taking more.
 const WRITE_HIGH: usize = 64 * 1024;
-/// Data frames up to this size are copied behind the head / chunk line (one write);
-/// larger ones are written from where they are.
-const COPY_MAX: usize = 16 * 1024;
 /// Most request body bytes read and thrown away after a response so that the
 /// connection can carry the next request; beyond, the connection is closed.
 const DISCARD_MAX: u64 = 256 * 1024;
@@ -249,8 +245,7 @@ where
     let mut conn = Conn {
         io,
         read_buf: BytesMut::new(),
-        write_buf: Vec::new(),
-        out: Out::default(),
+        out: Outgoing::default(),
         limits: Limits {
             max_head: options.max_header_size,
             max_request_line: options.max_request_line,
@@ -274,7 +269,7 @@ where
             slots: &slots,
         };
         loop {
-            buffers::release_write(&mut conn.write_buf);
+            buffers::release_write(&mut conn.out.buf);
             lent.release();
             timer.as_mut().reset(Instant::now() + timeout);
             let message = {
@@ -414,20 +409,10 @@ struct Sending {
     done: bool,
 }
 
-/// Bytes queued for the socket after the write buffer: a large data frame written
-/// from where it is, then (chunked) its CRLF.
-#[derive(Default)]
-struct Out {
-    written: usize,
-    data: Bytes,
-    tail: &'static [u8],
-}
-
 struct Conn<I> {
     io: I,
     read_buf: BytesMut,
-    write_buf: Vec<u8>,
-    out: Out,
+    out: Outgoing,
     limits: Limits,
     /// Where request bodies are handed over: made for the first body that streams.
     channel: Option<Arc<Channel>>,
@@ -521,9 +506,9 @@ impl<I: Io> Conn<I> {
             (true, Version::HTTP_10) => Connection::KeepAlive,
             _ => Connection::Default,
         };
-        buffers::ready_to_write(&mut self.write_buf);
+        buffers::ready_to_write(&mut self.out.buf);
         write_response_head(
-            &mut self.write_buf,
+            &mut self.out.buf,
             status,
             &parts.headers,
             framing,
@@ -608,7 +593,8 @@ impl<I: Io> Conn<I> {
                 .is_some_and(|c| c.lock().ready_for_frame())
         {
             self.continue_pending = false;
-            self.write_buf
+            self.out
+                .buf
                 .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
             let _ = self.poll_write_out(cx);
         }
@@ -670,7 +656,7 @@ impl<I: Io> Conn<I> {
                 ready!(self.poll_write_out(cx))?;
                 return Poll::Ready(Ok(()));
             }
-            if !self.out.data.is_empty() || self.write_buf.len() >= WRITE_HIGH {
+            if self.out.holds_data() || self.out.pending() >= WRITE_HIGH {
                 ready!(self.poll_write_out(cx))?;
             }
             match body.as_mut().poll_frame(cx) {
@@ -719,29 +705,11 @@ impl<I: Io> Conn<I> {
                     ));
                 }
             }
-            Framing::Chunked => {
-                let mut line = [0u8; 18];
-                self.write_buf
-                    .extend_from_slice(crate::http1::chunk_header(len, &mut line));
-            }
-            Framing::UntilClose => {}
+            Framing::Chunked | Framing::UntilClose => {}
         }
         sending.sent += len as u64;
-        let tail: &'static [u8] = if sending.framing == Framing::Chunked {
-            b"\r\n"
-        } else {
-            b""
-        };
-        if len <= COPY_MAX {
-            self.write_buf.extend_from_slice(&data);
-            self.write_buf.extend_from_slice(tail);
-        } else {
-            self.out = Out {
-                written: 0,
-                data,
-                tail,
-            };
-        }
+        self.out
+            .push_data(data, sending.framing == Framing::Chunked);
         Ok(())
     }
 
@@ -757,48 +725,22 @@ impl<I: Io> Conn<I> {
                 "response body shorter than its Content-Length",
             )),
             Framing::Chunked => {
-                self.write_buf.extend_from_slice(b"0\r\n");
+                self.out.buf.extend_from_slice(b"0\r\n");
                 if let (true, Some(trailers)) = (sending.trailers, trailers) {
                     for (name, value) in &trailers {
-                        crate::http1::write_field(&mut self.write_buf, name, value);
+                        crate::http1::write_field(&mut self.out.buf, name, value);
                     }
                 }
-                self.write_buf.extend_from_slice(b"\r\n");
+                self.out.buf.extend_from_slice(b"\r\n");
                 Ok(())
             }
             _ => Ok(()),
         }
     }
 
-    /// Write the write buffer, then the queued data frame and its tail; flush.
+    /// Write what is queued; flush.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        loop {
-            let head = &self.write_buf[self.out.written.min(self.write_buf.len())..];
-            let head_left = head.len();
-            if head_left == 0 && self.out.data.is_empty() && self.out.tail.is_empty() {
-                break;
-            }
-            let slices = [
-                IoSlice::new(head),
-                IoSlice::new(&self.out.data),
-                IoSlice::new(self.out.tail),
-            ];
-            let n = ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &slices))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            let mut n = n;
-            let from_head = n.min(head_left);
-            self.out.written += from_head;
-            n -= from_head;
-            let from_data = n.min(self.out.data.len());
-            self.out.data.advance(from_data);
-            n -= from_data;
-            self.out.tail = &self.out.tail[n.min(self.out.tail.len())..];
-        }
-        self.write_buf.clear();
-        self.out.written = 0;
-        Pin::new(&mut self.io).poll_flush(cx)
+        self.out.poll_write(&mut self.io, cx)
     }
 
     /// Read and throw away the rest of a request body the pipeline left unread (at
@@ -846,7 +788,7 @@ impl<I: Io> Conn<I> {
     /// Answer a refused head (`400`, `414`, `431`) and close.
     async fn answer_error(&mut self, status: StatusCode) {
         write_response_head(
-            &mut self.write_buf,
+            &mut self.out.buf,
             status,
             &http::HeaderMap::new(),
             Framing::Length(0),

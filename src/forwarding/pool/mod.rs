@@ -1,4 +1,5 @@
-//! The forwarder's connection pools, over `hyper::client::conn`.
+//! The forwarder's connection pools: HTTP/1.1 on fuseway's own codec ([`native`], the
+//! default) or `hyper::client::conn` (the hyper engine), HTTP/2 on hyper's.
 //!
 //! One pool per destination scheme and authority, HTTP version and certificate policy.
 //!
@@ -44,7 +45,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
-use http_body::Body;
+use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -56,6 +57,8 @@ use super::client::{Connector, Io};
 use crate::config::TlsVersions;
 use crate::fxhash::FxBuild;
 use crate::state::{DestinationState, UpstreamVersion};
+
+mod native;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 type Connecting<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
@@ -88,10 +91,24 @@ pub(crate) trait Exchange: Send {
     fn poll_response(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<Response<Incoming>, BoxError>>;
+    ) -> Poll<Result<Response<ResponseBody>, BoxError>>;
 
     /// Drive the connection while the response body streams.
     fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>);
+
+    /// The response body's next frame, for a [`ResponseBody::Native`] (hyper's bodies
+    /// are polled themselves).
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Poll::Ready(None)
+    }
+
+    /// The response body has been read to its end (a [`ResponseBody::Native`]).
+    fn body_ended(&self) -> bool {
+        true
+    }
 
     /// Ready once `deadline` has passed: the exchange's timer (see [`Deadline`]).
     fn poll_deadline(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: Instant) -> Poll<()>;
@@ -103,6 +120,68 @@ pub(crate) trait Exchange: Send {
 
 /// An exchange handed out by the pools.
 pub(crate) type BoxExchange = Pin<Box<dyn Exchange>>;
+
+/// A destination's response body: hyper's (HTTP/2, upgrades, the hyper engine), or one
+/// a native exchange reads from its connection when polled through it.
+#[derive(Debug)]
+pub(crate) enum ResponseBody {
+    Hyper(Incoming),
+    /// Read by [`Exchange::poll_frame`]: `remaining` bytes of a `Content-Length` body.
+    Native {
+        remaining: Option<u64>,
+        ended: bool,
+    },
+}
+
+impl ResponseBody {
+    /// The next frame. `exchange`: the exchange the body belongs to, while it runs.
+    pub(crate) fn poll_frame(
+        &mut self,
+        exchange: Option<&mut BoxExchange>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self {
+            ResponseBody::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            ResponseBody::Native { ended: true, .. } => Poll::Ready(None),
+            ResponseBody::Native { remaining, ended } => {
+                let Some(exchange) = exchange else {
+                    *ended = true;
+                    return Poll::Ready(Some(Err("the exchange is over".into())));
+                };
+                let polled = exchange.as_mut().poll_frame(cx);
+                match &polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let (Some(left), Some(data)) = (remaining.as_mut(), frame.data_ref()) {
+                            *left = left.saturating_sub(data.len() as u64);
+                        }
+                        *ended = exchange.body_ended();
+                    }
+                    Poll::Ready(_) => *ended = true,
+                    Poll::Pending => {}
+                }
+                polled
+            }
+        }
+    }
+
+    pub(crate) fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Hyper(body) => body.is_end_stream(),
+            ResponseBody::Native { ended, .. } => *ended,
+        }
+    }
+
+    pub(crate) fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Hyper(body) => body.size_hint(),
+            ResponseBody::Native { ended: true, .. } => SizeHint::with_exact(0),
+            ResponseBody::Native {
+                remaining: Some(n), ..
+            } => SizeHint::with_exact(*n),
+            ResponseBody::Native { .. } => SizeHint::default(),
+        }
+    }
+}
 
 /// Which pool a request goes to. Compared and hashed on the authority's bytes as
 /// written in the config (`Authority`'s own `Hash` lowercases byte by byte).
@@ -159,6 +238,8 @@ pub(crate) struct Pools<B> {
     connectors: super::client::Connectors,
     pools: Mutex<PoolMap<B>>,
     opened: Arc<AtomicU64>,
+    /// HTTP/1.1 on fuseway's own codec (else hyper's).
+    native: bool,
 }
 
 struct PoolMap<B> {
@@ -171,7 +252,8 @@ struct PoolMap<B> {
 const SWEEP_EVERY: u32 = 4096;
 
 impl<B: SendBody> Pools<B> {
-    pub(crate) fn new() -> Self {
+    /// Pools whose HTTP/1.1 connections run on `engine`.
+    pub(crate) fn new(engine: crate::server::Http1Engine) -> Self {
         Pools {
             connectors: super::client::Connectors::new(),
             pools: Mutex::new(PoolMap {
@@ -179,6 +261,7 @@ impl<B: SendBody> Pools<B> {
                 lookups: 0,
             }),
             opened: Arc::new(AtomicU64::new(0)),
+            native: engine == crate::server::Http1Engine::Native,
         }
     }
 
@@ -265,6 +348,7 @@ impl<B: SendBody> Pools<B> {
             shared: Mutex::new(None),
             opened: self.opened.clone(),
             limit,
+            native: self.native,
         }
     }
 }
@@ -277,11 +361,17 @@ pub(crate) async fn status_of(
 ) -> Result<http::StatusCode, BoxError> {
     let response = std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx)).await?;
     let status = response.status();
-    let mut body = std::pin::pin!(http_body_util::Limited::new(response.into_body(), limit));
+    let mut body = response.into_body();
+    let mut read = 0;
     let ended = std::future::poll_fn(|cx| loop {
         exchange.as_mut().poll_connection(cx);
-        match body.as_mut().poll_frame(cx) {
-            Poll::Ready(Some(Ok(_))) => continue,
+        match body.poll_frame(Some(&mut exchange), cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                read += frame.data_ref().map_or(0, Bytes::len);
+                if read > limit {
+                    return Poll::Ready(false);
+                }
+            }
             Poll::Ready(Some(Err(_))) => return Poll::Ready(false),
             Poll::Ready(None) => return Poll::Ready(true),
             Poll::Pending => return Poll::Pending,
@@ -326,6 +416,8 @@ struct Pool<B> {
     /// The cluster's `MaxConnectionsPerServer`, for a destination's pool shared by
     /// every forwarder.
     limit: Option<Arc<Limit>>,
+    /// HTTP/1.1 on fuseway's own codec (else hyper's).
+    native: bool,
 }
 
 /// The HTTP/1.1 connections a pool may have open at once, and the exchanges waiting
@@ -501,9 +593,17 @@ fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant) {
 }
 
 impl<B: SendBody> Pool<B> {
-    /// Open a connection: TCP (and TLS), then the HTTP/1.1 handshake.
+    /// Open a connection: TCP (and TLS), then (hyper) the HTTP/1.1 handshake.
     fn connect_h1(&self, permit: Option<Permit>) -> Connecting<Link<B>> {
         let io = self.connect_io();
+        if self.native {
+            return Box::pin(async move {
+                Ok(Link::Native {
+                    conn: native::Conn::new(io.await?),
+                    _permit: permit,
+                })
+            });
+        }
         Box::pin(async move {
             let (sender, connection) = http1::Builder::new().handshake(io.await?).await?;
             Ok(Link::Open {
@@ -537,7 +637,7 @@ impl<B: SendBody> Pool<B> {
         }
         while let Some(mut idle) = self.take_idle() {
             let link = idle.as_mut().take_link();
-            if matches!(link, Link::Open { .. }) {
+            if link.is_open() {
                 Ticket::leave(ticket);
                 return Poll::Ready(link);
             }
@@ -588,6 +688,7 @@ impl<B: SendBody> Pool<B> {
                 connection.as_mut().start(request);
                 connection
             }
+            None if self.native => native::Native::connecting(self, request),
             None => H1::connecting(
                 self,
                 request,
@@ -600,7 +701,7 @@ impl<B: SendBody> Pool<B> {
     fn relink_h1(&self) -> Link<B> {
         while let Some(mut idle) = self.take_idle() {
             let link = idle.as_mut().take_link();
-            if matches!(link, Link::Open { .. }) {
+            if link.is_open() {
                 return link;
             }
         }
@@ -663,6 +764,9 @@ impl Deadline {
 // ---- HTTP/1.1, driven inline ----
 
 /// The state of an HTTP/1.1 exchange's connection.
+// The connection lives inline in its exchange's one allocation: boxing the native
+// one (the largest) would cost a second allocation per connection for nothing.
+#[allow(clippy::large_enum_variant)]
 enum Link<B> {
     Connecting(Connecting<Link<B>>),
     /// Waiting for a connection of a pool at its connection limit: `ticket` is the
@@ -677,7 +781,47 @@ enum Link<B> {
         /// The connection's place under its pool's limit, released when it closes.
         _permit: Option<Permit>,
     },
+    /// A connection of the native engine.
+    Native {
+        conn: native::Conn,
+        _permit: Option<Permit>,
+    },
     None,
+}
+
+impl<B: SendBody> Link<B> {
+    /// An open connection (of either engine).
+    fn is_open(&self) -> bool {
+        matches!(self, Link::Open { .. } | Link::Native { .. })
+    }
+
+    /// Wait until the exchange has a connection: taken from the pool after a wait at
+    /// its limit (`reused` then says so), or opened.
+    fn poll_open(
+        &mut self,
+        pool: &Weak<Pool<B>>,
+        reused: &mut bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), BoxError>> {
+        if let Link::Waiting { ticket } = self {
+            let Some(pool) = pool.upgrade() else {
+                return Poll::Ready(Err("the forwarder was dropped".into()));
+            };
+            let link = std::task::ready!(pool.poll_link(cx, ticket));
+            *reused = link.is_open();
+            *self = link;
+        }
+        if let Link::Connecting(connecting) = self {
+            match std::task::ready!(connecting.as_mut().poll(cx)) {
+                Ok(link) => *self = link,
+                Err(e) => {
+                    *self = Link::None;
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 /// What the pool holds of an idle HTTP/1.1 connection (an exchange between requests).
@@ -742,27 +886,10 @@ where
     fn poll_response(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<Response<Incoming>, BoxError>> {
+    ) -> Poll<Result<Response<ResponseBody>, BoxError>> {
         let mut this = self.project();
         loop {
-            if let Link::Waiting { ticket } = this.link {
-                let Some(pool) = this.pool.upgrade() else {
-                    return Poll::Ready(Err("the forwarder was dropped".into()));
-                };
-                let link = std::task::ready!(pool.poll_link(cx, ticket));
-                *this.reused = matches!(link, Link::Open { .. });
-                *this.link = link;
-            }
-            if let Link::Connecting(connecting) = this.link {
-                match connecting.as_mut().poll(cx) {
-                    Poll::Ready(Ok(link)) => *this.link = link,
-                    Poll::Ready(Err(e)) => {
-                        *this.link = Link::None;
-                        return Poll::Ready(Err(e));
-                    }
-                    Poll::Pending => return Poll::Pending,
-                }
-            }
+            std::task::ready!(this.link.poll_open(this.pool, this.reused, cx))?;
             let Link::Open {
                 sender, connection, ..
             } = this.link
@@ -786,7 +913,7 @@ where
                     Poll::Ready(Ok(response)) => {
                         this.in_flight.set(None);
                         this.replay.disarm();
-                        return Poll::Ready(Ok(response));
+                        return Poll::Ready(Ok(response.map(ResponseBody::Hyper)));
                     }
                     Poll::Ready(Err(mut e)) => {
                         this.in_flight.set(None);
@@ -851,7 +978,7 @@ where
                 tracing::debug!("pooled connection closed before the request was sent; retrying");
                 pool.relink_h1()
             };
-            *this.reused = matches!(this.link, Link::Open { .. });
+            *this.reused = this.link.is_open();
         }
     }
 
@@ -1105,7 +1232,7 @@ where
     fn poll_response(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<Response<Incoming>, BoxError>> {
+    ) -> Poll<Result<Response<ResponseBody>, BoxError>> {
         let mut this = self.project();
         if let Some(connecting) = this.connecting.as_mut() {
             let mut sender = match connecting.as_mut().poll(cx) {
@@ -1119,7 +1246,9 @@ where
             this.in_flight.set(Some((this.send)(&mut sender, request)));
         }
         match this.in_flight.as_mut().as_pin_mut() {
-            Some(sending) => sending.poll(cx).map_err(Into::into),
+            Some(sending) => sending
+                .poll(cx)
+                .map(|r| r.map(|r| r.map(ResponseBody::Hyper)).map_err(Into::into)),
             None => Poll::Ready(Err("the exchange was polled after its response".into())),
         }
     }
@@ -1164,8 +1293,11 @@ impl Exchange for Upgrade {
     fn poll_response(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<Response<Incoming>, BoxError>> {
-        self.project().response.poll(cx)
+    ) -> Poll<Result<Response<ResponseBody>, BoxError>> {
+        self.project()
+            .response
+            .poll(cx)
+            .map_ok(|r| r.map(ResponseBody::Hyper))
     }
 
     fn poll_connection(self: Pin<&mut Self>, _cx: &mut Context<'_>) {}
@@ -1307,7 +1439,7 @@ mod tests {
 
     #[test]
     fn sweeps_forget_pools_nothing_uses() {
-        let pools = Pools::<Empty<Bytes>>::new();
+        let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper);
         let kept = pools.pool(key("127.0.0.1:1"));
         drop(pools.pool(key("127.0.0.1:2")));
         assert!(
@@ -1323,7 +1455,7 @@ mod tests {
 
     #[tokio::test]
     async fn idle_connections_past_the_timeout_are_closed_oldest_first() {
-        let pools = Pools::<Empty<Bytes>>::new();
+        let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper);
         let pool = pools.pool(key("127.0.0.1:1"));
         let slot = || -> Pin<Box<dyn H1Slot<Empty<Bytes>>>> {
             Box::pin(H1 {

@@ -8,7 +8,7 @@
 //! warm) and gives the buffer back when there was nothing to read. The same for the
 //! write buffer once a response has been flushed. A buffer still shared with a
 //! message's views (header values, body chunks not yet dropped) is not given back:
-//! its memory is freed with the last view.
+//! the connection keeps it and reuses its memory once the views are gone.
 //!
 //! Header maps: a response's map, once its head is written, is emptied and kept for a
 //! later request's fields (Kestrel's reuse of per-message objects), so a request head
@@ -68,15 +68,13 @@ pub(crate) fn ready_to_read(buf: &mut BytesMut) {
 }
 
 /// Give an empty read buffer back to the pool (leaving `buf` without memory) if nothing
-/// else shares its memory.
+/// else shares its memory. One still shared (a body chunk on its way) stays where it
+/// is: once the views are gone, its memory is reused in place.
 pub(crate) fn release_read(buf: &mut BytesMut) {
-    if !buf.is_empty() || buf.capacity() == 0 {
+    if !buf.is_empty() || buf.capacity() == 0 || !buf.try_reclaim(READ_SIZE) {
         return;
     }
-    let mut taken = std::mem::take(buf);
-    if !taken.try_reclaim(READ_SIZE) {
-        return;
-    }
+    let taken = std::mem::take(buf);
     READ.with(|p| {
         let mut pool = p.borrow_mut();
         if pool.len() < KEEP {

@@ -1,0 +1,125 @@
+//! Bytes on their way to a socket, written with one vectored write where the socket
+//! takes it: a buffer (heads, chunk-size lines, small bodies copied behind them), then
+//! a large data frame written from where it is, then its tail (a chunk's CRLF).
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes};
+use tokio::io::AsyncWrite;
+
+/// Data frames up to this size are copied behind what is buffered (one write); larger
+/// ones are written from where they are.
+pub(crate) const COPY_MAX: usize = 16 * 1024;
+
+/// A connection's outgoing bytes (see the module's documentation).
+#[derive(Debug, Default)]
+pub(crate) struct Outgoing {
+    /// Heads, chunk-size lines and small bodies.
+    pub(crate) buf: Vec<u8>,
+    /// How much of `buf` is written.
+    written: usize,
+    data: Bytes,
+    tail: &'static [u8],
+    /// Keep `buf`'s bytes once written (see [`Outgoing::rewind`]).
+    keep: bool,
+    /// Something has been written since the last [`Outgoing::clear`].
+    wrote: bool,
+}
+
+impl Outgoing {
+    /// Queue a data frame, framed as a chunk when `chunked`. A large frame waits in
+    /// place: call it only when no large frame is queued ([`Outgoing::holds_data`]).
+    pub(crate) fn push_data(&mut self, data: Bytes, chunked: bool) {
+        debug_assert!(self.data.is_empty() && self.tail.is_empty());
+        if chunked {
+            let mut line = [0u8; 18];
+            self.buf
+                .extend_from_slice(super::chunk_header(data.len(), &mut line));
+        }
+        let tail: &'static [u8] = if chunked { b"\r\n" } else { b"" };
+        if data.len() <= COPY_MAX {
+            self.buf.extend_from_slice(&data);
+            self.buf.extend_from_slice(tail);
+        } else {
+            self.data = data;
+            self.tail = tail;
+        }
+    }
+
+    /// A large data frame is queued (write before queuing another).
+    pub(crate) fn holds_data(&self) -> bool {
+        !self.data.is_empty() || !self.tail.is_empty()
+    }
+
+    /// Bytes buffered and not written yet.
+    pub(crate) fn pending(&self) -> usize {
+        self.buf.len() - self.written.min(self.buf.len()) + self.data.len() + self.tail.len()
+    }
+
+    /// Keep the buffered bytes once written, until [`Outgoing::clear`], so that
+    /// [`Outgoing::rewind`] can write them again (a request head sent once more).
+    pub(crate) fn keep(&mut self, keep: bool) {
+        self.keep = keep;
+    }
+
+    /// Write the kept bytes again (on another connection).
+    pub(crate) fn rewind(&mut self) {
+        self.written = 0;
+        self.wrote = false;
+    }
+
+    /// Whether any byte has been written since the last [`Outgoing::clear`].
+    pub(crate) fn wrote(&self) -> bool {
+        self.wrote
+    }
+
+    /// Forget everything queued or kept.
+    pub(crate) fn clear(&mut self) {
+        self.buf.clear();
+        self.written = 0;
+        self.data = Bytes::new();
+        self.tail = b"";
+        self.keep = false;
+        self.wrote = false;
+    }
+
+    /// Write everything queued to `io`, then flush it.
+    pub(crate) fn poll_write<I: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut I,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let head = &self.buf[self.written.min(self.buf.len())..];
+            let head_left = head.len();
+            if head_left == 0 && self.data.is_empty() && self.tail.is_empty() {
+                break;
+            }
+            let slices = [
+                IoSlice::new(head),
+                IoSlice::new(&self.data),
+                IoSlice::new(self.tail),
+            ];
+            let n = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.wrote = true;
+            let mut n = n;
+            let from_head = n.min(head_left);
+            self.written += from_head;
+            n -= from_head;
+            let from_data = n.min(self.data.len());
+            self.data.advance(from_data);
+            n -= from_data;
+            self.tail = &self.tail[n.min(self.tail.len())..];
+        }
+        if !self.keep {
+            self.buf.clear();
+            self.written = 0;
+        }
+        Pin::new(io).poll_flush(cx)
+    }
+}
