@@ -355,3 +355,121 @@ async fn shutdown_closes_idle_connections_and_ends_in_flight_ones_with_close() {
     );
     within("shutdown", shutdown).await.unwrap();
 }
+
+/// What a scripted destination answers to `path`, and whether it closes the connection
+/// after (close-delimited bodies, and the refused answers).
+fn scripted(path: &str) -> (&'static [u8], bool) {
+    match path {
+        "/length" => (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nX-A: 2\r\n\r\nhello", false),
+        "/chunked" => (b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n", false),
+        "/early-hints" => (b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false),
+        "/no-content" => (b"HTTP/1.1 204 No Content\r\nX-B: 1\r\n\r\n", false),
+        "/not-modified" => (b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nContent-Length: 99\r\n\r\n", false),
+        "/head" => (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false),
+        "/http10" => (b"HTTP/1.0 200 OK\r\nX-Old: 1\r\n\r\nuntil the close", true),
+        "/gzip-until-close" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nraw bytes", true),
+        "/no-reason" => (b"HTTP/1.1 200\r\nContent-Length: 1\r\n\r\nx", false),
+        "/empty-value" => (b"HTTP/1.1 200 OK\r\nX-Empty:\r\nX-Spaces:   v  \r\nContent-Length: 0\r\n\r\n", false),
+        // Refused by both engines: 502.
+        "/garbage" => (b"HTTP/1.1 2x0 OK\r\n\r\n", true),
+        "/differing-lengths" => (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx", true),
+        "/bad-chunk" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", true),
+        "/obs-fold" => (b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded\r\nContent-Length: 0\r\n\r\n", true),
+        "/te-in-http10" => (b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", true),
+        _ => (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", false),
+    }
+}
+
+/// The client side of the two engines: the same destination answers relayed alike —
+/// every framing (length, chunked with extensions and trailers, close-delimited,
+/// `Transfer-Encoding` other than chunked), interim `1xx` answers skipped, bodiless
+/// statuses, `HEAD`, and the malformed answers both refuse (502) — and the pooled
+/// connection reused after each clean answer and never after a refused one.
+#[tokio::test]
+async fn both_engines_relay_destination_answers_alike() {
+    let b = raw_backend(|mut s| async move {
+        while let Some(head) = read_head(&mut s).await {
+            let path = head.split(' ').nth(1).unwrap_or("").to_owned();
+            let (answer, close) = scripted(&path);
+            if s.write_all(answer).await.is_err() || close {
+                let _ = s.shutdown().await;
+                return;
+            }
+        }
+    })
+    .await;
+    let config = CONFIG.replace("BACKEND", &b.url());
+    let native = start(&config, engine(Http1Engine::Native)).await;
+    let hyper = start(&config, engine(Http1Engine::Hyper)).await;
+    let paths = [
+        ("GET", "/length"),
+        ("GET", "/chunked"),
+        ("GET", "/early-hints"),
+        ("GET", "/no-content"),
+        ("GET", "/not-modified"),
+        ("HEAD", "/head"),
+        ("GET", "/http10"),
+        ("GET", "/gzip-until-close"),
+        ("GET", "/no-reason"),
+        ("GET", "/empty-value"),
+        ("GET", "/garbage"),
+        ("GET", "/differing-lengths"),
+        ("GET", "/obs-fold"),
+        ("GET", "/te-in-http10"),
+        ("GET", "/length"),
+    ];
+    let mut relayed = Vec::new();
+    for proxy in [&native, &hyper] {
+        let before = b.accepted();
+        let mut answers_of = Vec::new();
+        for (method, path) in paths {
+            let request =
+                format!("{method} {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+            let raw = exchange(proxy.addr, request.as_bytes()).await;
+            let answer = answers(&raw, method == "HEAD");
+            assert_eq!(
+                answer.len(),
+                1,
+                "{method} {path}: {:?}",
+                String::from_utf8_lossy(&raw)
+            );
+            answers_of.push(answer);
+        }
+        // A connection for the first request, then one after each answer that closed
+        // (hyper's client also lets one go after a response with trailers).
+        let closing = paths.iter().filter(|(_, p)| scripted(p).1).count();
+        let opened = b.accepted() - before;
+        if proxy.addr == native.addr {
+            assert_eq!(opened, 1 + closing, "connections the native client opened");
+        } else {
+            assert!(
+                opened > closing,
+                "connections hyper's client opened: {opened}"
+            );
+        }
+        relayed.push(answers_of);
+    }
+    for (i, (method, path)) in paths.iter().enumerate() {
+        let (native, hyper) = (&relayed[0][i][0], &relayed[1][i][0]);
+        assert_eq!(native, hyper, "{method} {path}");
+        if scripted(path).1 && !path.contains("http10") && !path.contains("until") {
+            assert_eq!(native.status, 502, "{path}");
+        }
+    }
+    // A response chunk cut short fails the response after its head: the client sees
+    // the connection end without the body's end on both.
+    for proxy in [&native, &hyper] {
+        let raw = exchange(
+            proxy.addr,
+            b"GET /bad-chunk HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        let text = String::from_utf8_lossy(&raw);
+        assert!(
+            text.starts_with("HTTP/1.1 200 OK") && !text.ends_with("0\r\n\r\n"),
+            "{text}"
+        );
+    }
+    native.shutdown().await;
+    hyper.shutdown().await;
+}

@@ -229,9 +229,10 @@ pub(crate) struct ResponseHead {
 /// Parse the response head at the start of `buf` (the answer to a `HEAD` request when
 /// `to_head`). `Ok(None)`: not complete yet. On success the head's bytes are split off
 /// `buf`, which then starts with the body. Refused (the connection cannot be used
-/// further): a malformed head, one larger than `max_head` or with too many fields,
-/// and ambiguous framing — both `Content-Length` and `Transfer-Encoding` (as nginx
-/// refuses them), or differing lengths.
+/// further): a malformed head (obs-folds included), one larger than `max_head` or with
+/// too many fields, and ambiguous framing — both `Content-Length` and
+/// `Transfer-Encoding` (as nginx refuses them), differing lengths, `Transfer-Encoding`
+/// in HTTP/1.0.
 pub(crate) fn parse_response(
     buf: &mut BytesMut,
     max_head: usize,
@@ -285,6 +286,10 @@ pub(crate) fn parse_response(
     } else if checks.transfer_encoding {
         if checks.content_length.is_some() {
             return Err(ParseError::Bad("both Content-Length and Transfer-Encoding"));
+        }
+        // RFC 9112 section 6.1: its framing is faulty.
+        if version != Version::HTTP_11 {
+            return Err(ParseError::Bad("Transfer-Encoding in an HTTP/1.0 response"));
         }
         if checks.chunked_last && !checks.chunked_twice {
             ResponseBodyLength::Chunked

@@ -40,10 +40,12 @@ pub fn options() -> ServerOptions {
     }
 }
 
-/// Start the fused default pipeline with this JSON config and these options.
+/// Start the fused default pipeline with this JSON config and these options (its
+/// forwarder's HTTP/1.1 client on the options' engine too).
 pub async fn start(config_json: &str, options: ServerOptions) -> TestProxy {
     let state = state(config_json);
-    let service = pipeline::FusedDefault::from_state(state.clone());
+    let service =
+        pipeline::FusedDefault::from_state_with_engine(state.clone(), options.http1_engine);
     start_service(state, service, options).await
 }
 
