@@ -1207,3 +1207,131 @@ pub fn chunked(u: &mut Unstructured) -> Result<()> {
     }
     Ok(())
 }
+
+const STATUS_LINES: &[&str] = &[
+    "HTTP/1.1 200 OK",
+    "HTTP/1.1 200 OK",
+    "HTTP/1.1 200 OK",
+    "HTTP/1.1 201 Created",
+    "HTTP/1.1 204 No Content",
+    "HTTP/1.1 304 Not Modified",
+    "HTTP/1.1 404 Not Found",
+    "HTTP/1.1 100 Continue",
+    "HTTP/1.1 103 Early Hints",
+    "HTTP/1.0 200 OK",
+    "HTTP/1.1 200",
+    "HTTP/1.1 200 ",
+    "HTTP/1.1 999 Odd",
+    "HTTP/1.1 099 Low",
+    "HTTP/1.1 2000 Long",
+    "HTTP/2.0 200 OK",
+    "HTTP/1.1  200 OK",
+    "http/1.1 200 OK",
+    "HTTP/1.1 200 caf\u{e9}",
+];
+
+const RESPONSE_FIELDS: &[&str] = &[
+    "Content-Length: 5",
+    "Content-Length: 5",
+    "Content-Length: 0",
+    "Content-Length: 11",
+    "Content-Length: 5, 5",
+    "Content-Length: +5",
+    "Content-Length: 99999999999999999999",
+    "Transfer-Encoding: chunked",
+    "Transfer-Encoding: chunked",
+    "Transfer-Encoding: gzip",
+    "Transfer-Encoding: gzip, chunked",
+    "Transfer-Encoding: chunked, gzip",
+    "Connection: close",
+    "Connection: keep-alive",
+    "X-A: 1",
+    "X-A: 2",
+    "Set-Cookie: a=1",
+    "X-Folded: a\r\n b",
+    "X-Bare: a\rb",
+    "X-Empty:",
+    "X-Tab:\tvalue\t",
+    "X-Obs: caf\u{e9}",
+    "Bad Name: x",
+    "Trailer: X-T",
+];
+
+/// A destination's bytes: an interim answer now and then, a status line, fields and a
+/// body from the pieces above (line endings now and then bare LF), or (1 in 16)
+/// arbitrary bytes.
+fn response_input(u: &mut Unstructured) -> Result<Vec<u8>> {
+    if u.ratio(1, 16)? {
+        return u.arbitrary::<Vec<u8>>();
+    }
+    let mut out = Vec::new();
+    for _ in 0..u.int_in_range(1..=2)? {
+        let eol: &[u8] = if u.ratio(1, 12)? { b"\n" } else { b"\r\n" };
+        out.extend_from_slice(pick(u, STATUS_LINES)?.as_bytes());
+        out.extend_from_slice(eol);
+        for _ in 0..u.int_in_range(0..=4)? {
+            out.extend_from_slice(pick(u, RESPONSE_FIELDS)?.as_bytes());
+            out.extend_from_slice(eol);
+        }
+        out.extend_from_slice(eol);
+        out.extend_from_slice(pick(u, BODIES)?.as_bytes());
+    }
+    Ok(out)
+}
+
+/// The same destination bytes through the native client and hyper's: a response both
+/// read has the same status, version and fields, and the same body and trailers where
+/// both read it whole; the native client reads no head and no whole body that hyper
+/// refuses (it is the stricter of the two; the README lists where they differ).
+pub fn http1_responses(u: &mut Unstructured) -> Result<()> {
+    use fuseway::server::Http1Engine;
+    use fuseway::testing::replay_response;
+    let method = if u.ratio(1, 6)? {
+        Method::HEAD
+    } else {
+        Method::GET
+    };
+    let input = response_input(u)?;
+    let (native, hyper) = RUNTIME.with(|rt| {
+        rt.block_on(async {
+            (
+                replay_response(Http1Engine::Native, method.clone(), &input).await,
+                replay_response(Http1Engine::Hyper, method.clone(), &input).await,
+            )
+        })
+    });
+    let shown = || String::from_utf8_lossy(&input).into_owned();
+    // Repeated equal `Content-Length`s are one length: the native client keeps one,
+    // hyper's all of them (the server writes its own framing either way).
+    let fields = |headers: &HeaderMap| {
+        let mut headers = headers.clone();
+        if let Some(length) = headers.get(http::header::CONTENT_LENGTH).cloned() {
+            headers.insert(http::header::CONTENT_LENGTH, length);
+        }
+        headers
+    };
+    match (&native, &hyper) {
+        (Some(n), Some(h)) => {
+            assert_eq!(
+                (n.status, n.version, fields(&n.headers)),
+                (h.status, h.version, fields(&h.headers)),
+                "the clients read different heads from {method} {:?}",
+                shown()
+            );
+            if n.body.is_some() {
+                assert_eq!(
+                    (&n.body, &n.trailers),
+                    (&h.body, &h.trailers),
+                    "different bodies from {method} {:?}",
+                    shown()
+                );
+            }
+        }
+        (Some(n), None) => panic!(
+            "the native client accepted what hyper refused: {method} {:?} -> {n:?}",
+            shown()
+        ),
+        _ => {}
+    }
+    Ok(())
+}

@@ -28,10 +28,15 @@ fn seed() -> u64 {
 
 /// Feed `target` `iterations()` random byte strings of up to 4 KiB.
 fn run(name: &str, target: impl Fn(&[u8])) {
+    run_n(name, iterations(), target)
+}
+
+/// Feed `target` `n` random byte strings of up to 4 KiB.
+fn run_n(name: &str, n: usize, target: impl Fn(&[u8])) {
     let seed = seed();
     let mut rng =
         fastrand::Rng::with_seed(seed ^ fastrand::Rng::with_seed(name.len() as u64).u64(..));
-    for i in 0..iterations() {
+    for i in 0..n {
         let len = rng.usize(0..=4096);
         let data: Vec<u8> = std::iter::repeat_with(|| rng.u8(..)).take(len).collect();
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| target(&data))) {
@@ -116,6 +121,17 @@ fn regression_headers_crash_dd9aa44f() {
 #[test]
 fn fuzz_http1_engines() {
     run("http1_engines", structured(targets::http1_engines));
+}
+
+#[test]
+fn fuzz_http1_responses() {
+    // Each input is two real exchanges over 127.0.0.1: a tenth of the others' count.
+    let inputs = iterations() / 10;
+    run_n(
+        "http1_responses",
+        inputs,
+        structured(targets::http1_responses),
+    );
 }
 
 #[test]

@@ -53,8 +53,9 @@ pub struct Args {
     /// when set), and the bundled set only where the system has none.
     #[arg(long)]
     pub bundled_roots: bool,
-    /// The engine serving HTTP/1.1: `native` (fuseway's own, the default) or `hyper`.
-    /// Default: `FUSEWAY_HTTP1_ENGINE` when set, else native.
+    /// The HTTP/1.1 engine, serving clients and forwarding to destinations: `native`
+    /// (fuseway's own, the default) or `hyper`. Default: `FUSEWAY_HTTP1_ENGINE` when
+    /// set, else native.
     #[arg(long, value_name = "native|hyper")]
     pub http1_engine: Option<Http1Engine>,
 }

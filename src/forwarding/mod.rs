@@ -26,6 +26,7 @@ pub mod headers;
 pub(crate) mod path;
 pub(crate) mod pool;
 mod progress;
+pub(crate) mod replay;
 mod request_body;
 mod tls;
 pub(crate) mod upgrade;

@@ -231,8 +231,8 @@ pub(crate) struct ResponseHead {
 /// `buf`, which then starts with the body. Refused (the connection cannot be used
 /// further): a malformed head (obs-folds included), one larger than `max_head` or with
 /// too many fields, and ambiguous framing — both `Content-Length` and
-/// `Transfer-Encoding` (as nginx refuses them), differing lengths, `Transfer-Encoding`
-/// in HTTP/1.0.
+/// `Transfer-Encoding` (as nginx refuses them), differing lengths, `chunked` applied
+/// twice, `Transfer-Encoding` in HTTP/1.0.
 pub(crate) fn parse_response(
     buf: &mut BytesMut,
     max_head: usize,
@@ -291,7 +291,10 @@ pub(crate) fn parse_response(
         if version != Version::HTTP_11 {
             return Err(ParseError::Bad("Transfer-Encoding in an HTTP/1.0 response"));
         }
-        if checks.chunked_last && !checks.chunked_twice {
+        if checks.chunked_twice {
+            return Err(ParseError::Bad("Transfer-Encoding with chunked twice"));
+        }
+        if checks.chunked_last {
             ResponseBodyLength::Chunked
         } else {
             ResponseBodyLength::UntilClose

@@ -322,3 +322,152 @@ fn response_heads_carry_the_framing_we_chose() {
     let mut line = [0u8; 18];
     assert_eq!(chunk_header(0x1a2b, &mut line), b"1a2b\r\n");
 }
+
+fn response(raw: &str, to_head: bool) -> Result<Option<ResponseHead>, ParseError> {
+    parse_response(
+        &mut BytesMut::from(raw),
+        1024,
+        to_head,
+        HeaderMap::with_capacity,
+    )
+}
+
+fn framing_of(raw: &str) -> (ResponseBodyLength, bool) {
+    let head = response(raw, false).expect(raw).expect("complete");
+    (head.body, head.keep_alive)
+}
+
+#[test]
+fn response_framing_follows_rfc_9112_section_6_3() {
+    use ResponseBodyLength::{Chunked, Length, UntilClose};
+    let mut buf = BytesMut::from("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\n\r\nhello");
+    let head = parse_response(&mut buf, 1024, false, HeaderMap::with_capacity)
+        .unwrap()
+        .unwrap();
+    assert_eq!(head.response.status(), StatusCode::OK);
+    assert_eq!(head.response.version(), Version::HTTP_11);
+    assert_eq!(head.response.headers()["x-a"], "1");
+    assert_eq!((head.body, head.keep_alive), (Length(5), true));
+    assert_eq!(&buf[..], b"hello", "the body is left in the buffer");
+    assert!(response("HTTP/1.1 200 OK\r\nContent-Le", false)
+        .unwrap()
+        .is_none());
+
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+        (Chunked, true)
+    );
+    // A final coding other than chunked, or no framing at all: until the close.
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
+        (UntilClose, false)
+    );
+    assert_eq!(framing_of("HTTP/1.1 200 OK\r\n\r\n"), (UntilClose, false));
+    assert_eq!(
+        framing_of("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n"),
+        (Length(1), false),
+        "HTTP/1.0 closes unless it says keep-alive"
+    );
+    assert_eq!(
+        framing_of("HTTP/1.0 200 OK\r\nContent-Length: 1\r\nConnection: keep-alive\r\n\r\n"),
+        (Length(1), true)
+    );
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\n"),
+        (Length(1), false)
+    );
+    // No body after 1xx, 204, 304, or in answer to HEAD, whatever the fields say.
+    for raw in [
+        "HTTP/1.1 100 Continue\r\n\r\n",
+        "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 304 Not Modified\r\nContent-Length: 99\r\n\r\n",
+    ] {
+        assert_eq!(framing_of(raw), (Length(0), true), "{raw}");
+    }
+    let head = response("HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n", true)
+        .unwrap()
+        .unwrap();
+    assert_eq!(head.body, Length(0));
+    assert_eq!(
+        head.response.headers()["content-length"],
+        "99",
+        "kept: it describes the resource"
+    );
+}
+
+#[test]
+fn ambiguous_or_malformed_responses_are_refused() {
+    for raw in [
+        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+        "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nX-A: 1\r\n folded\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nX-A : 1\r\n\r\n",
+        "HTTP/1.1 2x0 OK\r\n\r\n",
+        "HTTP/2.0 200 OK\r\n\r\n",
+    ] {
+        assert!(
+            matches!(response(raw, false), Err(ParseError::Bad(_))),
+            "{raw:?}"
+        );
+    }
+    let big = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n", "a".repeat(2000));
+    assert_eq!(response(&big, false).unwrap_err(), ParseError::HeadTooLarge);
+    let partial = format!("HTTP/1.1 200 OK\r\nX-Big: {}", "a".repeat(2000));
+    assert_eq!(
+        response(&partial, false).unwrap_err(),
+        ParseError::HeadTooLarge,
+        "a partial head past the limit"
+    );
+    let mut many = String::from("HTTP/1.1 200 OK\r\n");
+    for i in 0..101 {
+        many.push_str(&format!("X-{i}: v\r\n"));
+    }
+    many.push_str("\r\n");
+    let refused = parse_response(
+        &mut BytesMut::from(&many[..]),
+        1 << 20,
+        false,
+        HeaderMap::with_capacity,
+    );
+    assert_eq!(refused.unwrap_err(), ParseError::HeadTooLarge);
+}
+
+#[test]
+fn request_heads_carry_the_framing_we_chose() {
+    let mut headers = HeaderMap::new();
+    headers.insert("host", "dest".parse().unwrap());
+    headers.insert("content-length", "99".parse().unwrap());
+    headers.insert("transfer-encoding", "chunked".parse().unwrap());
+    let uri: http::Uri = "/a?b=c".parse().unwrap();
+    let head = |framing| {
+        let mut out = Vec::new();
+        write_request_head(&mut out, &Method::POST, &uri, &headers, framing);
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(
+        head(RequestFraming::Length(5)),
+        "POST /a?b=c HTTP/1.1\r\nhost: dest\r\ncontent-length: 5\r\n\r\n"
+    );
+    assert_eq!(
+        head(RequestFraming::Chunked),
+        "POST /a?b=c HTTP/1.1\r\nhost: dest\r\ntransfer-encoding: chunked\r\n\r\n"
+    );
+    assert_eq!(
+        head(RequestFraming::Empty),
+        "POST /a?b=c HTTP/1.1\r\nhost: dest\r\ncontent-length: 99\r\n\r\n",
+        "no body: the request's own length is kept, Transfer-Encoding is not"
+    );
+    let mut out = Vec::new();
+    let star: http::Uri = "*".parse().unwrap();
+    write_request_head(
+        &mut out,
+        &Method::OPTIONS,
+        &star,
+        &HeaderMap::new(),
+        RequestFraming::Empty,
+    );
+    assert_eq!(out, b"OPTIONS * HTTP/1.1\r\n\r\n");
+}

@@ -1,0 +1,11 @@
+//! The same destination bytes through fuseway's native HTTP/1.1 client and hyper's:
+//! the responses both read must agree, and the native client reads nothing hyper
+//! refuses.
+#![no_main]
+
+#[path = "../targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let _ = targets::http1_responses(&mut arbitrary::Unstructured::new(data));
+});

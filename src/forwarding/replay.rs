@@ -1,0 +1,116 @@
+//! Replays a destination's bytes through one HTTP/1.1 client engine (the forwarder's
+//! pooled connection, over a real socket on 127.0.0.1): what the response-side
+//! differential fuzz target compares between the native client and hyper's.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http::{HeaderMap, Method, Request, StatusCode, Version};
+use http_body_util::Empty;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::pool::{self, Pools};
+use crate::config::TlsVersions;
+use crate::server::Http1Engine;
+use crate::state::UpstreamVersion;
+
+/// A destination's answer as a client engine read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedResponse {
+    /// Its status.
+    pub status: StatusCode,
+    /// Its version.
+    pub version: Version,
+    /// Its header fields.
+    pub headers: HeaderMap,
+    /// Its body, or `None` when reading it failed.
+    pub body: Option<Vec<u8>>,
+    /// Its trailer fields.
+    pub trailers: Option<HeaderMap>,
+}
+
+/// Send a `method` request (no body) with `engine`'s client to a destination that
+/// answers `input` and closes: the response the client read, or `None` when it
+/// refused the head (or timed out, after a few seconds).
+pub async fn replay_response(
+    engine: Http1Engine,
+    method: Method,
+    input: &[u8],
+) -> Option<ReceivedResponse> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ok()?;
+    let authority = Authority::try_from(listener.local_addr().ok()?.to_string()).ok()?;
+    let input = input.to_vec();
+    let destination = tokio::spawn(async move {
+        let Ok((mut socket, _)) = listener.accept().await else {
+            return;
+        };
+        // The request head, then the answer and the close.
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = socket.write_all(&input).await;
+        let _ = socket.shutdown().await;
+        let _ = socket.read_to_end(&mut Vec::new()).await;
+    });
+    let pools = Pools::<Empty<Bytes>>::new(engine);
+    let request = Request::builder()
+        .method(method)
+        .uri("/")
+        .header(http::header::HOST, "destination")
+        .body(Empty::new())
+        .ok()?;
+    let mut exchange = pools.send(
+        request,
+        pool::Target {
+            scheme: &Scheme::HTTP,
+            authority: &authority,
+            version: UpstreamVersion::Http1,
+            accept_any_certificate: false,
+            tls: TlsVersions::Both,
+            upgrade: false,
+            limit: None,
+        },
+    );
+    let read = async {
+        let response = std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx))
+            .await
+            .ok()?;
+        let (parts, mut body) = response.into_parts();
+        let mut data = Vec::new();
+        let mut trailers = None;
+        let whole = loop {
+            let frame = std::future::poll_fn(|cx| {
+                exchange.as_mut().poll_connection(cx);
+                body.poll_frame(Some(&mut exchange), cx)
+            })
+            .await;
+            match frame {
+                None => break true,
+                Some(Err(_)) => break false,
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(d) => data.extend_from_slice(&d),
+                    Err(frame) => trailers = frame.into_trailers().ok(),
+                },
+            }
+        };
+        Some(ReceivedResponse {
+            status: parts.status,
+            version: parts.version,
+            headers: parts.headers,
+            body: whole.then_some(data),
+            trailers,
+        })
+    };
+    let received = tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .ok()
+        .flatten();
+    destination.abort();
+    received
+}
