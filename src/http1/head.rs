@@ -15,13 +15,33 @@ type Span = (usize, usize);
 /// Most header fields in a request head (hyper's default as well).
 pub(crate) const MAX_HEADERS: usize = 100;
 
-/// Size limits of a request head.
+/// Size limits of a request head (`u32`s: they live in every connection's future).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// The whole head, request line and header fields (431 beyond).
-    pub(crate) max_head: usize,
+    max_head: u32,
     /// The request line (414 beyond).
-    pub(crate) max_request_line: usize,
+    max_request_line: u32,
+}
+
+impl Limits {
+    /// The limits configured (each at most 4 GiB).
+    pub(crate) fn new(max_head: usize, max_request_line: usize) -> Self {
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Limits {
+            max_head: clamp(max_head),
+            max_request_line: clamp(max_request_line),
+        }
+    }
+
+    /// The whole head's limit.
+    pub(crate) fn max_head(&self) -> usize {
+        self.max_head as usize
+    }
+
+    fn max_request_line(&self) -> usize {
+        self.max_request_line as usize
+    }
 }
 
 /// Why a request head was refused, and so the status the client gets before the
@@ -100,19 +120,19 @@ pub(crate) fn parse_request(
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
             return match request_line_len(buf) {
-                None if buf.len() > limits.max_request_line => Err(ParseError::UriTooLong),
-                Some(line) if line > limits.max_request_line => Err(ParseError::UriTooLong),
-                _ if buf.len() > limits.max_head => Err(ParseError::HeadTooLarge),
+                None if buf.len() > limits.max_request_line() => Err(ParseError::UriTooLong),
+                Some(line) if line > limits.max_request_line() => Err(ParseError::UriTooLong),
+                _ if buf.len() > limits.max_head() => Err(ParseError::HeadTooLarge),
                 _ => Ok(None),
             };
         }
         Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadTooLarge),
         Err(e) => return Err(ParseError::Bad(parse_error_reason(e))),
     };
-    if len > limits.max_head {
+    if len > limits.max_head() {
         return Err(ParseError::HeadTooLarge);
     }
-    if request_line_len(buf).is_some_and(|line| line > limits.max_request_line) {
+    if request_line_len(buf).is_some_and(|line| line > limits.max_request_line()) {
         return Err(ParseError::UriTooLong);
     }
     let (Some(method), Some(path), Some(minor)) = (parsed.method, parsed.path, parsed.version)
@@ -231,8 +251,8 @@ pub(crate) struct ResponseHead {
 /// `buf`, which then starts with the body. Refused (the connection cannot be used
 /// further): a malformed head (obs-folds included), one larger than `max_head` or with
 /// too many fields, and ambiguous framing — both `Content-Length` and
-/// `Transfer-Encoding` (as nginx refuses them), differing lengths, `chunked` applied
-/// twice, `Transfer-Encoding` in HTTP/1.0.
+/// `Transfer-Encoding` (as nginx refuses them), differing lengths, a coding after
+/// `chunked` (`chunked` twice, or not last), `Transfer-Encoding` in HTTP/1.0.
 pub(crate) fn parse_response(
     buf: &mut BytesMut,
     max_head: usize,
@@ -291,8 +311,11 @@ pub(crate) fn parse_response(
         if version != Version::HTTP_11 {
             return Err(ParseError::Bad("Transfer-Encoding in an HTTP/1.0 response"));
         }
+        // `chunked` applied twice, or not as the final coding (RFC 9112 section 6.1).
         if checks.chunked_twice {
-            return Err(ParseError::Bad("Transfer-Encoding with chunked twice"));
+            return Err(ParseError::Bad(
+                "Transfer-Encoding with a coding after chunked",
+            ));
         }
         if checks.chunked_last {
             ResponseBodyLength::Chunked

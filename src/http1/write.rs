@@ -13,6 +13,8 @@ use tokio::io::AsyncWrite;
 /// ones are written from where they are.
 pub(crate) const COPY_MAX: usize = 16 * 1024;
 
+const CRLF: &[u8] = b"\r\n";
+
 /// A connection's outgoing bytes (see the module's documentation).
 #[derive(Debug, Default)]
 pub(crate) struct Outgoing {
@@ -21,7 +23,10 @@ pub(crate) struct Outgoing {
     /// How much of `buf` is written.
     written: usize,
     data: Bytes,
-    tail: &'static [u8],
+    /// How many bytes of a CRLF after `data` (a chunk's end) are left to write: the
+    /// last `tail` of `b"\r\n"` (a count, not a slice: this lives in every
+    /// connection's future).
+    tail: u8,
     /// Keep `buf`'s bytes once written (see [`Outgoing::rewind`]).
     keep: bool,
     /// Something has been written since the last [`Outgoing::clear`].
@@ -32,30 +37,31 @@ impl Outgoing {
     /// Queue a data frame, framed as a chunk when `chunked`. A large frame waits in
     /// place: call it only when no large frame is queued ([`Outgoing::holds_data`]).
     pub(crate) fn push_data(&mut self, data: Bytes, chunked: bool) {
-        debug_assert!(self.data.is_empty() && self.tail.is_empty());
+        debug_assert!(self.data.is_empty() && self.tail == 0);
         if chunked {
             let mut line = [0u8; 18];
             self.buf
                 .extend_from_slice(super::chunk_header(data.len(), &mut line));
         }
-        let tail: &'static [u8] = if chunked { b"\r\n" } else { b"" };
         if data.len() <= COPY_MAX {
             self.buf.extend_from_slice(&data);
-            self.buf.extend_from_slice(tail);
+            if chunked {
+                self.buf.extend_from_slice(CRLF);
+            }
         } else {
             self.data = data;
-            self.tail = tail;
+            self.tail = if chunked { 2 } else { 0 };
         }
     }
 
     /// A large data frame is queued (write before queuing another).
     pub(crate) fn holds_data(&self) -> bool {
-        !self.data.is_empty() || !self.tail.is_empty()
+        !self.data.is_empty() || self.tail != 0
     }
 
     /// Bytes buffered and not written yet.
     pub(crate) fn pending(&self) -> usize {
-        self.buf.len() - self.written.min(self.buf.len()) + self.data.len() + self.tail.len()
+        self.buf.len() - self.written.min(self.buf.len()) + self.data.len() + usize::from(self.tail)
     }
 
     /// Keep the buffered bytes once written, until [`Outgoing::clear`], so that
@@ -80,7 +86,7 @@ impl Outgoing {
         self.buf.clear();
         self.written = 0;
         self.data = Bytes::new();
-        self.tail = b"";
+        self.tail = 0;
         self.keep = false;
         self.wrote = false;
     }
@@ -94,13 +100,14 @@ impl Outgoing {
         loop {
             let head = &self.buf[self.written.min(self.buf.len())..];
             let head_left = head.len();
-            if head_left == 0 && self.data.is_empty() && self.tail.is_empty() {
+            if head_left == 0 && self.data.is_empty() && self.tail == 0 {
                 break;
             }
+            let tail = &CRLF[2 - usize::from(self.tail)..];
             let slices = [
                 IoSlice::new(head),
                 IoSlice::new(&self.data),
-                IoSlice::new(self.tail),
+                IoSlice::new(tail),
             ];
             let n = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices))?;
             if n == 0 {
@@ -114,7 +121,7 @@ impl Outgoing {
             let from_data = n.min(self.data.len());
             self.data.advance(from_data);
             n -= from_data;
-            self.tail = &self.tail[n.min(self.tail.len())..];
+            self.tail -= n.min(usize::from(self.tail)) as u8;
         }
         if !self.keep {
             self.buf.clear();

@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use hyper_util::server::graceful::GracefulConnection;
 use pin_project_lite::pin_project;
 use tokio::sync::futures::OwnedNotified;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 
 /// The connections of one listener, and their shutdown.
 #[derive(Debug)]
@@ -41,14 +41,21 @@ impl Drain {
         }
     }
 
-    /// A new connection (counted from now on: shutdown waits for it).
-    pub(crate) fn watcher(&self) -> Watcher {
+    /// A new connection's signal (counted from now on: shutdown waits for it). Boxed
+    /// once, when the connection is accepted: the connection's protocol detection (or
+    /// TLS handshake) polls it, then its driver, without moving it. It also keeps the
+    /// connection's `permit` (its place under the listener's connection limit) until
+    /// the connection ends: what every connection holds for its whole life is kept out
+    /// of its task, whose size counts for every idle connection.
+    pub(crate) fn signal(&self, permit: Option<OwnedSemaphorePermit>) -> Signal {
         self.shared.live.fetch_add(1, Ordering::AcqRel);
-        Watcher {
+        Box::pin(DrainSignal {
             // Created before the flag can be read: a shutdown from now on reaches it.
             signal: self.shared.signal.clone().notified_owned(),
+            registered: false,
             live: Live(self.shared.clone()),
-        }
+            _permit: permit,
+        })
     }
 
     /// Ask every connection to shut down, and wait until all of them have ended.
@@ -68,45 +75,29 @@ impl Drain {
     }
 }
 
-/// A connection counted by its [`Drain`], before it is served.
-#[derive(Debug)]
-pub(crate) struct Watcher {
-    signal: OwnedNotified,
-    live: Live,
-}
+/// A connection's view of its [`Drain`] (see [`Drain::signal`]).
+pub(crate) type Signal = Pin<Box<DrainSignal>>;
 
-impl Watcher {
-    /// Drive `connection` to its end; once draining starts it is asked to shut down
-    /// gracefully (finish the request in flight, then close).
-    pub(crate) fn watch<C: GracefulConnection>(self, connection: C) -> Watched<C> {
-        Watched {
-            connection,
-            signal: self.signal,
-            registered: false,
-            asked: false,
-            live: self.live,
-        }
-    }
-
-    /// The shutdown signal alone, for a connection driver that polls it itself
-    /// ([`DrainSignal::poll_draining`]) instead of being wrapped.
-    pub(crate) fn signal(self) -> DrainSignal {
-        DrainSignal {
-            signal: self.signal,
-            registered: false,
-            live: self.live,
-        }
+/// Drive `connection` to its end; once draining starts it is asked to shut down
+/// gracefully (finish the request in flight, then close).
+pub(crate) fn watch<C: GracefulConnection>(signal: Signal, connection: C) -> Watched<C> {
+    Watched {
+        connection,
+        signal,
+        asked: false,
     }
 }
 
 pin_project! {
-    /// A live connection's view of its [`Drain`] (see [`Watcher::signal`]).
+    /// A live connection's view of its [`Drain`], for a connection driver that polls it
+    /// itself ([`DrainSignal::poll_draining`]) instead of being wrapped ([`watch`]).
     #[derive(Debug)]
     pub(crate) struct DrainSignal {
         #[pin]
         signal: OwnedNotified,
         registered: bool,
         live: Live,
+        _permit: Option<OwnedSemaphorePermit>,
     }
 }
 
@@ -141,13 +132,9 @@ pin_project! {
     pub(crate) struct Watched<C> {
         #[pin]
         connection: C,
-        #[pin]
-        signal: OwnedNotified,
-        // The signal holds this task's waker (it was polled once).
-        registered: bool,
+        signal: Signal,
         // The connection has been asked to shut down.
         asked: bool,
-        live: Live,
     }
 }
 
@@ -156,18 +143,9 @@ impl<C: GracefulConnection> Future for Watched<C> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
         let mut this = self.project();
-        if !*this.asked {
-            let draining = if *this.registered {
-                this.live.0.draining.load(Ordering::Acquire)
-            } else {
-                *this.registered = true;
-                this.signal.as_mut().poll(cx).is_ready()
-                    || this.live.0.draining.load(Ordering::Acquire)
-            };
-            if draining {
-                *this.asked = true;
-                this.connection.as_mut().graceful_shutdown();
-            }
+        if !*this.asked && this.signal.as_mut().poll_draining(cx) {
+            *this.asked = true;
+            this.connection.as_mut().graceful_shutdown();
         }
         this.connection.poll(cx)
     }

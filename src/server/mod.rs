@@ -12,7 +12,9 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -23,6 +25,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use service::Served;
@@ -464,20 +467,56 @@ async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
 
 /// Wait until the first bytes tell HTTP/1 from HTTP/2 (as hyper-util's detection
 /// does: the HTTP/2 preface or anything else), or the client closes.
-async fn protocol_known(stream: &tokio::net::TcpStream) -> io::Result<Protocol> {
+/// Tell HTTP/1 from HTTP/2 (prior knowledge) by the first bytes of a plain connection,
+/// peeked at (not consumed) within `timeout`: `None` when none came in time, the
+/// connection failed, or shutdown started first (`drain`).
+///
+/// A poll function rather than a `select!` of a timeout, a peeking `async fn` and the
+/// listener's stop signal: those made this the largest state of the connection's task
+/// (640 B), and a task is as large as its largest state for as long as the connection
+/// lives.
+async fn protocol_known(
+    stream: &tokio::net::TcpStream,
+    timeout: Duration,
+    drain: &mut drain::Signal,
+) -> Option<Protocol> {
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    let mut buf = [0u8; PREFACE.len()];
-    loop {
-        let n = stream.peek(&mut buf).await?;
-        if n == PREFACE.len() && buf == PREFACE {
-            return Ok(Protocol::Http2);
+    /// How soon a partial preface is looked at again (peeking does not consume it,
+    /// so its readiness does not change until more arrives).
+    const AGAIN: Duration = Duration::from_millis(5);
+    let deadline = Instant::now() + timeout;
+    let mut timer = pin!(tokio::time::sleep_until(deadline));
+    std::future::poll_fn(|cx| {
+        if drain.as_mut().poll_draining(cx) {
+            return Poll::Ready(None);
         }
-        if n == 0 || buf[..n] != PREFACE[..n] {
-            return Ok(Protocol::Http1);
+        loop {
+            let mut buf = [0u8; PREFACE.len()];
+            let mut read = tokio::io::ReadBuf::new(&mut buf);
+            match stream.poll_peek(cx, &mut read) {
+                Poll::Ready(Ok(n)) if n == PREFACE.len() && read.filled() == PREFACE => {
+                    return Poll::Ready(Some(Protocol::Http2))
+                }
+                Poll::Ready(Ok(n)) if n == 0 || read.filled() != &PREFACE[..n] => {
+                    return Poll::Ready(Some(Protocol::Http1))
+                }
+                Poll::Ready(Ok(_)) => {
+                    let again = Instant::now() + AGAIN;
+                    if timer.deadline() > again {
+                        timer.as_mut().reset(again.min(deadline));
+                    }
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(None),
+                Poll::Pending => {}
+            }
+            std::task::ready!(timer.as_mut().poll(cx));
+            if Instant::now() >= deadline {
+                return Poll::Ready(None);
+            }
+            timer.as_mut().reset(deadline);
         }
-        // Part of the preface: peeking does not consume it, so wait before looking again.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    })
+    .await
 }
 
 /// The protocol a client speaks on a connection.
@@ -552,27 +591,19 @@ impl<S: ServeService> Clone for Shared<S> {
 /// Spawn a connection's task: `known` (the protocol detection, or the TLS handshake)
 /// and then serving, chained rather than one `async` block — what the second step
 /// captures is consumed when it starts, so the task holds the larger of the two, not
-/// both (an idle keep-alive connection is mostly its task). The connection slot
-/// `permit` is released when the connection ends.
-fn spawn_connection<I, S, D>(
-    known: D,
-    service: S,
-    info: ConnectionInfo,
-    shared: Shared<S>,
-    watcher: drain::Watcher,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) where
+/// both (an idle keep-alive connection is mostly its task). The connection's slot under
+/// the listener's limit is kept in its drain signal, and released when it ends.
+fn spawn_connection<I, S, D>(known: D, service: S, info: ConnectionInfo, shared: Shared<S>)
+where
     I: native::Io,
     S: ServeService,
-    D: Future<Output = Option<(I, Protocol)>> + Send + 'static,
+    D: Future<Output = Option<(I, Protocol, drain::Signal)>> + Send + 'static,
 {
     tokio::spawn(known.then(move |known| {
-        let Some((io, protocol)) = known else {
+        let Some((io, protocol, drain)) = known else {
             return Either::Left(std::future::ready(()));
         };
-        Either::Right(
-            serve_known(io, protocol, service, info, &shared, watcher).map(move |()| drop(permit)),
-        )
+        Either::Right(serve_known(io, protocol, service, info, &shared, drain))
     }));
 }
 
@@ -587,7 +618,7 @@ fn serve_known<I, S>(
     service: S,
     info: ConnectionInfo,
     shared: &Shared<S>,
-    watcher: drain::Watcher,
+    drain: drain::Signal,
 ) -> impl Future<Output = ()>
 where
     I: native::Io,
@@ -605,8 +636,7 @@ where
             service,
             shared.options.clone(),
             shared.slots.clone(),
-            watcher.signal(),
-            remote,
+            drain,
         ))
     } else {
         let (service, activity) = served(service, info, protocol);
@@ -616,7 +646,7 @@ where
             .into_owned();
         let timeout = shared.options.header_read_timeout;
         Either::Right(Box::pin(drive(
-            watcher.watch(connection),
+            drain::watch(drain, connection),
             activity,
             timeout,
             remote,
@@ -691,26 +721,21 @@ async fn accept_loop<S>(
         let service = service.clone();
         match &tls {
             None => {
-                let watcher = graceful.watcher();
-                let mut stop = stop.clone();
+                let mut drain = graceful.signal(Some(permit));
                 let timeout = options.header_read_timeout;
                 // hyper-util tells HTTP/1 from HTTP/2 by reading the first bytes, without
                 // a time limit: a client sending nothing, or part of the HTTP/2 preface,
                 // would hold its slot forever. It gets the header read timeout.
                 let detect = async move {
-                    let known = tokio::select! {
-                        known = tokio::time::timeout(timeout, protocol_known(&stream)) => known,
-                        _ = stop.changed() => return None,
-                    };
-                    match known {
-                        Ok(Ok(protocol)) => Some((stream, protocol)),
-                        _ => {
+                    match protocol_known(&stream, timeout, &mut drain).await {
+                        Some(protocol) => Some((stream, protocol, drain)),
+                        None => {
                             tracing::debug!(%remote, "no request within the header read timeout; closing");
                             None
                         }
                     }
                 };
-                spawn_connection(detect, service, info, shared.clone(), watcher, permit);
+                spawn_connection(detect, service, info, shared.clone());
             }
             Some(config) => {
                 // The configuration of the moment: a reload applies to new connections.
@@ -718,7 +743,7 @@ async fn accept_loop<S>(
                 // The handshake runs on the connection's task, bounded like a request head.
                 let timeout = options.header_read_timeout;
                 let handshake = tokio::time::timeout(timeout, acceptor.accept(stream));
-                let watcher = graceful.watcher();
+                let drain = graceful.signal(Some(permit));
                 let handshake = async move {
                     match handshake.await {
                         Ok(Ok(stream)) => {
@@ -726,7 +751,7 @@ async fn accept_loop<S>(
                                 Some(b"h2") => Protocol::Http2,
                                 _ => Protocol::Http1,
                             };
-                            Some((stream, protocol))
+                            Some((stream, protocol, drain))
                         }
                         Ok(Err(e)) => {
                             tracing::debug!(error = %e, %remote, "TLS handshake failed");
@@ -738,7 +763,7 @@ async fn accept_loop<S>(
                         }
                     }
                 };
-                spawn_connection(handshake, service, info, shared.clone(), watcher, permit);
+                spawn_connection(handshake, service, info, shared.clone());
             }
         }
     }

@@ -96,8 +96,7 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
                     served,
                     Arc::new(options),
                     native::Slots::new(),
-                    drain.watcher().signal(),
-                    info.remote,
+                    drain.signal(None),
                 )
                 .await;
             }

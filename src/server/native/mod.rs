@@ -18,7 +18,6 @@ mod channel;
 
 use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
-use std::net::SocketAddr;
 use std::pin::{pin, Pin};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
@@ -34,8 +33,9 @@ use tokio::time::{Instant, Sleep};
 pub(crate) use channel::BodyReader;
 use channel::Channel;
 
-use super::drain::DrainSignal;
+use super::drain::{DrainSignal, Signal};
 use super::idle::ServedBody;
+use super::service::Served;
 use super::ServerOptions;
 use crate::body::Incoming;
 use crate::http1::{
@@ -223,44 +223,45 @@ impl<F, B> Drop for Lent<'_, F, B> {
     }
 }
 
+/// The future of a call of a connection's service (what an in-flight slot holds first).
+pub(crate) type CallOf<P> = <Served<P> as hyper::service::Service<Request<Incoming>>>::Future;
+
 /// Serve HTTP/1.1 on `io` until the client closes, the connection idles past the
 /// header read timeout, shutdown, an error, or an upgrade.
 ///
 /// A function returning an `async` block rather than an `async fn`: the block keeps
 /// what it captures in place, where an `async fn` would hold its arguments twice (as
 /// captured and as moved into its body's locals) for the connection's whole life.
-pub(crate) fn serve_connection<I, S>(
+pub(crate) fn serve_connection<I, P>(
     io: I,
-    service: S,
+    service: Served<P>,
     options: Arc<ServerOptions>,
-    slots: Arc<Slots<S::Future, ServedBody>>,
-    drain: DrainSignal,
-    remote: SocketAddr,
+    slots: Arc<Slots<CallOf<P>, ServedBody>>,
+    mut drain: Signal,
 ) -> impl Future<Output = ()>
 where
     I: Io,
-    S: hyper::service::Service<Request<Incoming>, Response = Response<ServedBody>>,
-    S::Error: Into<BoxError>,
+    Served<P>: hyper::service::Service<Request<Incoming>, Response = Response<ServedBody>>,
+    <Served<P> as hyper::service::Service<Request<Incoming>>>::Error: Into<BoxError>,
 {
     let mut conn = Conn {
         io,
         read_buf: BytesMut::new(),
         out: Outgoing::default(),
-        limits: Limits {
-            max_head: options.max_header_size,
-            max_request_line: options.max_request_line,
-        },
+        limits: Limits::new(options.max_header_size, options.max_request_line),
         channel: None,
         body: None,
         continue_pending: false,
         read_eof: false,
         body_failed: false,
     };
-    let timeout = options.header_read_timeout;
+    // Kept as milliseconds: it lives in the connection's future for its whole life.
+    let timeout_ms = u32::try_from(options.header_read_timeout.as_millis()).unwrap_or(u32::MAX);
+    let timeout = move || Duration::from_millis(timeout_ms.into());
     drop(options);
-    let mut drain = Box::pin(drain);
     async move {
-        let mut timer = pin!(tokio::time::sleep(timeout));
+        use hyper::service::Service as _;
+        let mut timer = pin!(tokio::time::sleep(timeout()));
         // Requests' locals live in blocks that end before the next suspension point, and
         // the pipeline's future and the response body in a lent slot: the connection's
         // future stays small while it waits (see `the_connection_future_size`).
@@ -271,7 +272,7 @@ where
         loop {
             buffers::release_write(&mut conn.out.buf);
             lent.release();
-            timer.as_mut().reset(Instant::now() + timeout);
+            timer.as_mut().reset(Instant::now() + timeout());
             let message = {
                 let head = match poll_fn(|cx| conn.poll_head(cx, timer.as_mut(), drain.as_mut()))
                     .await
@@ -279,13 +280,14 @@ where
                     Waited::Head(head) => head,
                     Waited::Closed => return,
                     Waited::TimedOut => {
-                        tracing::debug!(%remote, "no request head within the header read timeout; closing");
+                        tracing::debug!(remote = %service.info.remote, "no request head within the header read timeout; closing");
                         return;
                     }
                     Waited::Refused(error) => {
-                        tracing::debug!(%remote, reason = error.reason(), status = error.status().as_u16(), "refused a request head");
-                        conn.answer_error(error.status()).await;
-                        return;
+                        tracing::debug!(remote = %service.info.remote, reason = error.reason(), status = error.status().as_u16(), "refused a request head");
+                        conn.queue_error(error.status());
+                        // Answered after the loop: no head is held while it is written.
+                        break;
                     }
                 };
                 let (request, message) = conn.start_request(head);
@@ -317,11 +319,11 @@ where
                 let response = match response {
                     Some(Ok(response)) => response,
                     Some(Err(e)) => {
-                        tracing::debug!(error = %e, %remote, "the service failed; closing the connection");
+                        tracing::debug!(error = %e, remote = %service.info.remote, "the service failed; closing the connection");
                         return;
                     }
                     None => {
-                        tracing::debug!(%remote, "the client closed its connection before the response; request cancelled");
+                        tracing::debug!(remote = %service.info.remote, "the client closed its connection before the response; request cancelled");
                         return;
                     }
                 };
@@ -341,7 +343,7 @@ where
             // The body is dropped here (an upgrade's hands the exchange to the tunnel).
             lent.release();
             if let Err(e) = written {
-                tracing::debug!(error = %e, %remote, "the response could not be sent; closing");
+                tracing::debug!(error = %e, remote = %service.info.remote, "the response could not be sent; closing");
                 return;
             }
             if upgrading {
@@ -362,7 +364,7 @@ where
             // The body the pipeline left unread is read and thrown away (up to a bound),
             // so that the next request can be read.
             if conn.body.is_some() {
-                timer.as_mut().reset(Instant::now() + timeout);
+                timer.as_mut().reset(Instant::now() + timeout());
                 if !poll_fn(|cx| conn.poll_discard(cx, timer.as_mut())).await {
                     return;
                 }
@@ -371,8 +373,22 @@ where
                 channel.close();
             }
         }
+        // A refused head: its answer (written within a few seconds, on the header
+        // timer), then the close.
+        timer.as_mut().reset(Instant::now() + ANSWER_TIMEOUT);
+        let written = poll_fn(|cx| match conn.poll_write_out(cx) {
+            Poll::Ready(result) => Poll::Ready(result.is_ok()),
+            Poll::Pending => timer.as_mut().poll(cx).map(|()| false),
+        })
+        .await;
+        if written {
+            let _ = poll_fn(|cx| Pin::new(&mut conn.io).poll_shutdown(cx)).await;
+        }
     }
 }
+
+/// How long the answer to a refused head may take to be written.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the connection keeps of a request while it is answered.
 struct Message {
@@ -570,7 +586,7 @@ impl<I: Io> Conn<I> {
         if self.body.is_some() {
             return false;
         }
-        while !self.read_eof && self.read_buf.len() < self.limits.max_head {
+        while !self.read_eof && self.read_buf.len() < self.limits.max_head() {
             match self.poll_read_more(cx) {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => self.read_eof = true,
                 Poll::Ready(Ok(_)) => {}
@@ -607,7 +623,7 @@ impl<I: Io> Conn<I> {
         let mut state = channel.lock();
         state.driver_waits(cx);
         while state.ready_for_frame() {
-            match decoder.decode(&mut self.read_buf, self.limits.max_head) {
+            match decoder.decode(&mut self.read_buf, self.limits.max_head()) {
                 Ok(Decoded::Data(data)) => state.put_data(data),
                 Ok(Decoded::Trailers(trailers)) => state.put_end(Some(trailers)),
                 Ok(Decoded::End) => state.put_end(None),
@@ -758,7 +774,7 @@ impl<I: Io> Conn<I> {
         }
         let mut discarded = 0u64;
         loop {
-            match decoder.decode(&mut self.read_buf, self.limits.max_head) {
+            match decoder.decode(&mut self.read_buf, self.limits.max_head()) {
                 Ok(Decoded::Data(data)) => {
                     discarded += data.len() as u64;
                     if discarded > DISCARD_MAX {
@@ -785,8 +801,10 @@ impl<I: Io> Conn<I> {
         }
     }
 
-    /// Answer a refused head (`400`, `414`, `431`) and close.
-    async fn answer_error(&mut self, status: StatusCode) {
+    /// Queue the answer to a refused head (`400`, `414`, `431`), which closes the
+    /// connection.
+    fn queue_error(&mut self, status: StatusCode) {
+        buffers::ready_to_write(&mut self.out.buf);
         write_response_head(
             &mut self.out.buf,
             status,
@@ -794,14 +812,6 @@ impl<I: Io> Conn<I> {
             Framing::Length(0),
             Connection::Close,
         );
-        let written = tokio::time::timeout(
-            Duration::from_secs(5),
-            poll_fn(|cx| self.poll_write_out(cx)),
-        )
-        .await;
-        if matches!(written, Ok(Ok(()))) {
-            let _ = poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)).await;
-        }
     }
 }
 
@@ -837,8 +847,7 @@ mod tests {
             service,
             Arc::new(ServerOptions::default()),
             Slots::new(),
-            drain.watcher().signal(),
-            ([127, 0, 0, 1], 1).into(),
+            drain.signal(None),
         );
         let size = std::mem::size_of_val(&future);
         println!(
