@@ -1067,16 +1067,28 @@ thread_local! {
 /// A client's bytes: one to three requests from the pieces above, line endings now and
 /// then bare LF, or (1 in 16) arbitrary bytes.
 fn http1_input(u: &mut Unstructured) -> Result<Vec<u8>> {
+    messages(u, REQUEST_LINES, FIELDS, 3, 5)
+}
+
+/// Up to `most` messages, each a first line from `first`, up to `most_fields` of
+/// `fields` and a body, line endings now and then bare LF; or (1 in 16) arbitrary bytes.
+fn messages(
+    u: &mut Unstructured,
+    first: &[&str],
+    fields: &[&str],
+    most: u32,
+    most_fields: u32,
+) -> Result<Vec<u8>> {
     if u.ratio(1, 16)? {
         return u.arbitrary::<Vec<u8>>();
     }
     let mut out = Vec::new();
-    for _ in 0..u.int_in_range(1..=3)? {
+    for _ in 0..u.int_in_range(1..=most)? {
         let eol: &[u8] = if u.ratio(1, 12)? { b"\n" } else { b"\r\n" };
-        out.extend_from_slice(pick(u, REQUEST_LINES)?.as_bytes());
+        out.extend_from_slice(pick(u, first)?.as_bytes());
         out.extend_from_slice(eol);
-        for _ in 0..u.int_in_range(0..=5)? {
-            out.extend_from_slice(pick(u, FIELDS)?.as_bytes());
+        for _ in 0..u.int_in_range(0..=most_fields)? {
+            out.extend_from_slice(pick(u, fields)?.as_bytes());
             out.extend_from_slice(eol);
         }
         out.extend_from_slice(eol);
@@ -1257,26 +1269,10 @@ const RESPONSE_FIELDS: &[&str] = &[
     "Trailer: X-T",
 ];
 
-/// A destination's bytes: an interim answer now and then, a status line, fields and a
-/// body from the pieces above (line endings now and then bare LF), or (1 in 16)
-/// arbitrary bytes.
+/// A destination's bytes: one or two answers (an interim one, then the final one) from
+/// the pieces above, line endings now and then bare LF, or (1 in 16) arbitrary bytes.
 fn response_input(u: &mut Unstructured) -> Result<Vec<u8>> {
-    if u.ratio(1, 16)? {
-        return u.arbitrary::<Vec<u8>>();
-    }
-    let mut out = Vec::new();
-    for _ in 0..u.int_in_range(1..=2)? {
-        let eol: &[u8] = if u.ratio(1, 12)? { b"\n" } else { b"\r\n" };
-        out.extend_from_slice(pick(u, STATUS_LINES)?.as_bytes());
-        out.extend_from_slice(eol);
-        for _ in 0..u.int_in_range(0..=4)? {
-            out.extend_from_slice(pick(u, RESPONSE_FIELDS)?.as_bytes());
-            out.extend_from_slice(eol);
-        }
-        out.extend_from_slice(eol);
-        out.extend_from_slice(pick(u, BODIES)?.as_bytes());
-    }
-    Ok(out)
+    messages(u, STATUS_LINES, RESPONSE_FIELDS, 2, 4)
 }
 
 /// The same destination bytes through the native client and hyper's: a response both

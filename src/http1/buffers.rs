@@ -15,9 +15,14 @@
 //! costs no allocation when the pool has one large enough.
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::pin::pin;
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use http::HeaderMap;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Size of a read buffer (and the free space a read is given).
 pub(crate) const READ_SIZE: usize = 8 * 1024;
@@ -65,6 +70,17 @@ pub(crate) fn ready_to_read(buf: &mut BytesMut) {
         }
     }
     buf.reserve(READ_SIZE);
+}
+
+/// Read from `io` into `buf` (given room first, see [`ready_to_read`]): the bytes read,
+/// 0 at the end of the stream.
+pub(crate) fn poll_read<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    ready_to_read(buf);
+    pin!(io.read_buf(buf)).poll(cx)
 }
 
 /// Give an empty read buffer back to the pool (leaving `buf` without memory) if nothing

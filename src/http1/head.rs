@@ -140,32 +140,10 @@ pub(crate) fn parse_request(
         return Err(ParseError::Bad("incomplete request line"));
     };
     let method = Method::from_bytes(method.as_bytes()).map_err(|_| ParseError::Bad("method"))?;
-    let version = if minor == 1 {
-        Version::HTTP_11
-    } else {
-        Version::HTTP_10
-    };
-    // The offsets of what the request keeps, taken before the head is split off the
-    // buffer (the parsed slices borrow it).
-    let base = buf.as_ptr() as usize;
-    let offset = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
-    let target = offset(path.as_bytes());
-    let count = parsed.headers.len();
-    // Filled as it goes (a zeroed array for the most fields would cost a 3 KiB memset
-    // per request); spills to the heap only past 24 fields.
-    let spans: Spans = parsed
-        .headers
-        .iter()
-        .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
-        .collect();
-    let head = buf.split_to(len).freeze();
-    let mut checks = Checks::default();
-    let headers = fields(
-        &head,
-        &spans,
-        &mut checks,
-        new_headers(count + FORWARDING_ROOM),
-    )?;
+    let version = version_of(minor);
+    let target = span(buf, path.as_bytes());
+    let spans = spans_of(buf, parsed.headers);
+    let (head, headers, checks) = split_head(buf, len, &spans, FORWARDING_ROOM, new_headers)?;
     let uri = target_uri(&method, head.slice(target.0..target.0 + target.1))?;
     let body = checks.framing(version)?;
     if version == Version::HTTP_11 && checks.hosts != 1 {
@@ -197,6 +175,45 @@ pub(crate) fn parse_request(
 /// fields are read (a zeroed array for the most fields would cost a 3 KiB memset per
 /// message); spills to the heap only past 24 fields.
 type Spans = SmallVec<[(Span, Span); 24]>;
+
+/// The version of a head whose version line says `HTTP/1.minor`.
+fn version_of(minor: u8) -> Version {
+    if minor == 1 {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    }
+}
+
+/// Where `part`, a slice of `buf`, lies in it.
+fn span(buf: &[u8], part: &[u8]) -> Span {
+    (part.as_ptr() as usize - buf.as_ptr() as usize, part.len())
+}
+
+/// Where the header fields httparse found lie in `buf`: taken before the head is split
+/// off the buffer (the parsed slices borrow it).
+fn spans_of(buf: &[u8], found: &[httparse::Header<'_>]) -> Spans {
+    found
+        .iter()
+        .map(|field| (span(buf, field.name.as_bytes()), span(buf, field.value)))
+        .collect()
+}
+
+/// Split the head (its first `len` bytes) off `buf` and read its fields at `spans` into
+/// a map from `new_headers` with room for `room` more: the head's bytes, the fields,
+/// and what their framing and connection fields said.
+fn split_head(
+    buf: &mut BytesMut,
+    len: usize,
+    spans: &Spans,
+    room: usize,
+    new_headers: impl FnOnce(usize) -> HeaderMap,
+) -> Result<(Bytes, HeaderMap, Checks), ParseError> {
+    let head = buf.split_to(len).freeze();
+    let mut checks = Checks::default();
+    let headers = fields(&head, spans, &mut checks, new_headers(spans.len() + room))?;
+    Ok((head, headers, checks))
+}
 
 /// The header fields at `spans` of `head`, into `headers`, each seen by `checks`.
 /// Values are views of `head`, not copies.
@@ -281,22 +298,9 @@ pub(crate) fn parse_response(
         return Err(ParseError::Bad("incomplete status line"));
     };
     let status = StatusCode::from_u16(code).map_err(|_| ParseError::Bad("status"))?;
-    let version = if minor == 1 {
-        Version::HTTP_11
-    } else {
-        Version::HTTP_10
-    };
-    let base = buf.as_ptr() as usize;
-    let offset = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
-    let count = parsed.headers.len();
-    let spans: Spans = parsed
-        .headers
-        .iter()
-        .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
-        .collect();
-    let head = buf.split_to(len).freeze();
-    let mut checks = Checks::default();
-    let headers = fields(&head, &spans, &mut checks, new_headers(count))?;
+    let version = version_of(minor);
+    let spans = spans_of(buf, parsed.headers);
+    let (_, headers, checks) = split_head(buf, len, &spans, 0, new_headers)?;
     let bodiless = to_head
         || status.is_informational()
         || status == StatusCode::NO_CONTENT

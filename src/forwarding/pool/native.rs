@@ -12,11 +12,13 @@
 //! the worker thread's pool; the read buffer is the thread's too while the connection
 //! is idle.
 //!
-//! The keep-alive race: the request head stays in the write buffer until the response
-//! head arrives, so an idempotent request without a body whose reused connection
-//! closes under it is sent again, on a new connection, byte for byte as it went out.
-//! One whose bytes never left (the first write failed) goes to another connection
-//! whatever its method.
+//! A reused connection is looked at (one read that finds nothing) before a request
+//! goes out on it: one the destination closed while it sat idle is replaced, whatever
+//! the request's method. The keep-alive race that is left: the request head stays in
+//! the write buffer until the response head arrives, so an idempotent request without
+//! a body whose reused connection closes under it is sent again, on a new connection,
+//! byte for byte as it went out. One whose bytes never left (the first write failed)
+//! goes to another connection whatever its method.
 
 use std::io;
 use std::pin::Pin;
@@ -28,7 +30,6 @@ use http::{header, Method, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use hyper_util::rt::TokioIo;
 use pin_project_lite::pin_project;
-use tokio::io::AsyncRead;
 use tokio::time::Instant;
 
 use super::{
@@ -69,24 +70,12 @@ impl Conn {
         if self.eof {
             return Poll::Ready(Ok(0));
         }
-        buffers::ready_to_read(&mut self.read_buf);
-        let n = ready!(tokio_util_read(&mut self.io, &mut self.read_buf, cx))?;
+        let n = ready!(buffers::poll_read(&mut self.io, &mut self.read_buf, cx))?;
         if n == 0 {
             self.eof = true;
         }
         Poll::Ready(Ok(n))
     }
-}
-
-/// `AsyncReadExt::read_buf` as a poll function.
-fn tokio_util_read<R: AsyncRead + Unpin>(
-    io: &mut R,
-    buf: &mut BytesMut,
-    cx: &mut Context<'_>,
-) -> Poll<io::Result<usize>> {
-    use std::future::Future;
-    use tokio::io::AsyncReadExt;
-    std::pin::pin!(io.read_buf(buf)).poll(cx)
 }
 
 /// What is left to read of the response.
@@ -468,7 +457,9 @@ impl<B: SendBody> Exchange for Native<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut self.project().inner;
-        if this.broken {
+        if this.broken && matches!(this.recv, Recv::Body(_)) {
+            // See `poll_connection`.
+            this.recv = Recv::Done;
             return Poll::Ready(Some(Err("sending the request body failed".into())));
         }
         let Link::Native { conn, .. } = &mut this.link else {

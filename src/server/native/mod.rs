@@ -26,7 +26,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, Method, Request, Response, StatusCode, Version};
 use http_body::Body;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
@@ -542,9 +542,7 @@ impl<I: Io> Conn<I> {
     }
 
     fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        buffers::ready_to_read(&mut self.read_buf);
-        let read = pin!(self.io.read_buf(&mut self.read_buf));
-        read.poll(cx)
+        buffers::poll_read(&mut self.io, &mut self.read_buf, cx)
     }
 
     fn poll_head(
@@ -628,8 +626,7 @@ impl<I: Io> Conn<I> {
                 Ok(Decoded::Trailers(trailers)) => state.put_end(Some(trailers)),
                 Ok(Decoded::End) => state.put_end(None),
                 Ok(Decoded::NeedMore) => {
-                    buffers::ready_to_read(&mut self.read_buf);
-                    match pin!(self.io.read_buf(&mut self.read_buf)).poll(cx) {
+                    match buffers::poll_read(&mut self.io, &mut self.read_buf, cx) {
                         Poll::Ready(Ok(0)) => {
                             self.read_eof = true;
                             match decoder.closed() {
@@ -786,8 +783,7 @@ impl<I: Io> Conn<I> {
                     return Poll::Ready(true);
                 }
                 Ok(Decoded::NeedMore) => {
-                    buffers::ready_to_read(&mut self.read_buf);
-                    match pin!(self.io.read_buf(&mut self.read_buf)).poll(cx) {
+                    match buffers::poll_read(&mut self.io, &mut self.read_buf, cx) {
                         Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(false),
                         Poll::Ready(Ok(_)) => {}
                         Poll::Pending => {
