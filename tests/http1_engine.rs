@@ -370,6 +370,46 @@ async fn shutdown_closes_idle_connections_and_ends_in_flight_ones_with_close() {
     within("shutdown", shutdown).await.unwrap();
 }
 
+/// A client that leaves its request body unfinished after its response keeps the
+/// connection busy while the rest is read and dropped; a shutdown closes it at once
+/// instead of waiting for the body (or for the graceful timeout, a minute here).
+#[tokio::test]
+async fn shutdown_closes_a_connection_waiting_for_an_unread_body() {
+    let early =
+        backend(|_req: Request<Incoming>| async move { Response::new(full("early")) }).await;
+    let p = start(
+        &CONFIG.replace("BACKEND", &early.url()),
+        ServerOptions {
+            graceful_timeout: std::time::Duration::from_secs(60),
+            ..engine(Http1Engine::Native)
+        },
+    )
+    .await;
+    let mut uploading = TcpStream::connect(p.addr).await.unwrap();
+    uploading
+        .write_all(b"POST /early HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nonly ten..")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    within("the early answer", async {
+        let mut buf = [0u8; 1024];
+        while !out.ends_with(b"early") {
+            let n = uploading.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed before the answer");
+            out.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    assert!(out.starts_with(b"HTTP/1.1 200 OK"), "{out:?}");
+    let shutdown = tokio::spawn(p.shutdown());
+    let mut rest = Vec::new();
+    within("the connection to close", uploading.read_to_end(&mut rest))
+        .await
+        .unwrap();
+    assert!(rest.is_empty(), "{rest:?}");
+    within("shutdown", shutdown).await.unwrap();
+}
+
 /// What a scripted destination answers to `path`, and whether it closes the connection
 /// after (close-delimited bodies, and the refused answers).
 fn scripted(path: &str) -> (&'static [u8], bool) {

@@ -362,10 +362,18 @@ where
                 return;
             }
             // The body the pipeline left unread is read and thrown away (up to a bound),
-            // so that the next request can be read.
+            // so that the next request can be read; a shutdown closes the connection
+            // instead of waiting for a client that is slow to send it.
             if conn.body.is_some() {
                 timer.as_mut().reset(Instant::now() + timeout());
-                if !poll_fn(|cx| conn.poll_discard(cx, timer.as_mut())).await {
+                let discarded = poll_fn(|cx| {
+                    if drain.as_mut().poll_draining(cx) {
+                        return Poll::Ready(false);
+                    }
+                    conn.poll_discard(cx, timer.as_mut())
+                })
+                .await;
+                if !discarded {
                     return;
                 }
             }
