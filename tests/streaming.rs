@@ -332,3 +332,78 @@ async fn activity_timeout_restarts_on_request_body_progress() {
         }
     }
 }
+
+/// The same while the response streams: a destination that answers its head at once
+/// and its body's end only after reading the whole upload sends nothing for longer
+/// than the timeout, but the upload keeps moving, so the response is not cut (YARP's
+/// stream copier counts progress in either direction); a stalled upload still ends it.
+#[tokio::test]
+async fn activity_timeout_counts_request_body_progress_while_the_response_streams() {
+    const CHUNKS: usize = 16;
+    let gap = Duration::from_millis(50);
+    let echoing = backend(|req: Request<Incoming>| async move {
+        let read = async move {
+            let n = req
+                .into_body()
+                .collect()
+                .await
+                .map_or(0, |b| b.to_bytes().len());
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Frame::data(Bytes::from(
+                n.to_string(),
+            )))
+        };
+        let frames = futures_util::stream::iter([Ok(Frame::data(Bytes::from_static(b"read ")))])
+            .chain(futures_util::stream::once(read));
+        Response::new(BodyExt::boxed(StreamBody::new(frames)))
+    })
+    .await;
+    let config = simple_config(
+        &[("d1", &echoing.url())],
+        r#""HttpRequest": { "ActivityTimeout": "500ms" },"#,
+    );
+    for form in FORMS {
+        let proxy = proxy_with(&config, form).await;
+        let client = h1_client();
+        let started = Instant::now();
+        let chunks = futures_util::stream::iter(0..CHUNKS).then(move |_| async move {
+            tokio::time::sleep(gap).await;
+            Ok::<_, std::io::Error>(Bytes::from_static(b"0123456789"))
+        });
+        let r = within(
+            "the head",
+            client
+                .post(proxy.url("/echo"))
+                .body(reqwest::Body::wrap_stream(chunks))
+                .send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200, "{form:?}");
+        let body = within("the body", r.text()).await.unwrap();
+        assert_eq!(body, format!("read {}", CHUNKS * 10), "{form:?}");
+        assert!(
+            started.elapsed() > Duration::from_millis(500),
+            "the response outlasted the timeout"
+        );
+
+        // One chunk, then nothing: the response is cut after the timeout.
+        let stalled =
+            futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"only this"))])
+                .chain(futures_util::stream::pending());
+        let r = within(
+            "the stalled upload's head",
+            client
+                .post(proxy.url("/echo"))
+                .body(reqwest::Body::wrap_stream(stalled))
+                .send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200, "{form:?}");
+        assert!(
+            within("the cut body", r.text()).await.is_err(),
+            "{form:?}: the response is aborted"
+        );
+        proxy.shutdown().await;
+    }
+}

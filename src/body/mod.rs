@@ -6,6 +6,7 @@ mod incoming;
 pub use incoming::Incoming;
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use crate::forwarding::pool::ResponseBody;
+use crate::forwarding::progress::Progress;
 use crate::forwarding::upgrade::Handoff;
 use crate::forwarding::ExchangeGuard;
 use crate::request::{ForwardError, ForwardErrorKind};
@@ -55,6 +57,9 @@ pin_project! {
         // first waits after a frame, on the exchange's timer.
         idle_by: Option<Instant>,
         guard: Option<ExchangeGuard>,
+        // When the request body last moved (while it still streams to the destination):
+        // the activity timeout counts progress in either direction.
+        progress: Option<Arc<Progress>>,
         trailers: Option<TrailerTransforms>,
         // The destination's body failed: reported on the next poll, after the server
         // has flushed what it already had (see `poll_frame`).
@@ -118,11 +123,13 @@ impl ProxyBody {
 
     /// A body streamed from a destination, holding `guard` until it ends and failing
     /// with [`ForwardErrorKind::RequestTimedOut`] after `timeout` without a frame, or at
-    /// `deadline`.
+    /// `deadline`. While the request body still moves (`progress`), the wait restarts
+    /// from its last movement, as YARP's activity timeout does.
     pub(crate) fn upstream(
         body: ResponseBody,
         timeout: Duration,
         deadline: Option<Instant>,
+        progress: Option<Arc<Progress>>,
         mut guard: ExchangeGuard,
     ) -> Self {
         // An empty body is never polled: the exchange is over already.
@@ -139,6 +146,7 @@ impl ProxyBody {
                 deadline,
                 idle_by: None,
                 guard,
+                progress,
                 trailers: None,
                 failed: None,
             },
@@ -274,13 +282,25 @@ impl Upstream {
                 }
             }
             Poll::Pending => {
-                let idle_by = *this
-                    .idle_by
-                    .get_or_insert_with(|| next_deadline(*this.timeout, *this.deadline));
                 let Some(guard) = this.guard.as_mut() else {
                     return Poll::Pending;
                 };
-                ready!(guard.poll_deadline(cx, idle_by));
+                loop {
+                    let idle_by = *this
+                        .idle_by
+                        .get_or_insert_with(|| next_deadline(*this.timeout, *this.deadline));
+                    ready!(guard.poll_deadline(cx, idle_by));
+                    // The request body moved since: the wait restarts from its last
+                    // movement (never past the route's deadline).
+                    let moved = this.progress.as_ref().map(|p| {
+                        let moved = p.last() + *this.timeout;
+                        this.deadline.map_or(moved, |d| d.min(moved))
+                    });
+                    match moved {
+                        Some(next) if next > idle_by => *this.idle_by = Some(next),
+                        _ => break,
+                    }
+                }
                 let error = ForwardError::kind_only(ForwardErrorKind::RequestTimedOut);
                 Self::fail(this.guard, &error);
                 Poll::Ready(Some(Err(error)))

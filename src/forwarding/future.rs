@@ -146,8 +146,13 @@ impl Future for ResponseFuture {
                             transforms.apply_response(&mut parts.headers, parts.status, true);
                             let trailers = transforms.trailers_for(parts.status);
                             let deadline = context.limits().deadline;
-                            let mut body =
-                                ProxyBody::upstream(body, activity_timeout, deadline, guard);
+                            let mut body = ProxyBody::upstream(
+                                body,
+                                activity_timeout,
+                                deadline,
+                                exchange.progress,
+                                guard,
+                            );
                             if let Some(trailers) = trailers {
                                 body.set_trailer_transforms(trailers);
                             }

@@ -25,7 +25,7 @@ mod future;
 pub mod headers;
 pub(crate) mod path;
 pub(crate) mod pool;
-mod progress;
+pub(crate) mod progress;
 pub(crate) mod replay;
 mod request_body;
 mod tls;
