@@ -255,8 +255,10 @@ where
         read_eof: false,
         body_failed: false,
     };
-    // Kept as milliseconds: it lives in the connection's future for its whole life.
-    let timeout_ms = u32::try_from(options.header_read_timeout.as_millis()).unwrap_or(u32::MAX);
+    // Kept as milliseconds (at least one): it lives in the connection's future for its
+    // whole life.
+    let timeout_ms =
+        u32::try_from(options.header_read_timeout.as_millis().max(1)).unwrap_or(u32::MAX);
     let timeout = move || Duration::from_millis(timeout_ms.into());
     drop(options);
     async move {
