@@ -267,6 +267,24 @@ async fn expect_continue_body_follows_the_destinations_100() {
     }
 }
 
+/// An upload of `chunks` chunks of 10 bytes, one every `gap`.
+fn slow_upload(chunks: usize, gap: Duration) -> reqwest::Body {
+    reqwest::Body::wrap_stream(
+        futures_util::stream::iter(0..chunks).then(move |_| async move {
+            tokio::time::sleep(gap).await;
+            Ok::<_, std::io::Error>(Bytes::from_static(b"0123456789"))
+        }),
+    )
+}
+
+/// An upload that sends one chunk, then nothing.
+fn stalled_upload() -> reqwest::Body {
+    let stalled =
+        futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"only this"))])
+            .chain(futures_util::stream::pending());
+    reqwest::Body::wrap_stream(stalled)
+}
+
 /// YARP's `ActivityTimeout` restarts on progress in either direction: an upload that
 /// keeps moving may take longer than the timeout while the destination waits for its
 /// end; one that stalls still times out (504).
@@ -293,15 +311,11 @@ async fn activity_timeout_restarts_on_request_body_progress() {
         for (name, client) in [("h1", h1_client()), ("h2c", h2c_client())] {
             let proxy = proxy_with(&config, form).await;
             let started = Instant::now();
-            let chunks = futures_util::stream::iter(0..CHUNKS).then(move |_| async move {
-                tokio::time::sleep(gap).await;
-                Ok::<_, std::io::Error>(Bytes::from_static(b"0123456789"))
-            });
             let r = within(
                 "the slow upload's answer",
                 client
                     .post(proxy.url("/upload"))
-                    .body(reqwest::Body::wrap_stream(chunks))
+                    .body(slow_upload(CHUNKS, gap))
                     .send(),
             )
             .await
@@ -314,15 +328,11 @@ async fn activity_timeout_restarts_on_request_body_progress() {
             );
 
             // One chunk, then nothing: the wait times out.
-            let stalled = futures_util::stream::iter([Ok::<_, std::io::Error>(
-                Bytes::from_static(b"only this"),
-            )])
-            .chain(futures_util::stream::pending());
             let r = within(
                 "the stalled upload's answer",
                 client
                     .post(proxy.url("/upload"))
-                    .body(reqwest::Body::wrap_stream(stalled))
+                    .body(stalled_upload())
                     .send(),
             )
             .await
@@ -365,15 +375,11 @@ async fn activity_timeout_counts_request_body_progress_while_the_response_stream
         let proxy = proxy_with(&config, form).await;
         let client = h1_client();
         let started = Instant::now();
-        let chunks = futures_util::stream::iter(0..CHUNKS).then(move |_| async move {
-            tokio::time::sleep(gap).await;
-            Ok::<_, std::io::Error>(Bytes::from_static(b"0123456789"))
-        });
         let r = within(
             "the head",
             client
                 .post(proxy.url("/echo"))
-                .body(reqwest::Body::wrap_stream(chunks))
+                .body(slow_upload(CHUNKS, gap))
                 .send(),
         )
         .await
@@ -387,14 +393,11 @@ async fn activity_timeout_counts_request_body_progress_while_the_response_stream
         );
 
         // One chunk, then nothing: the response is cut after the timeout.
-        let stalled =
-            futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"only this"))])
-                .chain(futures_util::stream::pending());
         let r = within(
             "the stalled upload's head",
             client
                 .post(proxy.url("/echo"))
-                .body(reqwest::Body::wrap_stream(stalled))
+                .body(stalled_upload())
                 .send(),
         )
         .await
