@@ -248,9 +248,6 @@ impl Upstream {
         if let Some(error) = this.failed.take() {
             return Poll::Ready(Some(Err(error)));
         }
-        if let Some(guard) = this.guard.as_mut() {
-            guard.drive(cx);
-        }
         let exchange = this.guard.as_mut().and_then(ExchangeGuard::exchange_mut);
         match this.body.poll_frame(exchange, cx) {
             Poll::Ready(Some(Ok(mut frame))) => {

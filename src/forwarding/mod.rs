@@ -131,13 +131,6 @@ impl ExchangeGuard {
         self.upstream.as_mut()
     }
 
-    /// Drive the destination's connection while the response body streams.
-    pub(crate) fn drive(&mut self, cx: &mut Context<'_>) {
-        if let Some(upstream) = self.upstream.as_mut() {
-            upstream.as_mut().poll_connection(cx);
-        }
-    }
-
     /// Ready once `deadline` has passed, on the exchange's timer (pending for ever
     /// when the exchange is over).
     pub(crate) fn poll_deadline(

@@ -85,11 +85,7 @@ pub async fn replay_response(
         let mut data = Vec::new();
         let mut trailers = None;
         let whole = loop {
-            let frame = std::future::poll_fn(|cx| {
-                exchange.as_mut().poll_connection(cx);
-                body.poll_frame(Some(&mut exchange), cx)
-            })
-            .await;
+            let frame = std::future::poll_fn(|cx| body.poll_frame(Some(&mut exchange), cx)).await;
             match frame {
                 None => break true,
                 Some(Err(_)) => break false,

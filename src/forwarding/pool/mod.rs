@@ -134,12 +134,17 @@ pub(crate) enum ResponseBody {
 }
 
 impl ResponseBody {
-    /// The next frame. `exchange`: the exchange the body belongs to, while it runs.
+    /// The next frame. `exchange`: the exchange the body belongs to, while it runs; its
+    /// connection is driven first (an HTTP/1.1 connection is driven by whoever reads
+    /// its response body: it may still be writing the request's).
     pub(crate) fn poll_frame(
         &mut self,
-        exchange: Option<&mut BoxExchange>,
+        mut exchange: Option<&mut BoxExchange>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(exchange) = exchange.as_mut() {
+            exchange.as_mut().poll_connection(cx);
+        }
         match self {
             ResponseBody::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
             ResponseBody::Native { ended: true, .. } => Poll::Ready(None),
@@ -364,7 +369,6 @@ pub(crate) async fn status_of(
     let mut body = response.into_body();
     let mut read = 0;
     let ended = std::future::poll_fn(|cx| loop {
-        exchange.as_mut().poll_connection(cx);
         match body.poll_frame(Some(&mut exchange), cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 read += frame.data_ref().map_or(0, Bytes::len);
