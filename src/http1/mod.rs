@@ -25,7 +25,7 @@ pub(crate) use encode::{
 };
 pub(crate) use head::{
     parse_length, parse_request, parse_response, BodyLength, Limits, ParseError, RequestHead,
-    ResponseBodyLength, ResponseHead,
+    ResponseBodyLength, ResponseHead, MAX_HEADERS,
 };
 pub(crate) use write::Outgoing;
 

@@ -566,10 +566,7 @@ async fn drive<F, E>(
 }
 
 /// The native engine's in-flight slots for pipeline `S`.
-type NativeSlots<S> = native::Slots<
-    <Served<S> as hyper::service::Service<Request<Incoming>>>::Future,
-    idle::ServedBody,
->;
+type NativeSlots<S> = native::Slots<native::CallOf<S>, idle::ServedBody>;
 
 /// What every connection of a listener shares.
 struct Shared<S: ServeService> {

@@ -1157,15 +1157,18 @@ fn closed_under(error: &hyper::Error) -> bool {
     }
     std::error::Error::source(error)
         .and_then(|e| e.downcast_ref::<std::io::Error>())
-        .is_some_and(|e| {
-            matches!(
-                e.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::UnexpectedEof
-            )
-        })
+        .is_some_and(closed_io)
+}
+
+/// Whether a socket error says the destination closed (or reset) the connection.
+fn closed_io(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::UnexpectedEof
+    )
 }
 
 // ---- HTTP/2, shared connection ----

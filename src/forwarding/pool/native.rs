@@ -315,7 +315,12 @@ impl<B: SendBody> Inner<B> {
                     }
                     Err(_) => {
                         return Poll::Ready(Err(Some(
-                            "response head too large (over 64 KiB or 100 fields)".into(),
+                            format!(
+                                "response head too large (over {} KiB or {} fields)",
+                                MAX_RESPONSE_HEAD / 1024,
+                                crate::http1::MAX_HEADERS
+                            )
+                            .into(),
                         )))
                     }
                 }
@@ -364,16 +369,10 @@ impl<B: SendBody> Inner<B> {
     }
 }
 
-/// Whether `error` says the connection was closed or reset by the destination.
+/// Whether `error` says the connection was closed or reset by the destination (a
+/// write that took nothing too).
 fn closed(error: &io::Error) -> bool {
-    matches!(
-        error.kind(),
-        io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::WriteZero
-    )
+    super::closed_io(error) || error.kind() == io::ErrorKind::WriteZero
 }
 
 impl<B: SendBody> Exchange for Native<B> {
