@@ -10,9 +10,10 @@
 //! message's views (header values, body chunks not yet dropped) is not given back:
 //! the connection keeps it and reuses its memory once the views are gone.
 //!
-//! Header maps: a response's map, once its head is written, is emptied and kept for a
-//! later request's fields (Kestrel's reuse of per-message objects), so a request head
-//! costs no allocation when the pool has one large enough.
+//! Header maps: a map, once its head is written (a response's to the client, a
+//! request's to the destination), is emptied and kept for a later head's fields
+//! (Kestrel's reuse of per-message objects), so a head read costs no allocation when
+//! the pool has one large enough.
 
 use std::cell::RefCell;
 use std::future::Future;

@@ -54,6 +54,16 @@ impl Outgoing {
         }
     }
 
+    /// Queue the end of a chunked body: the last chunk, then `trailers`' fields and the
+    /// empty line.
+    pub(crate) fn push_last_chunk(&mut self, trailers: Option<&http::HeaderMap>) {
+        self.buf.extend_from_slice(b"0\r\n");
+        for (name, value) in trailers.into_iter().flatten() {
+            super::write_field(&mut self.buf, name, value);
+        }
+        self.buf.extend_from_slice(CRLF);
+    }
+
     /// A large data frame is queued (write before queuing another).
     pub(crate) fn holds_data(&self) -> bool {
         !self.data.is_empty() || self.tail != 0

@@ -263,11 +263,7 @@ impl<B: SendBody> Inner<B> {
             // The body has ended.
             self.body = None;
             if self.chunked {
-                self.out.buf.extend_from_slice(b"0\r\n");
-                for (name, value) in trailers.iter().flatten() {
-                    crate::http1::write_field(&mut self.out.buf, name, value);
-                }
-                self.out.buf.extend_from_slice(b"\r\n");
+                self.out.push_last_chunk(trailers.as_ref());
             } else if self.length_left != 0 {
                 return Poll::Ready(Err(SendError::Body(
                     "request body shorter than its Content-Length".into(),

@@ -748,13 +748,8 @@ impl<I: Io> Conn<I> {
                 "response body shorter than its Content-Length",
             )),
             Framing::Chunked => {
-                self.out.buf.extend_from_slice(b"0\r\n");
-                if let (true, Some(trailers)) = (sending.trailers, trailers) {
-                    for (name, value) in &trailers {
-                        crate::http1::write_field(&mut self.out.buf, name, value);
-                    }
-                }
-                self.out.buf.extend_from_slice(b"\r\n");
+                let trailers = trailers.filter(|_| sending.trailers);
+                self.out.push_last_chunk(trailers.as_ref());
                 Ok(())
             }
             _ => Ok(()),
