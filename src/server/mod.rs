@@ -487,7 +487,7 @@ async fn protocol_known(
     let deadline = Instant::now() + timeout;
     let mut timer = pin!(tokio::time::sleep_until(deadline));
     std::future::poll_fn(|cx| {
-        if drain.as_mut().poll_draining(cx) {
+        if drain.poll_draining(cx) {
             return Poll::Ready(None);
         }
         loop {
@@ -680,7 +680,7 @@ async fn accept_loop<S>(
         .max_header_list_size(options.max_header_list_size)
         // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
         .enable_connect_protocol();
-    let graceful = drain::Drain::new();
+    let graceful = drain::Drain::new(options.header_read_timeout);
     let shared = Shared {
         builder: Arc::new(builder),
         options: options.clone(),

@@ -90,7 +90,7 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
     let serving = async move {
         match engine {
             Http1Engine::Native => {
-                let drain = drain::Drain::new();
+                let drain = drain::Drain::new(options.header_read_timeout);
                 native::serve_connection(
                     server,
                     served,

@@ -18,7 +18,7 @@ mod channel;
 
 use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -28,12 +28,11 @@ use http::{header, Method, Request, Response, StatusCode, Version};
 use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
-use tokio::time::{Instant, Sleep};
 
 pub(crate) use channel::BodyReader;
 use channel::Channel;
 
-use super::drain::{DrainSignal, Signal};
+use super::drain::Signal;
 use super::idle::ServedBody;
 use super::service::Served;
 use super::ServerOptions;
@@ -263,7 +262,6 @@ where
     drop(options);
     async move {
         use hyper::service::Service as _;
-        let mut timer = pin!(tokio::time::sleep(timeout()));
         // Requests' locals live in blocks that end before the next suspension point, and
         // the pipeline's future and the response body in a lent slot: the connection's
         // future stays small while it waits (see `the_connection_future_size`).
@@ -274,10 +272,13 @@ where
         loop {
             buffers::release_write(&mut conn.out.buf);
             lent.release();
-            timer.as_mut().reset(Instant::now() + timeout());
+            // The header read timeout, counted from when the connection starts waiting.
+            let mut starts = true;
             let message = {
-                let head = match poll_fn(|cx| conn.poll_head(cx, timer.as_mut(), drain.as_mut()))
-                    .await
+                let head = match poll_fn(|cx| {
+                    conn.poll_head(cx, &mut drain, &mut starts, timeout())
+                })
+                .await
                 {
                     Waited::Head(head) => head,
                     Waited::Closed => return,
@@ -329,9 +330,7 @@ where
                         return;
                     }
                 };
-                let draining = drain
-                    .as_mut()
-                    .poll_draining(&mut Context::from_waker(std::task::Waker::noop()));
+                let draining = drain.is_draining();
                 let (body, sending, keep_alive, upgrading) =
                     conn.start_response(response, &message, draining);
                 lent.get().set(InFlight::Sending { body });
@@ -367,12 +366,12 @@ where
             // so that the next request can be read; a shutdown closes the connection
             // instead of waiting for a client that is slow to send it.
             if conn.body.is_some() {
-                timer.as_mut().reset(Instant::now() + timeout());
+                let mut starts = true;
                 let discarded = poll_fn(|cx| {
-                    if drain.as_mut().poll_draining(cx) {
+                    if drain.poll_draining(cx) {
                         return Poll::Ready(false);
                     }
-                    conn.poll_discard(cx, timer.as_mut())
+                    conn.poll_discard(cx, &mut drain, &mut starts, timeout())
                 })
                 .await;
                 if !discarded {
@@ -385,10 +384,12 @@ where
         }
         // A refused head: its answer (written within a few seconds, on the header
         // timer), then the close.
-        timer.as_mut().reset(Instant::now() + ANSWER_TIMEOUT);
+        let mut starts = true;
         let written = poll_fn(|cx| match conn.poll_write_out(cx) {
             Poll::Ready(result) => Poll::Ready(result.is_ok()),
-            Poll::Pending => timer.as_mut().poll(cx).map(|()| false),
+            Poll::Pending => drain
+                .poll_deadline(cx, std::mem::take(&mut starts).then_some(ANSWER_TIMEOUT))
+                .map(|()| false),
         })
         .await;
         if written {
@@ -558,8 +559,9 @@ impl<I: Io> Conn<I> {
     fn poll_head(
         &mut self,
         cx: &mut Context<'_>,
-        mut timer: Pin<&mut Sleep>,
-        drain: Pin<&mut DrainSignal>,
+        drain: &mut Signal,
+        starts: &mut bool,
+        timeout: Duration,
     ) -> Poll<Waited> {
         let draining = drain.poll_draining(cx);
         loop {
@@ -581,7 +583,7 @@ impl<I: Io> Conn<I> {
                 Poll::Pending => {
                     // Nothing in hand: wait without a buffer.
                     buffers::release_read(&mut self.read_buf);
-                    ready!(timer.as_mut().poll(cx));
+                    ready!(drain.poll_deadline(cx, std::mem::take(starts).then_some(timeout)));
                     return Poll::Ready(Waited::TimedOut);
                 }
             }
@@ -762,8 +764,15 @@ impl<I: Io> Conn<I> {
     }
 
     /// Read and throw away the rest of a request body the pipeline left unread (at
-    /// most [`DISCARD_MAX`] bytes, before `timer`). `false`: the connection must close.
-    fn poll_discard(&mut self, cx: &mut Context<'_>, mut timer: Pin<&mut Sleep>) -> Poll<bool> {
+    /// most [`DISCARD_MAX`] bytes, within `timeout` of when it starts waiting, `starts`). `false`: the
+    /// connection must close.
+    fn poll_discard(
+        &mut self,
+        cx: &mut Context<'_>,
+        drain: &mut Signal,
+        starts: &mut bool,
+        timeout: Duration,
+    ) -> Poll<bool> {
         if self.continue_pending {
             // The client waits for a `100` it will not get: its body never comes.
             return Poll::Ready(false);
@@ -792,7 +801,9 @@ impl<I: Io> Conn<I> {
                         Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(false),
                         Poll::Ready(Ok(_)) => {}
                         Poll::Pending => {
-                            ready!(timer.as_mut().poll(cx));
+                            ready!(
+                                drain.poll_deadline(cx, std::mem::take(starts).then_some(timeout))
+                            );
                             return Poll::Ready(false);
                         }
                     }
@@ -842,7 +853,7 @@ mod tests {
             activity: None,
         };
         let (io, _peer) = tokio::io::duplex(64);
-        let drain = super::super::drain::Drain::new();
+        let drain = super::super::drain::Drain::new(Duration::from_secs(30));
         let future = serve_connection(
             io,
             service,
@@ -852,10 +863,9 @@ mod tests {
         );
         let size = std::mem::size_of_val(&future);
         println!(
-            "the native connection future: {size} bytes (the service {} bytes, the timer {}, the drain signal {}, the in-flight slot {})",
+            "the native connection future: {size} bytes (the service {} bytes, the drain signal {}, the in-flight slot {})",
             std::mem::size_of::<super::super::service::Served<crate::pipeline::FusedDefault>>(),
-            std::mem::size_of::<tokio::time::Sleep>(),
-            std::mem::size_of::<DrainSignal>(),
+            std::mem::size_of::<Signal>(),
             std::mem::size_of::<InFlight<<super::super::service::Served<crate::pipeline::FusedDefault> as hyper::service::Service<Request<Incoming>>>::Future, ServedBody>>(),
         );
         assert!(size <= 1024, "{size} bytes");
