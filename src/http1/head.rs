@@ -142,7 +142,8 @@ pub(crate) fn parse_request(
     let method = Method::from_bytes(method.as_bytes()).map_err(|_| ParseError::Bad("method"))?;
     let version = version_of(minor);
     let target = span(buf, path.as_bytes());
-    let spans = spans_of(buf, parsed.headers);
+    let mut spans = Spans::new();
+    spans_of(buf, parsed.headers, &mut spans);
     let (head, headers, checks) = split_head(buf, len, &spans, FORWARDING_ROOM, new_headers)?;
     let uri = target_uri(&method, head.slice(target.0..target.0 + target.1))?;
     let body = checks.framing(version)?;
@@ -190,13 +191,15 @@ fn span(buf: &[u8], part: &[u8]) -> Span {
     (part.as_ptr() as usize - buf.as_ptr() as usize, part.len())
 }
 
-/// Where the header fields httparse found lie in `buf`: taken before the head is split
-/// off the buffer (the parsed slices borrow it).
-fn spans_of(buf: &[u8], found: &[httparse::Header<'_>]) -> Spans {
-    found
-        .iter()
-        .map(|field| (span(buf, field.name.as_bytes()), span(buf, field.value)))
-        .collect()
+/// Where the header fields httparse found lie in `buf`, into `spans`: taken before the
+/// head is split off the buffer (the parsed slices borrow it). Filled in place: the
+/// array is too large to be returned by value for free.
+fn spans_of(buf: &[u8], found: &[httparse::Header<'_>], spans: &mut Spans) {
+    spans.extend(
+        found
+            .iter()
+            .map(|field| (span(buf, field.name.as_bytes()), span(buf, field.value))),
+    );
 }
 
 /// Split the head (its first `len` bytes) off `buf` and read its fields at `spans` into
@@ -299,7 +302,8 @@ pub(crate) fn parse_response(
     };
     let status = StatusCode::from_u16(code).map_err(|_| ParseError::Bad("status"))?;
     let version = version_of(minor);
-    let spans = spans_of(buf, parsed.headers);
+    let mut spans = Spans::new();
+    spans_of(buf, parsed.headers, &mut spans);
     let (_, headers, checks) = split_head(buf, len, &spans, 0, new_headers)?;
     let bodiless = to_head
         || status.is_informational()
