@@ -65,6 +65,9 @@ struct Table {
     live: usize,
     /// Queued deadlines: (deadline, slot, the slot's generation when queued).
     queue: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    /// Entries of `queue` that no longer count (their connection has gone, or queued
+    /// an earlier deadline): the queue is compacted when they are most of it.
+    stale: usize,
     /// The deadline the sweeper sleeps until (`NEVER`: none, or no sweeper yet).
     armed: u64,
     sweeper: bool,
@@ -198,6 +201,7 @@ async fn sweep(shared: Arc<Shared>) {
                 table.queue.pop();
                 let slot = &mut table.slots[index as usize];
                 if slot.generation != generation || slot.queued != at {
+                    table.stale = table.stale.saturating_sub(1);
                     continue;
                 }
                 slot.queued = NEVER;
@@ -288,8 +292,12 @@ impl Signal {
             // The sweeper finds the new deadline when the queued one comes up.
             return Poll::Pending;
         }
+        let superseded = slot.queued != NEVER;
         slot.queued = deadline;
         let generation = slot.generation;
+        if superseded {
+            table.stale += 1;
+        }
         table.queue.push(Reverse((deadline, self.slot, generation)));
         if !table.sweeper {
             table.sweeper = true;
@@ -315,6 +323,7 @@ impl Drop for Signal {
     fn drop(&mut self) {
         let mut table = self.shared.lock();
         let slot = &mut table.slots[self.slot as usize];
+        let queued = slot.queued != NEVER;
         slot.waker = None;
         slot.deadline = NEVER;
         slot.queued = NEVER;
@@ -322,6 +331,24 @@ impl Drop for Signal {
         slot.generation = slot.generation.wrapping_add(1);
         table.free.push(self.slot);
         table.live -= 1;
+        if queued {
+            table.stale += 1;
+            // Connections that close before their deadline leave entries behind: a
+            // listener with many short-lived connections compacts them away.
+            if table.stale > 1024 && table.stale > table.queue.len() / 2 {
+                let Table {
+                    queue,
+                    slots,
+                    stale,
+                    ..
+                } = &mut *table;
+                queue.retain(|Reverse((at, index, generation))| {
+                    let slot = &slots[*index as usize];
+                    slot.generation == *generation && slot.queued == *at
+                });
+                *stale = 0;
+            }
+        }
         if table.live == 0 {
             self.shared.ended.notify_waiters();
             if table.closed {
@@ -444,6 +471,22 @@ mod tests {
             .await
             .expect("shutdown ends once its connections have");
         assert_eq!(tasks.join_all().await.len(), 2);
+    }
+
+    /// Connections that close before their deadlines leave no unbounded queue behind.
+    #[tokio::test(start_paused = true)]
+    async fn the_deadlines_of_closed_connections_are_compacted_away() {
+        let drain = Drain::new(STEP_10_MS);
+        let wait = Some(Duration::from_secs(30));
+        for _ in 0..10_000 {
+            let mut signal = drain.signal(None);
+            assert!(poll_fn(|cx| Poll::Ready(signal.poll_deadline(cx, wait)))
+                .await
+                .is_pending());
+        }
+        let table = drain.shared.lock();
+        assert!(table.queue.len() <= 2100, "{} entries", table.queue.len());
+        assert_eq!(table.slots.len(), 1, "the slot is reused");
     }
 
     #[tokio::test(start_paused = true)]
