@@ -98,6 +98,9 @@ pub(crate) struct RequestHead {
     pub(crate) expect_continue: bool,
     /// `TE: trailers`: the client takes trailer fields in a chunked response.
     pub(crate) accepts_trailers: bool,
+    /// `Connection` names `upgrade`: the request may ask for an upgrade (without it,
+    /// none is looked for).
+    pub(crate) connection_upgrade: bool,
 }
 
 /// Room left in a request's header map for what the forwarder adds
@@ -169,6 +172,7 @@ pub(crate) fn parse_request(
         keep_alive,
         expect_continue: checks.expect_continue && version == Version::HTTP_11,
         accepts_trailers: checks.trailers,
+        connection_upgrade: checks.upgrade,
     }))
 }
 
@@ -405,6 +409,8 @@ struct Checks {
     hosts: usize,
     close: bool,
     keep_alive: bool,
+    /// `Connection: upgrade`.
+    upgrade: bool,
     expect_continue: bool,
     trailers: bool,
 }
@@ -444,6 +450,8 @@ impl Checks {
                     self.close = true;
                 } else if token.eq_ignore_ascii_case(b"keep-alive") {
                     self.keep_alive = true;
+                } else if token.eq_ignore_ascii_case(b"upgrade") {
+                    self.upgrade = true;
                 }
             }
         } else if *name == header::EXPECT {

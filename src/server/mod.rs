@@ -12,7 +12,6 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -472,9 +471,9 @@ async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
 /// connection failed, or shutdown started first (`drain`).
 ///
 /// A poll function rather than a `select!` of a timeout, a peeking `async fn` and the
-/// listener's stop signal: those made this the largest state of the connection's task
-/// (640 B), and a task is as large as its largest state for as long as the connection
-/// lives.
+/// listener's stop signal, and timed by the connection's drain deadline rather than a
+/// `Sleep`: those made this the largest state of the connection's task, and a task is
+/// as large as its largest state for as long as the connection lives.
 async fn protocol_known(
     stream: &tokio::net::TcpStream,
     timeout: Duration,
@@ -485,7 +484,7 @@ async fn protocol_known(
     /// so its readiness does not change until more arrives).
     const AGAIN: Duration = Duration::from_millis(5);
     let deadline = Instant::now() + timeout;
-    let mut timer = pin!(tokio::time::sleep_until(deadline));
+    let mut arm = Some(timeout);
     std::future::poll_fn(|cx| {
         if drain.poll_draining(cx) {
             return Poll::Ready(None);
@@ -501,19 +500,22 @@ async fn protocol_known(
                     return Poll::Ready(Some(Protocol::Http1))
                 }
                 Poll::Ready(Ok(_)) => {
-                    let again = Instant::now() + AGAIN;
-                    if timer.deadline() > again {
-                        timer.as_mut().reset(again.min(deadline));
+                    // Part of the preface: looked at again shortly.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Poll::Ready(None);
                     }
+                    arm = Some(AGAIN.min(left));
                 }
                 Poll::Ready(Err(_)) => return Poll::Ready(None),
                 Poll::Pending => {}
             }
-            std::task::ready!(timer.as_mut().poll(cx));
-            if Instant::now() >= deadline {
+            std::task::ready!(drain.poll_deadline(cx, arm.take()));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return Poll::Ready(None);
             }
-            timer.as_mut().reset(deadline);
+            arm = Some(left);
         }
     })
     .await
