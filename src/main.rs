@@ -28,12 +28,24 @@ async fn main() {
     }
 }
 
-/// `--features count-allocs`: a counting global allocator. The totals since start go to
-/// stderr as `fuseway-allocs: allocations=N bytes=M at=WHEN` at exit (Ctrl-C, SIGTERM)
-/// and on every SIGUSR1, so a bench can take the difference over its window.
+// The allocator the binary uses (see the `mimalloc` feature in Cargo.toml): mimalloc by
+// default, the system's with `--no-default-features`.
+#[cfg(feature = "mimalloc")]
+use mimalloc::MiMalloc as Heap;
+#[cfg(not(feature = "mimalloc"))]
+use std::alloc::System as Heap;
+
+#[cfg(not(feature = "count-allocs"))]
+#[global_allocator]
+static ALLOCATOR: Heap = Heap;
+
+/// `--features count-allocs`: a counting global allocator over the binary's. The totals
+/// since start go to stderr as `fuseway-allocs: allocations=N bytes=M at=WHEN` at exit
+/// (Ctrl-C, SIGTERM) and on every SIGUSR1, so a bench can take the difference over its
+/// window.
 #[cfg(feature = "count-allocs")]
 mod count_allocs {
-    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::alloc::{GlobalAlloc, Layout};
     use std::cell::Cell;
     use std::io::Write;
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -74,32 +86,34 @@ mod count_allocs {
         slot.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
-    struct Counting;
+    struct Counting(Heap);
 
-    // SAFETY: every call is forwarded unchanged to the system allocator.
+    use super::Heap;
+
+    // SAFETY: every call is forwarded unchanged to the binary's allocator.
     unsafe impl GlobalAlloc for Counting {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             count(layout.size());
-            unsafe { System.alloc(layout) }
+            unsafe { self.0.alloc(layout) }
         }
 
         unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
             count(layout.size());
-            unsafe { System.alloc_zeroed(layout) }
+            unsafe { self.0.alloc_zeroed(layout) }
         }
 
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            unsafe { System.dealloc(ptr, layout) }
+            unsafe { self.0.dealloc(ptr, layout) }
         }
 
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
             count(new_size);
-            unsafe { System.realloc(ptr, layout, new_size) }
+            unsafe { self.0.realloc(ptr, layout, new_size) }
         }
     }
 
     #[global_allocator]
-    static ALLOCATOR: Counting = Counting;
+    static ALLOCATOR: Counting = Counting(Heap);
 
     /// Print the totals so far.
     pub(crate) fn report(at: &str) {
