@@ -615,6 +615,85 @@ async fn silent_connections_are_closed_by_the_header_read_timeout() {
     f.proxy.shutdown().await;
 }
 
+/// A keep-alive connection that waits past the park time (1 s; the native engine's
+/// task ends and a smaller one waits on the socket) answers its next request as
+/// before, keeps its header read timeout counted from the end of the last response
+/// (bytes of a head arriving while parked do not restart it), and closes on shutdown.
+#[tokio::test]
+async fn parked_keep_alive_connections_resume_and_keep_their_deadlines() {
+    const TIMEOUT: Duration = Duration::from_secs(3);
+    let b = backend(|req: Request<Incoming>| async move {
+        Response::new(full(req.uri().path().to_string()))
+    })
+    .await;
+    let options = ServerOptions {
+        header_read_timeout: TIMEOUT,
+        ..options()
+    };
+    let proxy = start(&simple_config(&[("d", &b.url())], ""), options).await;
+    let get = |path: &str| {
+        Request::get(path)
+            .header("host", "x")
+            .body(BodyExt::boxed(
+                Empty::<Bytes>::new().map_err(|e| match e {}),
+            ))
+            .unwrap()
+    };
+
+    // Idle past the park time, twice: every request is answered on the same connection.
+    let stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake::<_, TestBody>(TokioIo::new(stream))
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    for path in ["/first", "/after-parking", "/after-parking-again"] {
+        let r = within("a request on the kept connection", async {
+            let r = sender.send_request(get(path)).await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            r.into_body().collect().await.unwrap().to_bytes()
+        })
+        .await;
+        assert_eq!(&r[..], path.as_bytes());
+        // The idle time under test (not a synchronisation): past the park time.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+
+    // Part of a head after parking: closed when the timeout counted from the previous
+    // response ends (3 s), not 3 s after the bytes came (4.5 s).
+    let mut raw = TcpStream::connect(proxy.addr).await.unwrap();
+    raw.write_all(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    assert!(fill(&mut raw, &mut buf, 1).await);
+    let answered = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    raw.write_all(b"GET /two HTT").await.unwrap();
+    closed_within(&mut raw, "a parked connection with part of a head").await;
+    let took = answered.elapsed();
+    assert!(
+        took >= TIMEOUT - Duration::from_millis(100)
+            && took < TIMEOUT + Duration::from_millis(1200),
+        "closed {took:?} after the response, for a {TIMEOUT:?} header read timeout"
+    );
+
+    // Shutdown closes a parked connection at once.
+    let mut parked = TcpStream::connect(proxy.addr).await.unwrap();
+    parked
+        .write_all(b"GET /three HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    assert!(fill(&mut parked, &mut buf, 1).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop(sender);
+    let _ = within("the client connection to end", connection).await;
+    proxy.shutdown().await;
+    let took = closed_within(&mut parked, "a parked connection on shutdown").await;
+    assert!(took < TIMEOUT, "closed after {took:?}");
+}
+
 /// The header read timeout bounds only the wait for a request head: a response that
 /// streams, or an upload that trickles, for longer than the timeout is not cut, and the
 /// keep-alive wait after it starts when the response has ended.

@@ -388,21 +388,33 @@ impl Signal {
         let mut table = shared.lock();
         let slot = table.slot(self.slot);
         set_waker(slot, cx);
-        let (Some(after), Some(now)) = (restart, now) else {
-            return if slot.expired {
-                Poll::Ready(())
-            } else {
+        match (restart, now) {
+            (Some(after), Some(now)) => {
+                self.set_deadline(&mut table, now, after);
                 Poll::Pending
-            };
-        };
+            }
+            _ if slot.expired => Poll::Ready(()),
+            _ => Poll::Pending,
+        }
+    }
+
+    /// A new deadline, `after` from now, without registering a waker: the task that
+    /// polls [`poll_deadline`](Self::poll_deadline) next is woken when it passes.
+    pub(crate) fn restart(&mut self, after: Duration) {
+        let now = self.shared.now();
+        let mut table = self.shared.lock();
+        self.set_deadline(&mut table, now, after);
+    }
+
+    fn set_deadline(&self, table: &mut Table, now: u64, after: Duration) {
         let millis = u64::try_from(after.as_millis()).unwrap_or(NEVER - 1);
         let deadline = now.saturating_add(millis.max(1)).min(NEVER - 1);
+        let slot = table.slot(self.slot);
         slot.deadline = deadline;
         slot.expired = false;
-        let linked = slot.linked;
-        if linked <= deadline {
+        if slot.linked <= deadline {
             // The sweeper finds the new deadline when it reaches the slot.
-            return Poll::Pending;
+            return;
         }
         table.unlink(self.slot);
         table.link(self.slot, deadline);
@@ -410,9 +422,14 @@ impl Signal {
             table.sweeper = true;
             tokio::spawn(sweep(self.shared.clone()));
         } else if table.idle {
-            shared.sweep.notify_one();
+            self.shared.sweep.notify_one();
         }
-        Poll::Pending
+    }
+
+    /// The connection moves to another task: the next poll registers that task's
+    /// waker (shutdown and deadlines wake it, not the task that ended).
+    pub(crate) fn hand_over(&mut self) {
+        self.registered = false;
     }
 }
 

@@ -633,9 +633,9 @@ where
         Either::Left(native::serve_connection(
             io,
             service,
-            shared.options.clone(),
             shared.slots.clone(),
             drain,
+            false,
         ))
     } else {
         let (service, activity) = served(service, info, protocol);
@@ -687,7 +687,7 @@ async fn accept_loop<S>(
         builder: Arc::new(builder),
         options: options.clone(),
         // The native engine's in-flight slots, shared by the listener's connections.
-        slots: native::Slots::new(),
+        slots: native::Slots::new(options.clone()),
     };
     loop {
         // Wait for a free connection slot before accepting: excess clients queue in the

@@ -94,9 +94,9 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
                 native::serve_connection(
                     server,
                     served,
-                    Arc::new(options),
-                    native::Slots::new(),
+                    native::Slots::new(Arc::new(options)),
                     drain.signal(None),
+                    false,
                 )
                 .await;
             }

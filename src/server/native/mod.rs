@@ -13,9 +13,16 @@
 //! vectored write; bodies are framed by length, chunks (with trailers when the
 //! client said `TE: trailers`) or, for HTTP/1.0 clients, the connection's close.
 //! A `101` hands the socket, and whatever was read past the head, to the tunnel.
+//!
+//! A plain TCP connection that has waited [`PARK_AFTER`] for its next request with
+//! nothing in hand parks: its task ends and a smaller one ([`Parked`]: the socket, the
+//! service, the drain signal) waits for the socket to become readable, then starts a
+//! new connection task. The header read timeout still counts from the end of the
+//! previous response, and shutdown closes a parked connection as it does a waiting one.
 
 mod channel;
 
+use std::any::{Any, TypeId};
 use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -27,6 +34,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::{header, Method, Request, Response, StatusCode, Version};
 use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 pub(crate) use channel::BodyReader;
@@ -35,7 +43,7 @@ use channel::Channel;
 use super::drain::Signal;
 use super::idle::ServedBody;
 use super::service::Served;
-use super::ServerOptions;
+use super::{ServeService, ServerOptions};
 use crate::body::Incoming;
 use crate::http1::{
     buffers, parse_request, write_response_head, BodyDecoder, Connection, Decoded, Framing, Limits,
@@ -154,9 +162,11 @@ pin_project_lite::pin_project! {
 
 /// The in-flight slots of a listener's connections: one is taken when a request head
 /// arrives and given back when the connection waits again, so a warm server allocates
-/// none per request and an idle connection holds none.
+/// none per request and an idle connection holds none. Also the listener's options,
+/// which its connections read through it rather than each keeping a reference.
 pub(crate) struct Slots<F, B> {
     free: Mutex<Vec<Slot<F, B>>>,
+    options: Arc<ServerOptions>,
 }
 
 /// One in-flight slot: pinned in its own allocation, reused request after request.
@@ -166,9 +176,10 @@ impl<F, B> Slots<F, B> {
     /// Most slots kept free; more are freed.
     const KEEP: usize = 1024;
 
-    pub(crate) fn new() -> Arc<Self> {
+    pub(crate) fn new(options: Arc<ServerOptions>) -> Arc<Self> {
         Arc::new(Slots {
             free: Mutex::new(Vec::new()),
+            options,
         })
     }
 
@@ -231,23 +242,28 @@ pub(crate) type CallOf<P> = <Served<P> as hyper::service::Service<Request<Incomi
 /// A function returning an `async` block rather than an `async fn`: the block keeps
 /// what it captures in place, where an `async fn` would hold its arguments twice (as
 /// captured and as moved into its body's locals) for the connection's whole life.
+///
+/// `resumed`: the connection was parked ([`Parked`]) and has bytes to read; its wait
+/// for this head keeps the deadline it had.
 pub(crate) fn serve_connection<I, P>(
     io: I,
     service: Served<P>,
-    options: Arc<ServerOptions>,
     slots: Arc<Slots<CallOf<P>, ServedBody>>,
     mut drain: Signal,
+    mut resumed: bool,
 ) -> impl Future<Output = ()>
 where
     I: Io,
-    Served<P>: hyper::service::Service<Request<Incoming>, Response = Response<ServedBody>>,
-    <Served<P> as hyper::service::Service<Request<Incoming>>>::Error: Into<BoxError>,
+    P: ServeService,
 {
     let mut conn = Conn {
         io,
         read_buf: BytesMut::new(),
         out: Outgoing::default(),
-        limits: Limits::new(options.max_header_size, options.max_request_line),
+        limits: Limits::new(
+            slots.options.max_header_size,
+            slots.options.max_request_line,
+        ),
         channel: None,
         body: None,
         continue_pending: false,
@@ -257,9 +273,10 @@ where
     // Kept as milliseconds (at least one): it lives in the connection's future for its
     // whole life.
     let timeout_ms =
-        u32::try_from(options.header_read_timeout.as_millis().max(1)).unwrap_or(u32::MAX);
+        u32::try_from(slots.options.header_read_timeout.as_millis().max(1)).unwrap_or(u32::MAX);
     let timeout = move || Duration::from_millis(timeout_ms.into());
-    drop(options);
+    // Only plain TCP connections park: their readiness is the socket's.
+    let parks = TypeId::of::<I>() == TypeId::of::<TcpStream>();
     async move {
         use hyper::service::Service as _;
         // Requests' locals live in blocks that end before the next suspension point, and
@@ -276,16 +293,27 @@ where
             // head or the discarding of an unread body (a state of the task as large as
             // the largest).
             let keep_alive = {
-                // The header read timeout, counted from when the connection starts waiting.
-                let mut starts = true;
+                // The header read timeout, counted from when the connection starts
+                // waiting (a resumed connection's wait started before it parked).
+                let mut wait = if std::mem::take(&mut resumed) {
+                    Wait::Counting
+                } else {
+                    Wait::Starts { parks }
+                };
                 let message = {
                     let head = match poll_fn(|cx| {
-                        conn.poll_head(cx, &mut drain, &mut starts, timeout())
+                        conn.poll_head(cx, &mut drain, &mut wait, timeout())
                     })
                     .await
                     {
                         Waited::Head(head) => head,
                         Waited::Closed => return,
+                        Waited::Park => {
+                            // (`lent` borrows `slots` until the task ends.)
+                            let slots = Arc::clone(&slots);
+                            park(conn.io, service, slots, drain, timeout() - PARK_AFTER);
+                            return;
+                        }
                         Waited::TimedOut => {
                             tracing::debug!(remote = %service.info.remote, "no request head within the header read timeout; closing");
                             return;
@@ -407,6 +435,96 @@ where
 /// How long the answer to a refused head may take to be written.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a keep-alive connection waits for its next request in its own task before
+/// it parks (when the header read timeout is longer): a connection under load never
+/// waits that long, and one that does gives its task back.
+const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// How far the wait for a request head has gone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Not waited yet (`parks`: the connection may park).
+    Starts { parks: bool },
+    /// Waiting [`PARK_AFTER`] with nothing in hand.
+    Parking,
+    /// The header read timeout runs.
+    Counting,
+}
+
+/// End the connection's task and wait for its next request in a smaller one: an idle
+/// keep-alive connection's task is then ~half the size, with no in-flight state.
+/// `rest`: what is left of the header read timeout.
+fn park<I: Io, P: ServeService>(
+    io: I,
+    service: Served<P>,
+    slots: Arc<Slots<CallOf<P>, ServedBody>>,
+    mut drain: Signal,
+    rest: Duration,
+) {
+    let mut io = Some(io);
+    // Only a `TcpStream` parks (`parks` in `serve_connection`).
+    let Some(io) = (&mut io as &mut dyn Any)
+        .downcast_mut::<Option<TcpStream>>()
+        .and_then(Option::take)
+    else {
+        return;
+    };
+    drain.restart(rest);
+    drain.hand_over();
+    // The native engine's service has no activity record (`serve_known`).
+    let Served { inner, info, .. } = service;
+    tokio::spawn(Parked {
+        connection: Some((io, inner, info, slots, drain)),
+    });
+}
+
+/// A parked connection: its socket and what serving it again takes. It resumes (a
+/// new connection task) when the socket becomes readable, and closes at the header
+/// read timeout or on shutdown.
+struct Parked<P: ServeService> {
+    #[allow(clippy::type_complexity)]
+    connection: Option<(
+        TcpStream,
+        P,
+        crate::request::ConnectionInfo,
+        Arc<Slots<CallOf<P>, ServedBody>>,
+        Signal,
+    )>,
+}
+
+// Nothing in a parked connection is pinned.
+impl<P: ServeService> Unpin for Parked<P> {}
+
+impl<P: ServeService> Future for Parked<P> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let Some((io, _, _, _, drain)) = &mut this.connection else {
+            return Poll::Ready(());
+        };
+        if drain.poll_draining(cx) {
+            return Poll::Ready(());
+        }
+        match io.poll_read_ready(cx) {
+            Poll::Ready(Ok(())) => {
+                let (io, inner, info, slots, mut drain) =
+                    this.connection.take().expect("checked above");
+                drain.hand_over();
+                let service = Served {
+                    inner,
+                    info,
+                    activity: None,
+                };
+                tokio::spawn(serve_connection(io, service, slots, drain, true));
+                Poll::Ready(())
+            }
+            Poll::Ready(Err(_)) => Poll::Ready(()),
+            Poll::Pending => drain.poll_deadline(cx, None),
+        }
+    }
+}
+
 /// What the connection keeps of a request while it is answered.
 struct Message {
     keep_alive: bool,
@@ -432,6 +550,8 @@ enum Waited {
     Head(crate::http1::RequestHead),
     Closed,
     TimedOut,
+    /// Waited [`PARK_AFTER`] with nothing in hand.
+    Park,
     Refused(ParseError),
 }
 
@@ -566,7 +686,7 @@ impl<I: Io> Conn<I> {
         &mut self,
         cx: &mut Context<'_>,
         drain: &mut Signal,
-        starts: &mut bool,
+        wait: &mut Wait,
         timeout: Duration,
     ) -> Poll<Waited> {
         let draining = drain.poll_draining(cx);
@@ -589,7 +709,28 @@ impl<I: Io> Conn<I> {
                 Poll::Pending => {
                     // Nothing in hand: wait without a buffer.
                     buffers::release_read(&mut self.read_buf);
-                    ready!(drain.poll_deadline(cx, std::mem::take(starts).then_some(timeout)));
+                    let restart = match *wait {
+                        Wait::Starts { parks: true }
+                            if self.read_buf.is_empty() && timeout > PARK_AFTER =>
+                        {
+                            *wait = Wait::Parking;
+                            Some(PARK_AFTER)
+                        }
+                        Wait::Starts { .. } => {
+                            *wait = Wait::Counting;
+                            Some(timeout)
+                        }
+                        Wait::Parking | Wait::Counting => None,
+                    };
+                    ready!(drain.poll_deadline(cx, restart));
+                    if *wait == Wait::Parking {
+                        if self.read_buf.is_empty() {
+                            return Poll::Ready(Waited::Park);
+                        }
+                        // Part of a head came: the rest of the timeout.
+                        *wait = Wait::Counting;
+                        ready!(drain.poll_deadline(cx, Some(timeout - PARK_AFTER)));
+                    }
                     return Poll::Ready(Waited::TimedOut);
                 }
             }
@@ -862,9 +1003,9 @@ mod tests {
         let future = serve_connection(
             io,
             service,
-            Arc::new(ServerOptions::default()),
-            Slots::new(),
+            Slots::new(Arc::new(ServerOptions::default())),
             drain.signal(None),
+            false,
         );
         let size = std::mem::size_of_val(&future);
         println!(
@@ -877,5 +1018,10 @@ mod tests {
         // with tokio's task header and trailer make a 512-byte task (tasks are rounded
         // up to 128 bytes): 8 more would make it 640.
         assert!(size <= 384, "{size} bytes");
+        // A parked connection's task: with tokio's 104 bytes of header, scheduler and
+        // trailer, up to 152 bytes make a 256-byte task (144 today).
+        let parked = std::mem::size_of::<Parked<crate::pipeline::FusedDefault>>();
+        println!("a parked connection: {parked} bytes");
+        assert!(parked <= 152, "{parked} bytes");
     }
 }
