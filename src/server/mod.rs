@@ -403,10 +403,19 @@ impl Server {
             .collect::<io::Result<Vec<_>>>()?;
         let mut threads = Vec::with_capacity(workers);
         for i in 0..workers.max(1) {
-            // Each worker registers its own handle of every listening socket.
+            // Each worker accepts on a listening socket of its own (the first on the
+            // one bound): a shared socket's connections go to whichever worker wakes
+            // first, which under a burst of connects can be all of them.
             let mine = listeners
                 .iter()
-                .map(|(tcp, tls, files)| Ok((tcp.try_clone()?, tls.clone(), files.clone())))
+                .map(|(tcp, tls, files)| {
+                    let tcp = if i == 0 {
+                        tcp.try_clone()?
+                    } else {
+                        worker_listener(tcp)?
+                    };
+                    Ok((tcp, tls.clone(), files.clone()))
+                })
                 .collect::<io::Result<Vec<_>>>()?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -459,9 +468,39 @@ impl Server {
 }
 
 async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
+    listen(addr)
+        .and_then(TcpListener::from_std)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}
+
+/// A listening socket on `addr`, as tokio's `TcpListener::bind` makes it
+/// (`SO_REUSEADDR`, a backlog of 1024, non-blocking) and with `SO_REUSEPORT`, so that
+/// each worker can listen on the same address with a socket of its own
+/// ([`Server::serve_workers`]).
+fn listen(addr: &SocketAddr) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(*addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    #[cfg(unix)]
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&(*addr).into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// A worker's own socket listening where `listener` does (`SO_REUSEPORT`: the kernel
+/// spreads new connections over the workers' sockets by their addresses' hash), or,
+/// where that cannot be (a listener bound without `SO_REUSEPORT`, given to
+/// [`Server::from_listeners`]), a handle of the same socket.
+fn worker_listener(listener: &std::net::TcpListener) -> io::Result<std::net::TcpListener> {
+    match listener.local_addr().and_then(|addr| listen(&addr)) {
+        Ok(own) => Ok(own),
+        Err(e) => {
+            tracing::debug!(error = %e, "a worker shares the listening socket");
+            listener.try_clone()
+        }
+    }
 }
 
 /// Wait until the first bytes tell HTTP/1 from HTTP/2 (as hyper-util's detection
