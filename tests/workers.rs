@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::*;
 use fuseway::body::{Incoming, ProxyBody};
-use fuseway::server::Server;
+use fuseway::server::{Server, ServerOptions};
 use http::{Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -38,16 +38,22 @@ async fn worker_of(stream: &mut TcpStream) -> usize {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_connections_is_spread_over_the_workers() {
-    const WORKERS: usize = 2;
-    const CONNECTIONS: usize = 64;
+/// `WORKERS` workers serving with `options`; each worker's service answers with the
+/// worker's number. Returns the address, the stop signal and the serving task.
+async fn serve(
+    options: ServerOptions,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
         .await
-        .unwrap();
+        .unwrap()
+        .options(options);
     let addr = server.local_addrs()[0];
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    // Each worker makes its service once: it answers with the worker's number.
+    // Each worker makes its service once.
     let next = Arc::new(AtomicUsize::new(0));
     let serving = tokio::spawn(server.serve_workers(
         WORKERS,
@@ -61,15 +67,27 @@ async fn a_burst_of_connections_is_spread_over_the_workers() {
             let _ = stop_rx.await;
         },
     ));
+    (addr, stop_tx, serving)
+}
 
-    // Every connection opened at once, then held while each asks which worker it has.
-    let connects = (0..CONNECTIONS).map(|_| TcpStream::connect(addr));
-    let mut streams: Vec<TcpStream> =
-        within("the connections", futures_util::future::join_all(connects))
-            .await
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
+const WORKERS: usize = 2;
+
+/// `n` connections to `addr`, opened at once.
+async fn connect_all(addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
+    let connects = (0..n).map(|_| TcpStream::connect(addr));
+    within("the connections", futures_util::future::join_all(connects))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_connections_is_spread_over_the_workers() {
+    const CONNECTIONS: usize = 64;
+    let (addr, stop, serving) = serve(ServerOptions::default()).await;
+    // Every connection held while each asks which worker it has.
+    let mut streams = connect_all(addr, CONNECTIONS).await;
     let mut served = [0usize; WORKERS];
     for stream in &mut streams {
         let worker = within("a response", worker_of(stream)).await;
@@ -85,6 +103,29 @@ async fn a_burst_of_connections_is_spread_over_the_workers() {
         );
     }
     drop(streams);
-    let _ = stop_tx.send(());
+    let _ = stop.send(());
+    within("the proxy to stop", serving).await.unwrap().unwrap();
+}
+
+/// As many connections as the limit, over workers with a socket each: every one is
+/// served (a worker must not keep a slot while it waits on its own socket).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_up_to_the_limit_are_served_whichever_worker_they_reach() {
+    const LIMIT: usize = 8;
+    let (addr, stop, serving) = serve(ServerOptions {
+        max_connections: LIMIT,
+        ..ServerOptions::default()
+    })
+    .await;
+    let mut streams = connect_all(addr, LIMIT).await;
+    for stream in &mut streams {
+        within(
+            "a response on a connection within the limit",
+            worker_of(stream),
+        )
+        .await;
+    }
+    drop(streams);
+    let _ = stop.send(());
     within("the proxy to stop", serving).await.unwrap().unwrap();
 }

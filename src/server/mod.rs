@@ -729,15 +729,6 @@ async fn accept_loop<S>(
         slots: native::Slots::new(options.clone()),
     };
     loop {
-        // Wait for a free connection slot before accepting: excess clients queue in the
-        // kernel's backlog instead of consuming memory here.
-        let permit = tokio::select! {
-            permit = connections.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            _ = stop.changed() => break,
-        };
         let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -749,6 +740,21 @@ async fn accept_loop<S>(
                 }
             },
             _ = stop.changed() => break,
+        };
+        // A free connection slot, or wait for one with this connection in hand: the
+        // clients after it queue in the kernel's backlog instead of consuming memory
+        // here. Taken after the accept, not before: with a listening socket per worker,
+        // a slot held by a worker waiting on its own socket would leave a connection
+        // that came to another worker waiting for good.
+        let permit = match connections.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => tokio::select! {
+                permit = connections.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                _ = stop.changed() => break,
+            },
         };
         let _ = stream.set_nodelay(true);
         let info = ConnectionInfo {
