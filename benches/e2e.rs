@@ -916,9 +916,12 @@ fn one_request(stream: &mut TcpStream) -> std::io::Result<()> {
     }
 }
 
-/// Open `n` keep-alive connections to each proxy, one request on each, and hold them:
-/// the proxy's RSS growth per connection; then one more request on every connection
-/// (all must still be open and answer).
+/// How long the idle connections are held before the proxies' RSS is read.
+const IDLE_SETTLE: Duration = Duration::from_secs(3);
+
+/// Open `n` keep-alive connections to each proxy, one request on each, and hold them
+/// ([`IDLE_SETTLE`]): the proxy's RSS growth per connection; then one more request on
+/// every connection (all must still be open and answer).
 fn idle_phase(targets: &[Target], n: usize) {
     if n == 0 {
         return;
@@ -951,6 +954,9 @@ fn idle_phase(targets: &[Target], n: usize) {
                 Err(_) => errors += 1,
             }
         }
+        // Held a few seconds before measuring: what a proxy does with connections that
+        // stay idle counts (fuseway parks a connection after 1 s of waiting).
+        std::thread::sleep(IDLE_SETTLE);
         let after = rss_kib(process.pid());
         for s in &mut conns {
             if one_request(s).is_err() {

@@ -615,6 +615,31 @@ async fn silent_connections_are_closed_by_the_header_read_timeout() {
     f.proxy.shutdown().await;
 }
 
+/// A `GET` of `path` with no body.
+fn get(path: &str) -> Request<TestBody> {
+    Request::get(path)
+        .header("host", "x")
+        .body(BodyExt::boxed(
+            Empty::<Bytes>::new().map_err(|e| match e {}),
+        ))
+        .unwrap()
+}
+
+/// One HTTP/1.1 client connection to `addr` (hyper's), driven on its own task.
+async fn h1_connection(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http1::SendRequest<TestBody>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake::<_, TestBody>(TokioIo::new(stream))
+            .await
+            .unwrap();
+    (sender, tokio::spawn(connection))
+}
+
 /// A keep-alive connection that waits past the park time (1 s; the native engine's
 /// task ends and a smaller one waits on the socket) answers its next request as
 /// before, keeps its header read timeout counted from the end of the last response
@@ -631,22 +656,9 @@ async fn parked_keep_alive_connections_resume_and_keep_their_deadlines() {
         ..options()
     };
     let proxy = start(&simple_config(&[("d", &b.url())], ""), options).await;
-    let get = |path: &str| {
-        Request::get(path)
-            .header("host", "x")
-            .body(BodyExt::boxed(
-                Empty::<Bytes>::new().map_err(|e| match e {}),
-            ))
-            .unwrap()
-    };
 
     // Idle past the park time, twice: every request is answered on the same connection.
-    let stream = TcpStream::connect(proxy.addr).await.unwrap();
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake::<_, TestBody>(TokioIo::new(stream))
-            .await
-            .unwrap();
-    let connection = tokio::spawn(connection);
+    let (mut sender, connection) = h1_connection(proxy.addr).await;
     for path in ["/first", "/after-parking", "/after-parking-again"] {
         let r = within("a request on the kept connection", async {
             let r = sender.send_request(get(path)).await.unwrap();
@@ -722,20 +734,7 @@ async fn slow_bodies_outlive_the_header_read_timeout_and_idle_starts_after_them(
     .await;
     let proxy = start(&simple_config(&[("d", &b.url())], ""), slow_options()).await;
 
-    let stream = TcpStream::connect(proxy.addr).await.unwrap();
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake::<_, TestBody>(TokioIo::new(stream))
-            .await
-            .unwrap();
-    let connection = tokio::spawn(connection);
-    let get = |path: &str| {
-        Request::get(path)
-            .header("host", "x")
-            .body(BodyExt::boxed(
-                Empty::<Bytes>::new().map_err(|e| match e {}),
-            ))
-            .unwrap()
-    };
+    let (mut sender, connection) = h1_connection(proxy.addr).await;
 
     let started = Instant::now();
     let r = within("the slow response", async {

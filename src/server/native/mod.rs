@@ -910,8 +910,8 @@ impl<I: Io> Conn<I> {
     }
 
     /// Read and throw away the rest of a request body the pipeline left unread (at
-    /// most [`DISCARD_MAX`] bytes, within `timeout` of when it starts waiting, `starts`). `false`: the
-    /// connection must close.
+    /// most [`DISCARD_MAX`] bytes, within `timeout` of when it starts waiting:
+    /// `starts`). `false`: the connection must close.
     fn poll_discard(
         &mut self,
         cx: &mut Context<'_>,
