@@ -39,7 +39,9 @@ async fn worker_of(stream: &mut TcpStream) -> usize {
 }
 
 /// `WORKERS` workers serving with `options`; each worker's service answers with the
-/// worker's number. Returns the address, the stop signal and the serving task.
+/// worker's number. Returns once every worker has started (its socket exists: a
+/// connection made before would queue on the first worker's), with the address, the
+/// stop signal and the serving task.
 async fn serve(
     options: ServerOptions,
 ) -> (
@@ -53,12 +55,15 @@ async fn serve(
         .options(options);
     let addr = server.local_addrs()[0];
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    // Each worker makes its service once.
+    // Each worker makes its service once, when it starts.
     let next = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let started_in_worker = started.clone();
     let serving = tokio::spawn(server.serve_workers(
         WORKERS,
         move || {
             let me = next.fetch_add(1, Ordering::SeqCst);
+            started_in_worker.add_permits(1);
             hyper::service::service_fn(move |_request: Request<Incoming>| async move {
                 Ok::<_, Infallible>(Response::new(ProxyBody::full(format!("worker {me}"))))
             })
@@ -67,6 +72,10 @@ async fn serve(
             let _ = stop_rx.await;
         },
     ));
+    within("the workers to start", started.acquire_many(WORKERS as u32))
+        .await
+        .unwrap()
+        .forget();
     (addr, stop_tx, serving)
 }
 
