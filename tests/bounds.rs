@@ -21,37 +21,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
-/// Send one keep-alive request on `s` and read its (small, Content-Length) response.
 /// The tests here measure process-wide figures (RSS, open descriptors), so they run one
 /// at a time: each holds this lock for its whole run.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn request_on(s: &mut TcpStream, path: &str) -> String {
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(n > 0, "closed");
-        out.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&out);
-        if let Some((head, body)) = text.split_once("\r\n\r\n") {
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse().unwrap())
-                })
-                .unwrap_or(0);
-            if body.len() >= len {
-                return text.into_owned();
-            }
-        }
-    }
-}
 
 #[tokio::test]
 async fn connections_over_the_cap_wait_for_a_free_slot() {

@@ -3,6 +3,7 @@
 //! going to whichever wakes first.
 
 mod common;
+mod support;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,30 +13,16 @@ use common::*;
 use fuseway::body::{Incoming, ProxyBody};
 use fuseway::server::{Server, ServerOptions};
 use http::{Request, Response};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::request_on;
 use tokio::net::TcpStream;
 
-/// One `GET` on `stream`, its whole response read (the body is `worker N`).
+/// Which worker answered a `GET` on `stream` (the body is `worker N`).
 async fn worker_of(stream: &mut TcpStream) -> usize {
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = Vec::new();
-    let mut chunk = [0u8; 256];
-    loop {
-        let n = stream.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "the proxy closed the connection");
-        response.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&response);
-        if let Some((_, body)) = text.split_once("\r\n\r\n") {
-            if let Some(worker) = body.strip_prefix("worker ") {
-                if let Ok(worker) = worker.parse() {
-                    return worker;
-                }
-            }
-        }
-    }
+    let response = request_on(stream, "/").await;
+    let (_, body) = response.split_once("\r\n\r\n").expect("a whole response");
+    body.strip_prefix("worker ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a worker's answer: {response}"))
 }
 
 /// `WORKERS` workers serving with `options`; each worker's service answers with the

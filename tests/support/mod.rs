@@ -215,6 +215,35 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
+/// Send one keep-alive `GET` of `path` on `s` and read its (small, Content-Length)
+/// response.
+pub async fn request_on(s: &mut TcpStream, path: &str) -> String {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed");
+        out.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&out);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            if body.len() >= len {
+                return text.into_owned();
+            }
+        }
+    }
+}
+
 /// Send raw bytes on a fresh connection and read until the proxy closes it (bounded).
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
     within("a raw exchange", async {
