@@ -67,6 +67,8 @@ mod count_allocs {
     use std::io::Write;
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+    use super::Heap;
+
     /// One counter pair per cache line; each thread counts in its own slot, so counting
     /// adds no cache-line traffic between the runtime's worker threads.
     #[repr(align(128))]
@@ -104,8 +106,6 @@ mod count_allocs {
     }
 
     struct Counting(Heap);
-
-    use super::Heap;
 
     // SAFETY: every call is forwarded unchanged to the binary's allocator.
     unsafe impl GlobalAlloc for Counting {

@@ -746,15 +746,12 @@ async fn accept_loop<S>(
         // here. Taken after the accept, not before: with a listening socket per worker,
         // a slot held by a worker waiting on its own socket would leave a connection
         // that came to another worker waiting for good.
-        let permit = match connections.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => tokio::select! {
-                permit = connections.clone().acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-                _ = stop.changed() => break,
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
             },
+            _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
         let info = ConnectionInfo {

@@ -727,9 +727,12 @@ impl<I: Io> Conn<I> {
                         if self.read_buf.is_empty() {
                             return Poll::Ready(Waited::Park);
                         }
-                        // Part of a head came: the rest of the timeout.
+                        // Part of a head came: the rest of the timeout (a deadline
+                        // just set is pending).
                         *wait = Wait::Counting;
-                        ready!(drain.poll_deadline(cx, Some(timeout - PARK_AFTER)));
+                        return drain
+                            .poll_deadline(cx, Some(timeout - PARK_AFTER))
+                            .map(|()| Waited::TimedOut);
                     }
                     return Poll::Ready(Waited::TimedOut);
                 }
