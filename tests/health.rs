@@ -221,17 +221,16 @@ async fn client_aborts_count_in_the_total_never_as_failures() {
         drop(s);
         p.wait_idle("c", "d1").await;
     }
-    // The abandoned responses count in the window's total, none as a failure (as
-    // YARP counts `ResponseBodyClient`); a request cancelled before its response is
-    // not recorded.
-    wait_for("the records", || passive_counts(&p, "d1") == (0, 10)).await;
+    // The abandoned responses and the cancelled requests count in the window's total,
+    // none as a failure (as YARP counts `ResponseBodyClient` and `RequestCanceled`).
+    wait_for("the records", || passive_counts(&p, "d1") == (0, 13)).await;
     assert_eq!(passive(&p, "d1"), HealthState::Healthy);
 
     // A completed exchange is recorded too.
     let (status, body) = get(&h1_client(), &p, "/ok").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
     p.wait_idle("c", "d1").await;
-    wait_for("the record", || passive_counts(&p, "d1") == (0, 11)).await;
+    wait_for("the record", || passive_counts(&p, "d1") == (0, 14)).await;
     assert_eq!(passive(&p, "d1"), HealthState::Healthy);
     p.shutdown().await;
 }

@@ -15,6 +15,7 @@ use super::request_body::{BodyTooLarge, ClientBodyError};
 use super::upgrade::{self, ClientUpgrade};
 use super::{headers, ExchangeGuard};
 use crate::body::ProxyBody;
+use crate::health::PassiveRecord;
 use crate::request::{ForwardError, ForwardErrorKind, Outcome, ProxyResponse, RouteContext};
 
 pin_project! {
@@ -25,6 +26,22 @@ pin_project! {
         headers_by: Instant,
         state: State,
         target: Option<(RouteContext, usize)>,
+    }
+    impl PinnedDrop for ResponseFuture {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            // Dropped while waiting for the response head: the client cancelled the
+            // request. The counters go first, then passive health counts it (a
+            // non-failure) if its stage saw the request.
+            if matches!(this.state, State::Sending { .. }) {
+                *this.state = State::Done;
+                if let Some((context, destination)) = this.target.take() {
+                    if context.passive_armed() && !std::thread::panicking() {
+                        PassiveRecord::cancelled(context.cluster(), destination);
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -17,7 +17,9 @@
 //! (response body finished or failed). A request fails when forwarding failed because of
 //! the destination ([`ForwardErrorKind::is_destination_failure`]) or, with
 //! `CountServerErrors: true` (fuseway extension), when the destination answered 5xx.
-//! Nothing is recorded when the client went away, nor for requests that never reached a
+//! A request the client cancelled — before the response head (`RequestCanceled`) or
+//! while its body streamed (`ResponseBodyClient`) — counts in the window's total, never
+//! as a failure, as in YARP; nothing is recorded for requests that never reached a
 //! destination. After each record, a destination with at least 10 requests in the last
 //! 60 s and a failure rate of at least 0.3 becomes `Unhealthy`, else `Healthy`. An
 //! unhealthy destination goes back to `Unknown` (with an empty window) after
@@ -296,6 +298,20 @@ impl PassiveRecord {
             self.server_error || result.is_err_and(ForwardErrorKind::is_destination_failure);
         passive::record(destination, now, failed, &self.settings);
     }
+
+    /// Record a request to destination `index` of `cluster` that the client cancelled
+    /// before its response head: in the window's total, not a failure (YARP's
+    /// `RequestCanceled`). Nothing when the cluster has no passive health.
+    pub(crate) fn cancelled(cluster: &Cluster, index: usize) {
+        if let Some(settings) = cluster.health().passive() {
+            let record = PassiveRecord {
+                settings: *settings,
+                server_error: false,
+            };
+            let destination = cluster.destinations()[index].state();
+            record.complete(destination, Err(ForwardErrorKind::RequestCanceled));
+        }
+    }
 }
 
 /// The passive-health stage: arms a [`PassiveRecord`] on every forwarded response of a
@@ -333,11 +349,13 @@ impl PassiveHealth {
 
 impl PassiveHealth {
     /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
-    /// calls this): nothing to do on the way in.
+    /// calls this): marks the request, so that the forwarder records it as a
+    /// non-failure if the client cancels it before the response head.
     #[doc(hidden)]
     #[inline]
     #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
-    pub fn on_request_in_place<B>(&self, _: &mut Balanced<B>) -> Result<(), ProxyResponse> {
+    pub fn on_request_in_place<B>(&self, request: &mut Balanced<B>) -> Result<(), ProxyResponse> {
+        request.context.arm_passive();
         Ok(())
     }
 }

@@ -94,6 +94,9 @@ pub struct RouteContext {
     cluster: usize,
     candidates: Candidates,
     limits: ExchangeLimits,
+    /// The passive-health stage saw the request: a cancellation before the response
+    /// head is recorded (as a non-failure) when the forwarder's future is dropped.
+    passive_armed: bool,
 }
 
 /// Limits the forwarder applies to one exchange; set by the limits stage.
@@ -133,7 +136,19 @@ impl RouteContext {
             cluster,
             candidates,
             limits: ExchangeLimits::default(),
+            passive_armed: false,
         }
+    }
+
+    /// Ask the forwarder to record a request cancelled before its response head in
+    /// passive health (set by the passive-health stage).
+    pub(crate) fn arm_passive(&mut self) {
+        self.passive_armed = true;
+    }
+
+    /// Whether the passive-health stage saw the request.
+    pub(crate) fn passive_armed(&self) -> bool {
+        self.passive_armed
     }
 
     /// Limits for the forwarder.
