@@ -312,9 +312,9 @@ async fn version_and_version_policy_as_yarp() {
     const ANY_CERT: &str = r#""HttpClient": { "DangerousAcceptAnyServerCertificate": true },"#;
     for form in FORMS {
         for (request, http, tls) in [
-            // YARP's default: "2" with RequestVersionOrLower.
-            ("", "HTTP/1.1", "HTTP/1.1"),
-            (r#""Version": "2""#, "HTTP/1.1", "HTTP/1.1"),
+            // YARP's default: "2" with RequestVersionOrLower (the backend chooses h2).
+            ("", "HTTP/1.1", "HTTP/2.0"),
+            (r#""Version": "2""#, "HTTP/1.1", "HTTP/2.0"),
             (
                 r#""Version": "2", "VersionPolicy": "RequestVersionExact""#,
                 "HTTP/2.0",
@@ -328,7 +328,7 @@ async fn version_and_version_policy_as_yarp() {
             (
                 r#""Version": "1.1", "VersionPolicy": "RequestVersionOrHigher""#,
                 "HTTP/1.1",
-                "HTTP/1.1",
+                "HTTP/2.0",
             ),
             (r#""Version": "1.1""#, "HTTP/1.1", "HTTP/1.1"),
         ] {
@@ -345,6 +345,131 @@ async fn version_and_version_policy_as_yarp() {
             );
         }
     }
+}
+
+/// An HTTPS backend offering `alpn` (HTTP/1.1 and HTTP/2 spoken, by preface) answering
+/// `VERSION PATH AUTHORITY` (the URI's authority, else `Host`), counting its
+/// connections.
+async fn alpn_backend(alpn: &[&[u8]], connections: Arc<AtomicUsize>) -> SocketAddr {
+    let (cert, key) = self_signed();
+    let mut tls = fuseway::server::tls_config_from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+    Arc::make_mut(&mut tls).alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            connections.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let svc = service_fn(|req: Request<Incoming>| async move {
+                    let authority = match req.uri().authority() {
+                        Some(a) => a.to_string(),
+                        None => req.headers()["host"].to_str().unwrap().to_owned(),
+                    };
+                    let body = format!("{:?} {} {authority}", req.version(), req.uri());
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(bytes::Bytes::from(
+                        body,
+                    ))))
+                });
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn https_destinations_choose_the_version_by_alpn() {
+    // YARP's default ("2", RequestVersionOrLower) and "1.1" with OrHigher offer both.
+    for request in [
+        "",
+        r#""Version": "1.1", "VersionPolicy": "RequestVersionOrHigher""#,
+    ] {
+        for (alpn, version) in [
+            (&[&b"h2"[..], b"http/1.1"][..], "HTTP/2.0"),
+            (&[&b"http/1.1"[..]][..], "HTTP/1.1"),
+            // No ALPN at all: HTTP/1.1.
+            (&[][..], "HTTP/1.1"),
+        ] {
+            let connections = Arc::new(AtomicUsize::new(0));
+            let backend = alpn_backend(alpn, connections.clone()).await;
+            let config = common::simple_config(
+                &[("d1", &format!("https://127.0.0.1:{}", backend.port()))],
+                &format!(
+                    r#""HttpRequest": {{ {request} }}, "HttpClient": {{ "DangerousAcceptAnyServerCertificate": true }},"#
+                ),
+            );
+            let proxy = common::proxy(&config).await;
+            let client = common::h1_client();
+            // The first request finds the choice unknown (shaped for HTTP/1.1, reshaped
+            // when the destination chooses HTTP/2); the next ones are shaped for the
+            // choice and go on the same connection.
+            for i in 0..3 {
+                let r = within(
+                    "a response",
+                    client.get(proxy.url(&format!("/v/{i}?q=1"))).send(),
+                )
+                .await
+                .unwrap();
+                assert_eq!(r.status(), 200, "{request} {alpn:?} request {i}");
+                let expected = match version {
+                    "HTTP/2.0" => format!(
+                        "HTTP/2.0 https://127.0.0.1:{0}/v/{i}?q=1 127.0.0.1:{0}",
+                        backend.port()
+                    ),
+                    _ => format!("HTTP/1.1 /v/{i}?q=1 127.0.0.1:{}", backend.port()),
+                };
+                assert_eq!(
+                    r.text().await.unwrap(),
+                    expected,
+                    "{request} {alpn:?} request {i}"
+                );
+            }
+            assert_eq!(
+                connections.load(Ordering::SeqCst),
+                1,
+                "{request} {alpn:?}: one connection, reused"
+            );
+            proxy.shutdown().await;
+        }
+    }
+}
+
+/// Concurrent first requests to a destination that negotiates, under
+/// `MaxConnectionsPerServer: 1`: one negotiates, the others wait for its connection.
+#[tokio::test]
+async fn negotiation_keeps_the_connection_limit() {
+    let connections = Arc::new(AtomicUsize::new(0));
+    let backend = alpn_backend(&[b"http/1.1"], connections.clone()).await;
+    let config = common::simple_config(
+        &[("d1", &format!("https://127.0.0.1:{}", backend.port()))],
+        r#""HttpClient": { "DangerousAcceptAnyServerCertificate": true, "MaxConnectionsPerServer": 1 },"#,
+    );
+    let proxy = common::proxy(&config).await;
+    let client = common::h1_client();
+    let requests = (0..4).map(|i| {
+        let r = client.get(proxy.url(&format!("/c/{i}"))).send();
+        async move { r.await.unwrap().text().await.unwrap() }
+    });
+    let answers = within("the answers", futures_util::future::join_all(requests)).await;
+    for (i, answer) in answers.iter().enumerate() {
+        assert_eq!(
+            answer,
+            &format!("HTTP/1.1 /c/{i} 127.0.0.1:{}", backend.port())
+        );
+    }
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        1,
+        "one connection at most"
+    );
+    proxy.shutdown().await;
 }
 
 #[tokio::test]
@@ -526,7 +651,8 @@ async fn the_binary_trusts_the_roots_in_ssl_cert_file() {
             store.display()
         );
         if trusted {
-            assert_eq!(r.text().await.unwrap(), "HTTP/1.1 /verified");
+            // YARP's default version policy: the destination chose h2 by ALPN.
+            assert_eq!(r.text().await.unwrap(), "HTTP/2.0 /verified");
         }
         child.start_kill().unwrap();
         let _ = child.wait().await;

@@ -1,5 +1,5 @@
 //! The connectors the forwarder's pools open connections with: TCP, and rustls for
-//! `https://` destinations (ALPN `http/1.1` or `h2` by the cluster's version).
+//! `https://` destinations (ALPN `http/1.1`, `h2`, or both, by the cluster's version).
 
 use std::future::Future;
 use std::io;
@@ -68,6 +68,9 @@ fn connector((version, accept_any, tls): ConnectorKind) -> Connector {
     match version {
         UpstreamVersion::Http2 => builder.enable_http2().wrap_connector(TcpConnector(http)),
         UpstreamVersion::Http1 => builder.enable_http1().wrap_connector(TcpConnector(http)),
+        UpstreamVersion::Negotiate => builder
+            .enable_all_versions()
+            .wrap_connector(TcpConnector(http)),
     }
 }
 

@@ -250,10 +250,24 @@ where
         let client_version = request.request.version();
         // Upgrades need HTTP/1.1 to the destination, whatever the cluster's version.
         let upgrade = upgrade::ClientUpgrade::take(&mut request.request);
-        let version = match upgrade {
-            Some(_) => UpstreamVersion::Http1,
-            None => http.version,
-        };
+        let address = dest.address();
+        let pool = self.pools.pool_for(&pool::Target {
+            scheme: &address.scheme,
+            authority: &address.authority,
+            version: match upgrade {
+                Some(_) => UpstreamVersion::Http1,
+                None => http.version,
+            },
+            accept_any_certificate: http.accept_any_certificate,
+            tls: http.tls_versions,
+            upgrade: upgrade.is_some(),
+            limit: http
+                .max_connections_per_server
+                .map(|max| (&**dest.state(), max)),
+        });
+        // What the request is shaped for (where the version is negotiated, what the
+        // destination chose last).
+        let version = pool.version();
         // The request is rewritten where it lies and its body wrapped once: each move
         // of a request is a `memcpy` of a few hundred bytes.
         let rewritten = outgoing(&mut request.request, &request.context, destination, version);
@@ -261,8 +275,8 @@ where
         match rewritten {
             Ok(()) => {
                 let gate = match version {
-                    UpstreamVersion::Http1 => expect::hold_back(&mut req),
                     UpstreamVersion::Http2 => None,
+                    _ => expect::hold_back(&mut req),
                 };
                 let body_limit = context.limits().max_request_body_size;
                 // Only a request with a body can make progress after it is sent.
@@ -272,23 +286,7 @@ where
                     UpstreamBody::new(RequestBody::new(body, body_limit), gate.clone())
                         .with_progress(progress.clone())
                 });
-                let dest = &context.cluster().destinations()[destination];
-                let address = dest.address();
-                let limit = http
-                    .max_connections_per_server
-                    .map(|max| (&**dest.state(), max));
-                let upstream = self.pools.send(
-                    outgoing,
-                    pool::Target {
-                        scheme: &address.scheme,
-                        authority: &address.authority,
-                        version,
-                        accept_any_certificate: http.accept_any_certificate,
-                        tls: http.tls_versions,
-                        upgrade: upgrade.is_some(),
-                        limit,
-                    },
-                );
+                let upstream = pool.send(outgoing, upgrade.is_some());
                 ResponseFuture::sending(
                     upstream,
                     guard,
@@ -412,8 +410,8 @@ fn outgoing<B>(
             original_host.or_else(|| configured.cloned())
         } else {
             match version {
-                UpstreamVersion::Http1 => Some(dest.host_header().clone()),
                 UpstreamVersion::Http2 => configured.cloned(),
+                _ => Some(dest.host_header().clone()),
             }
         };
         match host {
@@ -429,8 +427,8 @@ fn outgoing<B>(
     *request.uri_mut() = outgoing_uri;
     *request.headers_mut() = headers;
     *request.version_mut() = match version {
-        UpstreamVersion::Http1 => Version::HTTP_11,
         UpstreamVersion::Http2 => Version::HTTP_2,
+        _ => Version::HTTP_11,
     };
     Ok(())
 }

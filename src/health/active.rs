@@ -338,13 +338,24 @@ impl Prober {
         else {
             return Some(false);
         };
+        let pool = self.pools.pool_for(&pool::Target {
+            scheme: &scheme,
+            authority: &authority,
+            version: plan.http.version,
+            accept_any_certificate: plan.http.accept_any_certificate,
+            tls: plan.http.tls_versions,
+            upgrade: false,
+            // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
+            // where they go through a client of their own).
+            limit: None,
+        });
         // HTTP/1.1 sends the origin form, HTTP/2 the absolute URI.
-        *request.version_mut() = match plan.http.version {
+        *request.version_mut() = match pool.version() {
             UpstreamVersion::Http2 => {
                 *request.uri_mut() = uri;
                 Version::HTTP_2
             }
-            UpstreamVersion::Http1 => {
+            _ => {
                 *request.uri_mut() = uri
                     .path_and_query()
                     .cloned()
@@ -360,20 +371,7 @@ impl Prober {
             headers.insert(HOST, host.clone());
         }
         let deadline = Instant::now() + plan.settings.timeout;
-        let exchange = self.pools.send(
-            request,
-            pool::Target {
-                scheme: &scheme,
-                authority: &authority,
-                version: plan.http.version,
-                accept_any_certificate: plan.http.accept_any_certificate,
-                tls: plan.http.tls_versions,
-                upgrade: false,
-                // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
-                // where they go through a client of their own).
-                limit: None,
-            },
-        );
+        let exchange = pool.send(request, false);
         let sent = pool::status_of(exchange, DRAIN_LIMIT);
         match tokio::time::timeout_at(deadline, sent).await {
             Ok(Ok(status)) => {

@@ -20,6 +20,9 @@ pub enum UpstreamVersion {
     Http1,
     /// HTTP/2: prior knowledge on `http://`, ALPN `h2` on `https://`.
     Http2,
+    /// What the destination chooses: ALPN `h2` and `http/1.1` offered on `https://`,
+    /// HTTP/1.1 on `http://` (.NET's rule where the version policy allows both).
+    Negotiate,
 }
 
 impl UpstreamVersion {
@@ -29,23 +32,23 @@ impl UpstreamVersion {
     /// | Version, policy | `http://` | `https://` |
     /// |---|---|---|
     /// | `1.x`, `OrLower` or `Exact` | HTTP/1.1 | HTTP/1.1 |
-    /// | `1.x`, `OrHigher` | HTTP/1.1 | HTTP/1.1 (see below) |
-    /// | `2`, `OrLower` (the default) | HTTP/1.1 | HTTP/1.1 (see below) |
+    /// | `1.x`, `OrHigher` | HTTP/1.1 | HTTP/2 or HTTP/1.1 by ALPN |
+    /// | `2`, `OrLower` (the default) | HTTP/1.1 | HTTP/2 or HTTP/1.1 by ALPN |
     /// | `2`, `Exact` or `OrHigher` | HTTP/2, prior knowledge (h2c) | HTTP/2 (ALPN `h2` only) |
     ///
-    /// On `http://` this is exactly .NET's rule (no h2c unless the policy forbids going
-    /// lower). Where the policy allows both versions on `https://`, .NET offers `h2`
-    /// and `http/1.1` by ALPN and uses what the destination picks; fuseway does not
-    /// negotiate yet and uses HTTP/1.1, which every destination speaks and the policy
-    /// allows. Ask for HTTP/2 with `Exact` (or `OrHigher`). So for now one rule serves
-    /// both schemes.
+    /// Where both versions are allowed ([`Negotiate`](Self::Negotiate)), a new
+    /// `https://` connection offers `h2` and `http/1.1` and speaks what the destination
+    /// picks; once a destination has picked `http/1.1`, its later connections offer only
+    /// that (as .NET stops trying HTTP/2 with a server that declined it), and requests
+    /// are shaped for the version the destination last chose.
     ///
     /// ```
     /// use fuseway::config::{HttpVersion, HttpVersionPolicy as P};
     /// use fuseway::state::UpstreamVersion as V;
-    /// assert_eq!(V::resolve(HttpVersion::Http2, P::RequestVersionOrLower), V::Http1);
+    /// assert_eq!(V::resolve(HttpVersion::Http2, P::RequestVersionOrLower), V::Negotiate);
     /// assert_eq!(V::resolve(HttpVersion::Http2, P::RequestVersionExact), V::Http2);
-    /// assert_eq!(V::resolve(HttpVersion::Http11, P::RequestVersionOrHigher), V::Http1);
+    /// assert_eq!(V::resolve(HttpVersion::Http11, P::RequestVersionOrHigher), V::Negotiate);
+    /// assert_eq!(V::resolve(HttpVersion::Http11, P::RequestVersionOrLower), V::Http1);
     /// ```
     pub fn resolve(version: HttpVersion, policy: HttpVersionPolicy) -> Self {
         match (version, policy) {
@@ -53,6 +56,8 @@ impl UpstreamVersion {
             | (HttpVersion::Http2, HttpVersionPolicy::RequestVersionOrHigher) => {
                 UpstreamVersion::Http2
             }
+            (HttpVersion::Http2, HttpVersionPolicy::RequestVersionOrLower)
+            | (_, HttpVersionPolicy::RequestVersionOrHigher) => UpstreamVersion::Negotiate,
             _ => UpstreamVersion::Http1,
         }
     }

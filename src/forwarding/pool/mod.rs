@@ -19,6 +19,11 @@
 //!   gets an idempotent body-less request once more, on a new connection ([`Replay`]).
 //! - **HTTP/2 connections are shared**: one per pool, driven by its own task; each
 //!   request is one boxed exchange.
+//! - **Negotiated versions** (`https://` where the version policy allows HTTP/2 and
+//!   HTTP/1.1): a new connection offers both by ALPN ([`Negotiating`]); the request
+//!   goes on as whichever exchange the destination chose, and the pool remembers the
+//!   choice: later requests are shaped for it ([`Pool::version`]), HTTP/1.1 connections
+//!   then offer `http/1.1` only, and a new HTTP/2 connection negotiates again.
 //! - **Upgrades** (WebSockets) get a connection of their own, driven by a task that
 //!   hands the upgraded stream over on `101`.
 //! - A destination whose cluster sets `MaxConnectionsPerServer` has **one pool for the
@@ -37,7 +42,7 @@ use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -48,6 +53,7 @@ use http::{Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
+use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
@@ -213,11 +219,14 @@ impl Eq for Key {}
 
 impl std::hash::Hash for Key {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let version: u8 = match self.version {
+            UpstreamVersion::Http1 => 0,
+            UpstreamVersion::Http2 => 1,
+            UpstreamVersion::Negotiate => 2,
+        };
         state.write(self.authority.as_str().as_bytes());
         state.write_u8(
-            u8::from(self.https)
-                | u8::from(self.version == UpstreamVersion::Http2) << 1
-                | u8::from(self.accept_any_certificate) << 2,
+            u8::from(self.https) | version << 1 | u8::from(self.accept_any_certificate) << 3,
         );
     }
 }
@@ -276,30 +285,28 @@ impl<B: SendBody> Pools<B> {
     }
 
     /// Start sending `request` to `to` (an upgrade on a connection of its own). The
-    /// request's URI is sent as it is: origin-form for HTTP/1.1, absolute for HTTP/2.
+    /// request's URI is sent as it is: origin-form for HTTP/1.1, absolute for HTTP/2
+    /// (see [`Pool::version`] for the pools that negotiate it).
     pub(crate) fn send(&self, request: Request<B>, to: Target<'_>) -> BoxExchange {
-        let Target {
-            scheme,
-            authority,
-            version,
-            accept_any_certificate,
-            tls,
-            upgrade,
-            limit,
-        } = to;
+        self.pool_for(&to).send(request, to.upgrade)
+    }
+
+    /// The pool `to` goes to (made when first asked for).
+    pub(crate) fn pool_for(&self, to: &Target<'_>) -> Arc<Pool<B>> {
+        let https = *to.scheme == Scheme::HTTPS;
         let key = Key {
-            https: *scheme == Scheme::HTTPS,
-            authority: authority.clone(),
-            version,
-            accept_any_certificate,
-            // Plain connections share a pool whatever the TLS setting.
-            tls: if *scheme == Scheme::HTTPS {
-                tls
-            } else {
-                TlsVersions::Both
+            https,
+            authority: to.authority.clone(),
+            // Nothing to negotiate without TLS: .NET speaks HTTP/1.1 there.
+            version: match to.version {
+                UpstreamVersion::Negotiate if !https => UpstreamVersion::Http1,
+                version => version,
             },
+            accept_any_certificate: to.accept_any_certificate,
+            // Plain connections share a pool whatever the TLS setting.
+            tls: if https { to.tls } else { TlsVersions::Both },
         };
-        let pool = match limit {
+        match to.limit {
             None => self.pool(key),
             Some((destination, max)) => {
                 let pool = destination.shared_pool(
@@ -312,11 +319,6 @@ impl<B: SendBody> Pools<B> {
                 }
                 pool
             }
-        };
-        match (version, upgrade) {
-            (_, true) => upgrade_exchange(&pool, request),
-            (UpstreamVersion::Http1, false) => pool.checkout_h1(request),
-            (UpstreamVersion::Http2, false) => h2_exchange(&pool, request),
         }
     }
 
@@ -336,11 +338,15 @@ impl<B: SendBody> Pools<B> {
     }
 
     fn new_pool(&self, key: Key, limit: Option<Arc<Limit>>) -> Pool<B> {
-        let connector = self
-            .connectors
-            .get((key.version, key.accept_any_certificate, key.tls));
+        let connector = |version| {
+            self.connectors
+                .get((version, key.accept_any_certificate, key.tls))
+        };
         Pool {
-            connector,
+            connector: connector(key.version),
+            h1_connector: (key.version == UpstreamVersion::Negotiate)
+                .then(|| connector(UpstreamVersion::Http1)),
+            learned: AtomicU8::new(UNKNOWN),
             target: format!(
                 "{}://{}",
                 if key.https { "https" } else { "http" },
@@ -407,8 +413,14 @@ fn sweep<B>(pools: &mut HashMap<Key, Arc<Pool<B>>, FxBuild>) {
 }
 
 /// The connections to one destination authority.
-struct Pool<B> {
+pub(crate) struct Pool<B> {
     connector: Connector,
+    /// A pool that negotiates the version: the connector offering `http/1.1` only,
+    /// for new HTTP/1.1 connections once the destination has chosen that.
+    h1_connector: Option<Connector>,
+    /// A pool that negotiates the version: what the destination chose last
+    /// ([`UNKNOWN`], [`CHOSE_H1`] or [`CHOSE_H2`]).
+    learned: AtomicU8,
     /// `scheme://authority`, what the connector is called with.
     target: Uri,
     key: Key,
@@ -596,26 +608,62 @@ fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant) {
     }
 }
 
+/// [`Pool::learned`]: the destination has not chosen a version yet.
+const UNKNOWN: u8 = 0;
+/// [`Pool::learned`]: the destination chose HTTP/1.1 (or offered no ALPN).
+const CHOSE_H1: u8 = 1;
+/// [`Pool::learned`]: the destination chose HTTP/2.
+const CHOSE_H2: u8 = 2;
+
 impl<B: SendBody> Pool<B> {
-    /// Open a connection: TCP (and TLS), then (hyper) the HTTP/1.1 handshake.
-    fn connect_h1(&self, permit: Option<Permit>) -> Connecting<Link<B>> {
-        let io = self.connect_io();
-        if self.native {
-            return Box::pin(async move {
-                Ok(Link::Native {
-                    conn: native::Conn::new(io.await?),
-                    _permit: permit,
-                })
-            });
+    /// The version to shape a request for (never [`UpstreamVersion::Negotiate`]): the
+    /// pool's own, or for a pool that negotiates, what the destination chose last
+    /// (HTTP/1.1 until it has chosen; [`send`](Self::send) reshapes a request whose
+    /// destination turns out to choose otherwise).
+    pub(crate) fn version(&self) -> UpstreamVersion {
+        match self.key.version {
+            UpstreamVersion::Negotiate if self.learned.load(Ordering::Relaxed) == CHOSE_H2 => {
+                UpstreamVersion::Http2
+            }
+            UpstreamVersion::Negotiate => UpstreamVersion::Http1,
+            version => version,
         }
-        Box::pin(async move {
-            let (sender, connection) = http1::Builder::new().handshake(io.await?).await?;
-            Ok(Link::Open {
-                sender,
-                connection: Some(Box::pin(connection)),
-                _permit: permit,
-            })
-        })
+    }
+
+    /// Start sending `request` (an upgrade on a connection of its own), shaped for
+    /// [`version`](Self::version).
+    pub(crate) fn send(self: &Arc<Self>, request: Request<B>, upgrade: bool) -> BoxExchange {
+        match (self.key.version, upgrade) {
+            (_, true) => upgrade_exchange(self, request),
+            (UpstreamVersion::Http1, false) => self.checkout_h1(request),
+            (UpstreamVersion::Http2, false) => h2_exchange(self, request),
+            (UpstreamVersion::Negotiate, false) => match self.learned.load(Ordering::Relaxed) {
+                CHOSE_H1 => self.checkout_h1(shape(request, UpstreamVersion::Http1, &self.target)),
+                CHOSE_H2 => h2_exchange(self, shape(request, UpstreamVersion::Http2, &self.target)),
+                _ => Negotiating::start(self, request),
+            },
+        }
+    }
+
+    /// Open a connection: TCP (and TLS; ALPN `http/1.1` only, also in a pool that
+    /// negotiates), then (hyper) the HTTP/1.1 handshake.
+    fn connect_h1(&self, permit: Option<Permit>) -> Connecting<Link<B>> {
+        let io = self.connect_io_with(self.h1_connector.as_ref().unwrap_or(&self.connector));
+        let native = self.native;
+        Box::pin(async move { h1_link(io.await?, permit, native).await })
+    }
+
+    /// An HTTP/1.1 exchange for `request` on `link` (a new connection).
+    fn h1_on(self: &Arc<Self>, link: Link<B>, request: Request<B>) -> BoxExchange {
+        if self.native {
+            return native::Native::on_link(self, link, request);
+        }
+        H1::on_link(
+            self,
+            link,
+            request,
+            |sender: &mut http1::SendRequest<B>, request| sender.try_send_request(request),
+        )
     }
 
     /// A new connection, or (at the pool's limit) a place in its queue.
@@ -650,8 +698,15 @@ impl<B: SendBody> Pool<B> {
     }
 
     fn connect_io(&self) -> impl Future<Output = Result<Io, BoxError>> + Send + 'static {
+        self.connect_io_with(&self.connector)
+    }
+
+    fn connect_io_with(
+        &self,
+        connector: &Connector,
+    ) -> impl Future<Output = Result<Io, BoxError>> + Send + 'static {
         self.opened.fetch_add(1, Ordering::Relaxed);
-        let mut connector = self.connector.clone();
+        let mut connector = connector.clone();
         connector.call(self.target.clone())
     }
 
@@ -692,12 +747,7 @@ impl<B: SendBody> Pool<B> {
                 connection.as_mut().start(request);
                 connection
             }
-            None if self.native => native::Native::connecting(self, request),
-            None => H1::connecting(
-                self,
-                request,
-                |sender: &mut http1::SendRequest<B>, request| sender.try_send_request(request),
-            ),
+            None => self.h1_on(self.new_link(), request),
         }
     }
 
@@ -861,12 +911,12 @@ where
     F: Future<Output = Result<Response<Incoming>, http1_error::TrySend<B>>> + Send + 'static,
     S: Fn(&mut http1::SendRequest<B>, Request<B>) -> F + Send + Copy + 'static,
 {
-    /// An exchange for `request` on a new connection, or waiting for one at the
-    /// pool's limit (the one allocation a pooled connection costs).
-    fn connecting(pool: &Arc<Pool<B>>, request: Request<B>, send: S) -> BoxExchange {
+    /// An exchange for `request` on `link`: a new connection, or a wait for one at
+    /// the pool's limit (the one allocation a pooled connection costs).
+    fn on_link(pool: &Arc<Pool<B>>, link: Link<B>, request: Request<B>, send: S) -> BoxExchange {
         Box::pin(H1 {
             pool: Arc::downgrade(pool),
-            link: pool.new_link(),
+            link,
             pending: Some(request),
             in_flight: None,
             send,
@@ -1186,8 +1236,9 @@ pin_project! {
     }
 }
 
+/// An HTTP/2 exchange on the pool's shared connection, or on a new one (in a pool
+/// that negotiates, a new connection negotiates again).
 fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExchange {
-    let send = |sender: &mut http2::SendRequest<B>, request| sender.send_request(request);
     let shared = pool
         .shared
         .lock()
@@ -1195,6 +1246,26 @@ fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExch
         .as_ref()
         .filter(|s| !s.is_closed())
         .cloned();
+    match shared {
+        Some(sender) => h2(Ok(sender), request),
+        None if pool.key.version == UpstreamVersion::Negotiate => Negotiating::start(pool, request),
+        None => {
+            let io = pool.connect_io();
+            let pool = pool.clone();
+            h2(
+                Err(Box::pin(async move { h2_handshake(pool, io.await?).await })),
+                request,
+            )
+        }
+    }
+}
+
+/// An HTTP/2 exchange for `request` on `sender`, or on the connection `connecting`.
+fn h2<B: SendBody>(
+    sender: Result<http2::SendRequest<B>, Connecting<http2::SendRequest<B>>>,
+    request: Request<B>,
+) -> BoxExchange {
+    let send = |sender: &mut http2::SendRequest<B>, request| sender.send_request(request);
     let mut exchange = H2 {
         connecting: None,
         pending: None,
@@ -1202,32 +1273,225 @@ fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExch
         send,
         timer: Deadline::new(),
     };
-    match shared {
-        Some(mut sender) => exchange.in_flight = Some(send(&mut sender, request)),
-        None => {
-            exchange.connecting = Some(connect_h2(pool));
+    match sender {
+        Ok(mut sender) => exchange.in_flight = Some(send(&mut sender, request)),
+        Err(connecting) => {
+            exchange.connecting = Some(connecting);
             exchange.pending = Some(request);
         }
     }
     Box::pin(exchange)
 }
 
-fn connect_h2<B: SendBody>(pool: &Arc<Pool<B>>) -> Connecting<http2::SendRequest<B>> {
-    let io = pool.connect_io();
-    let pool = pool.clone();
-    Box::pin(async move {
-        let (sender, connection) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .handshake(io.await?)
-            .await?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "HTTP/2 connection to a destination ended");
-            }
+/// The HTTP/2 handshake on `io`; the connection is driven by a task of its own and
+/// becomes `pool`'s shared one.
+async fn h2_handshake<B: SendBody>(
+    pool: Arc<Pool<B>>,
+    io: Io,
+) -> Result<http2::SendRequest<B>, BoxError> {
+    let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .handshake(io)
+        .await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "HTTP/2 connection to a destination ended");
+        }
+    });
+    *pool.shared.lock().expect("pool lock") = Some(sender.clone());
+    Ok(sender)
+}
+
+/// An HTTP/1.1 connection on `io`: fuseway's codec (`native`) or hyper's handshake.
+async fn h1_link<B: SendBody>(
+    io: Io,
+    permit: Option<Permit>,
+    native: bool,
+) -> Result<Link<B>, BoxError> {
+    if native {
+        return Ok(Link::Native {
+            conn: native::Conn::new(io),
+            _permit: permit,
         });
-        *pool.shared.lock().expect("pool lock") = Some(sender.clone());
-        Ok(sender)
+    }
+    let (sender, connection) = http1::Builder::new().handshake(io).await?;
+    Ok(Link::Open {
+        sender,
+        connection: Some(Box::pin(connection)),
+        _permit: permit,
     })
+}
+
+// ---- Negotiated by ALPN ----
+
+pin_project! {
+    /// A request on a new connection of a pool that negotiates the version: the
+    /// connection offers `h2` and `http/1.1`, and once the destination has chosen, the
+    /// request goes on as an HTTP/2 or HTTP/1.1 exchange on it (reshaped if it was
+    /// shaped for the other version), and the pool remembers the choice.
+    struct Negotiating<B> {
+        pool: Arc<Pool<B>>,
+        connecting: Option<Connecting<Io>>,
+        // The connection's place under the pool's limit, if it turns out HTTP/1.1.
+        permit: Option<Permit>,
+        request: Option<Request<B>>,
+        then: Option<BoxExchange>,
+        #[pin]
+        timer: Deadline,
+    }
+}
+
+impl<B: SendBody> Negotiating<B> {
+    fn start(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExchange {
+        let permit = match &pool.limit {
+            None => None,
+            Some(limit) => match limit.try_open() {
+                Some(permit) => Some(permit),
+                // At the limit: wait for an HTTP/1.1 connection like the others.
+                None => {
+                    return pool.checkout_h1(shape(request, UpstreamVersion::Http1, &pool.target))
+                }
+            },
+        };
+        Box::pin(Negotiating {
+            pool: pool.clone(),
+            connecting: Some(Box::pin(pool.connect_io())),
+            permit,
+            request: Some(request),
+            then: None,
+            timer: Deadline::new(),
+        })
+    }
+}
+
+impl<B: SendBody> Exchange for Negotiating<B> {
+    fn poll_response(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<ResponseBody>, BoxError>> {
+        let this = self.project();
+        if let Some(connecting) = this.connecting.as_mut() {
+            let io = std::task::ready!(connecting.as_mut().poll(cx));
+            *this.connecting = None;
+            let io = io?;
+            let h2 = io.connected().is_negotiated_h2();
+            let pool = &*this.pool;
+            pool.learned
+                .store(if h2 { CHOSE_H2 } else { CHOSE_H1 }, Ordering::Relaxed);
+            let Some(request) = this.request.take() else {
+                return Poll::Ready(Err("the exchange was polled after its response".into()));
+            };
+            *this.then = Some(if h2 {
+                drop(this.permit.take());
+                let connecting = Box::pin(h2_handshake(pool.clone(), io));
+                self::h2(
+                    Err(connecting),
+                    shape(request, UpstreamVersion::Http2, &pool.target),
+                )
+            } else {
+                let link = Link::Connecting(Box::pin(h1_link(io, this.permit.take(), pool.native)));
+                pool.h1_on(link, shape(request, UpstreamVersion::Http1, &pool.target))
+            });
+        }
+        match this.then {
+            Some(then) => then.as_mut().poll_response(cx),
+            None => Poll::Ready(Err("the exchange was polled after its response".into())),
+        }
+    }
+
+    fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) {
+        if let Some(then) = self.project().then {
+            then.as_mut().poll_connection(cx);
+        }
+    }
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.project().then {
+            Some(then) => then.as_mut().poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn body_ended(&self) -> bool {
+        self.then.as_ref().is_none_or(|then| then.body_ended())
+    }
+
+    fn poll_deadline(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
+        let this = self.project();
+        match this.then {
+            Some(then) => then.as_mut().poll_deadline(cx, deadline),
+            None => this.timer.poll_until(cx, deadline),
+        }
+    }
+
+    fn finish(mut self: Pin<Box<Self>>, reusable: bool) {
+        if let Some(then) = self.as_mut().project().then.take() {
+            then.finish(reusable);
+        }
+    }
+}
+
+/// `request`, shaped for HTTP/1.1 or HTTP/2 (as its version says), reshaped for `to`
+/// on a connection to `target` (`scheme://authority`): HTTP/2 takes the absolute URI
+/// (a `Host` equal to the authority goes: it is `:authority`), HTTP/1.1 the origin form
+/// and a `Host` (the authority, unless one is set). A body held back for
+/// `Expect: 100-continue` goes at once on HTTP/2.
+fn shape<B>(mut request: Request<B>, to: UpstreamVersion, target: &Uri) -> Request<B> {
+    let is_h2 = request.version() == http::Version::HTTP_2;
+    match to {
+        UpstreamVersion::Http2 if !is_h2 => {
+            let mut parts = http::uri::Parts::default();
+            parts.scheme = target.scheme().cloned();
+            parts.authority = target.authority().cloned();
+            parts.path_and_query = Some(
+                request
+                    .uri()
+                    .path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+            );
+            if let Ok(uri) = Uri::from_parts(parts) {
+                *request.uri_mut() = uri;
+            }
+            let authority = target.authority().map_or("", |a| a.as_str());
+            let headers = request.headers_mut();
+            if headers
+                .get(http::header::HOST)
+                .is_some_and(|h| h.as_bytes() == authority.as_bytes())
+            {
+                headers.remove(http::header::HOST);
+            }
+            *request.version_mut() = http::Version::HTTP_2;
+            if let Some(gate) = request
+                .extensions()
+                .get::<crate::forwarding::expect::ContinueGate>()
+            {
+                gate.0.continued();
+            }
+        }
+        UpstreamVersion::Http1 | UpstreamVersion::Negotiate if is_h2 => {
+            let origin = request
+                .uri()
+                .path_and_query()
+                .cloned()
+                .map_or_else(|| Uri::from_static("/"), Uri::from);
+            *request.uri_mut() = origin;
+            if !request.headers().contains_key(http::header::HOST) {
+                if let Some(host) = target
+                    .authority()
+                    .and_then(|a| http::HeaderValue::from_str(a.as_str()).ok())
+                {
+                    request.headers_mut().insert(http::header::HOST, host);
+                }
+            }
+            *request.version_mut() = http::Version::HTTP_11;
+        }
+        _ => {}
+    }
+    request
 }
 
 impl<B, F, S> Exchange for H2<B, F, S>
@@ -1506,6 +1770,64 @@ mod tests {
         let mut h2 = key("a.example:80");
         h2.version = UpstreamVersion::Http2;
         assert_ne!(key("a.example:80"), h2);
-        assert_ne!(build.hash_one(key("a.example:80")), build.hash_one(h2));
+        assert_ne!(
+            build.hash_one(key("a.example:80")),
+            build.hash_one(h2.clone())
+        );
+        let mut negotiate = key("a.example:80");
+        negotiate.version = UpstreamVersion::Negotiate;
+        assert_ne!(h2, negotiate);
+        assert_ne!(build.hash_one(h2), build.hash_one(negotiate));
+    }
+
+    #[test]
+    fn requests_are_reshaped_for_the_version_a_destination_chose() {
+        let target: Uri = "https://d.example:8443".parse().unwrap();
+        let h1 = |host: Option<&'static str>| {
+            let mut r = Request::builder()
+                .uri("/p?q=1")
+                .version(http::Version::HTTP_11);
+            if let Some(host) = host {
+                r = r.header(http::header::HOST, host);
+            }
+            r.body(Empty::<Bytes>::new()).unwrap()
+        };
+        // HTTP/1.1 -> HTTP/2: the absolute URI; a `Host` that is the authority goes.
+        let r = shape(h1(Some("d.example:8443")), UpstreamVersion::Http2, &target);
+        assert_eq!(r.version(), http::Version::HTTP_2);
+        assert_eq!(r.uri(), "https://d.example:8443/p?q=1");
+        assert!(r.headers().get(http::header::HOST).is_none());
+        // Another `Host` (configured, or the client's) stays.
+        let r = shape(h1(Some("other.example")), UpstreamVersion::Http2, &target);
+        assert_eq!(r.headers()[http::header::HOST], "other.example");
+        // HTTP/2 -> HTTP/1.1: the origin form, `Host` the authority unless set.
+        let h2 = shape(h1(None), UpstreamVersion::Http2, &target);
+        let r = shape(h2, UpstreamVersion::Http1, &target);
+        assert_eq!(r.version(), http::Version::HTTP_11);
+        assert_eq!(r.uri(), "/p?q=1");
+        assert_eq!(r.headers()[http::header::HOST], "d.example:8443");
+        let h2 = shape(h1(Some("other.example")), UpstreamVersion::Http2, &target);
+        let r = shape(h2, UpstreamVersion::Http1, &target);
+        assert_eq!(r.headers()[http::header::HOST], "other.example");
+        // Already shaped: unchanged.
+        let r = shape(h1(Some("x")), UpstreamVersion::Http1, &target);
+        assert_eq!(
+            (r.uri().to_string().as_str(), r.version()),
+            ("/p?q=1", http::Version::HTTP_11)
+        );
+    }
+
+    #[test]
+    fn a_held_back_body_goes_at_once_on_http2() {
+        let target: Uri = "https://d.example".parse().unwrap();
+        let mut request = Request::builder()
+            .uri("/upload")
+            .header(http::header::EXPECT, "100-continue")
+            .body(Full::new(Bytes::from_static(b"body")))
+            .unwrap();
+        let gate = crate::forwarding::expect::hold_back(&mut request).expect("held back");
+        let _ = shape(request, UpstreamVersion::Http2, &target);
+        // Open: a final response no longer finds the body held back.
+        assert!(gate.final_response().is_none());
     }
 }

@@ -129,12 +129,12 @@ struct Inner<B> {
 }
 
 impl<B: SendBody> Native<B> {
-    /// An exchange for `request` on a new connection, or waiting for one at the
-    /// pool's limit (the one allocation a pooled connection costs).
-    pub(super) fn connecting(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExchange {
+    /// An exchange for `request` on `link`: a new connection, or a wait for one at
+    /// the pool's limit (the one allocation a pooled connection costs).
+    pub(super) fn on_link(pool: &Arc<Pool<B>>, link: Link<B>, request: Request<B>) -> BoxExchange {
         let mut inner = Inner {
             pool: Arc::downgrade(pool),
-            link: pool.new_link(),
+            link,
             reused: false,
             out: Outgoing::default(),
             body: None,
