@@ -251,13 +251,17 @@ impl Drain {
     /// keeps the connection's `permit` (its place under the listener's connection
     /// limit) until the connection ends.
     pub(crate) fn signal(&self, permit: Option<OwnedSemaphorePermit>) -> Signal {
-        let mut table = self.shared.lock();
+        Drain::signal_on(&self.shared, permit)
+    }
+
+    fn signal_on(shared: &Arc<Shared>, permit: Option<OwnedSemaphorePermit>) -> Signal {
+        let mut table = shared.lock();
         table.live += 1;
         let slot = table.take();
         table.slot(slot).permit = permit;
         drop(table);
         Signal {
-            shared: self.shared.clone(),
+            shared: shared.clone(),
             slot,
             registered: false,
         }
@@ -426,10 +430,16 @@ impl Signal {
         }
     }
 
-    /// The connection moves to another task: the next poll registers that task's
-    /// waker (shutdown and deadlines wake it, not the task that ended).
-    pub(crate) fn hand_over(&mut self) {
-        self.registered = false;
+    /// Another connection's signal on the same listener (counted from now on), keeping
+    /// `permit` (see [`Drain::signal`]).
+    pub(crate) fn sibling(&self, permit: Option<OwnedSemaphorePermit>) -> Signal {
+        Drain::signal_on(&self.shared, permit)
+    }
+
+    /// The connection's place under the listener's connection limit, taken out (it
+    /// moves with the connection; the signal no longer releases it).
+    pub(crate) fn take_permit(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.shared.lock().slot(self.slot).permit.take()
     }
 }
 

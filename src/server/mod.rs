@@ -722,11 +722,21 @@ async fn accept_loop<S>(
         // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
         .enable_connect_protocol();
     let graceful = drain::Drain::new(options.header_read_timeout);
+    // The native engine's in-flight slots, shared by the listener's connections; plain
+    // TCP connections park in a lot when idle.
+    let slots = match (&tls, options.http1_engine) {
+        (None, Http1Engine::Native) => native::slots_with_lot(
+            options.clone(),
+            service.clone(),
+            local,
+            graceful.signal(None),
+        ),
+        _ => native::Slots::new(options.clone()),
+    };
     let shared = Shared {
         builder: Arc::new(builder),
         options: options.clone(),
-        // The native engine's in-flight slots, shared by the listener's connections.
-        slots: native::Slots::new(options.clone()),
+        slots,
     };
     loop {
         let (stream, remote) = tokio::select! {

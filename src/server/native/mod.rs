@@ -15,12 +15,19 @@
 //! A `101` hands the socket, and whatever was read past the head, to the tunnel.
 //!
 //! A plain TCP connection that has waited [`PARK_AFTER`] for its next request with
-//! nothing in hand parks: its task ends and a smaller one ([`Parked`]: the socket, the
-//! service, the drain signal) waits for the socket to become readable, then starts a
-//! new connection task. The header read timeout still counts from the end of the
-//! previous response, and shutdown closes a parked connection as it does a waiting one.
+//! nothing in hand parks: its task ends and its socket waits in the listener's
+//! [`lot`] (64 bytes, no task), which starts a new connection task when the socket
+//! becomes readable. The header read timeout still counts from the end of the previous
+//! response, and shutdown closes a parked connection as it does a waiting one.
 
 mod channel;
+#[cfg(unix)]
+mod lot;
+#[cfg(not(unix))]
+mod lot {
+    //! Connections park only where an epoll (kqueue) set can hold them.
+    pub(crate) struct Lot;
+}
 
 use std::any::{Any, TypeId};
 use std::future::{poll_fn, Future};
@@ -167,6 +174,8 @@ pin_project_lite::pin_project! {
 pub(crate) struct Slots<F, B> {
     free: Mutex<Vec<Slot<F, B>>>,
     options: Arc<ServerOptions>,
+    /// Where the listener's idle plain TCP connections park (none: they do not).
+    lot: Option<Arc<lot::Lot>>,
 }
 
 /// One in-flight slot: pinned in its own allocation, reused request after request.
@@ -176,10 +185,16 @@ impl<F, B> Slots<F, B> {
     /// Most slots kept free; more are freed.
     const KEEP: usize = 1024;
 
+    /// The slots of a listener whose connections do not park.
     pub(crate) fn new(options: Arc<ServerOptions>) -> Arc<Self> {
+        Self::with_lot(options, None)
+    }
+
+    fn with_lot(options: Arc<ServerOptions>, lot: Option<Arc<lot::Lot>>) -> Arc<Self> {
         Arc::new(Slots {
             free: Mutex::new(Vec::new()),
             options,
+            lot,
         })
     }
 
@@ -276,7 +291,7 @@ where
         u32::try_from(slots.options.header_read_timeout.as_millis().max(1)).unwrap_or(u32::MAX);
     let timeout = move || Duration::from_millis(timeout_ms.into());
     // Only plain TCP connections park: their readiness is the socket's.
-    let parks = TypeId::of::<I>() == TypeId::of::<TcpStream>();
+    let parks = TypeId::of::<I>() == TypeId::of::<TcpStream>() && slots.lot.is_some();
     async move {
         use hyper::service::Service as _;
         // Requests' locals live in blocks that end before the next suspension point, and
@@ -309,9 +324,7 @@ where
                         Waited::Head(head) => head,
                         Waited::Closed => return,
                         Waited::Park => {
-                            // (`lent` borrows `slots` until the task ends.)
-                            let slots = Arc::clone(&slots);
-                            park(conn.io, service, slots, drain, timeout() - PARK_AFTER);
+                            park(conn.io, &service, &slots, drain, timeout() - PARK_AFTER);
                             return;
                         }
                         Waited::TimedOut => {
@@ -451,78 +464,85 @@ enum Wait {
     Counting,
 }
 
-/// End the connection's task and wait for its next request in a smaller one: an idle
-/// keep-alive connection's task is then ~half the size, with no in-flight state.
-/// `rest`: what is left of the header read timeout.
+/// End the connection's task; its socket waits for the next request in the
+/// listener's lot. `rest`: what is left of the header read timeout.
 fn park<I: Io, P: ServeService>(
     io: I,
-    service: Served<P>,
-    slots: Arc<Slots<CallOf<P>, ServedBody>>,
+    service: &Served<P>,
+    slots: &Slots<CallOf<P>, ServedBody>,
     mut drain: Signal,
     rest: Duration,
 ) {
-    let mut io = Some(io);
-    // Only a `TcpStream` parks (`parks` in `serve_connection`).
-    let Some(io) = (&mut io as &mut dyn Any)
-        .downcast_mut::<Option<TcpStream>>()
-        .and_then(Option::take)
-    else {
-        return;
-    };
-    drain.restart(rest);
-    drain.hand_over();
-    // The native engine's service has no activity record (`serve_known`).
-    let Served { inner, info, .. } = service;
-    tokio::spawn(Parked {
-        connection: Some((io, inner, info, slots, drain)),
-    });
-}
-
-/// A parked connection: its socket and what serving it again takes. It resumes (a
-/// new connection task) when the socket becomes readable, and closes at the header
-/// read timeout or on shutdown.
-struct Parked<P: ServeService> {
-    #[allow(clippy::type_complexity)]
-    connection: Option<(
-        TcpStream,
-        P,
-        crate::request::ConnectionInfo,
-        Arc<Slots<CallOf<P>, ServedBody>>,
-        Signal,
-    )>,
-}
-
-// Nothing in a parked connection is pinned.
-impl<P: ServeService> Unpin for Parked<P> {}
-
-impl<P: ServeService> Future for Parked<P> {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self.get_mut();
-        let Some((io, _, _, _, drain)) = &mut this.connection else {
-            return Poll::Ready(());
+    #[cfg(unix)]
+    {
+        let mut io = Some(io);
+        // Only a `TcpStream` parks (`parks` in `serve_connection`).
+        let (Some(lot), Some(io)) = (
+            &slots.lot,
+            (&mut io as &mut dyn Any)
+                .downcast_mut::<Option<TcpStream>>()
+                .and_then(Option::take),
+        ) else {
+            return;
         };
-        if drain.poll_draining(cx) {
-            return Poll::Ready(());
-        }
-        match io.poll_read_ready(cx) {
-            Poll::Ready(Ok(())) => {
-                let (io, inner, info, slots, mut drain) =
-                    this.connection.take().expect("checked above");
-                drain.hand_over();
-                let service = Served {
-                    inner,
-                    info,
-                    activity: None,
-                };
-                tokio::spawn(serve_connection(io, service, slots, drain, true));
-                Poll::Ready(())
-            }
-            Poll::Ready(Err(_)) => Poll::Ready(()),
-            Poll::Pending => drain.poll_deadline(cx, None),
-        }
+        // The connection's place under the limit goes with it; its drain slot is
+        // given back (the lot's task answers shutdown for it).
+        let permit = drain.take_permit();
+        drop(drain);
+        lot.park(io, service.info.remote, permit, rest);
     }
+    #[cfg(not(unix))]
+    let _ = (io, service, slots, drain, rest);
+}
+
+/// Slots for a listener's plain TCP connections on this worker, with a lot their idle
+/// keep-alive connections park in, watched by a task of its own that `signal` (the
+/// listener's) ends on shutdown. Without an epoll set, slots whose connections do not
+/// park.
+pub(crate) fn slots_with_lot<P: ServeService>(
+    options: Arc<ServerOptions>,
+    service: P,
+    local: std::net::SocketAddr,
+    signal: Signal,
+) -> Arc<Slots<CallOf<P>, ServedBody>> {
+    #[cfg(unix)]
+    if let Some((lot, poll)) = lot::Lot::new() {
+        let slots = Slots::with_lot(options, Some(lot.clone()));
+        let for_resumed = slots.clone();
+        let resume = move |record: lot::Record, left: Duration, signal: &Signal| {
+            let lot::Record {
+                stream,
+                remote,
+                permit,
+                ..
+            } = record;
+            let Ok(io) = TcpStream::from_std(stream) else {
+                return;
+            };
+            let mut drain = signal.sibling(permit);
+            drain.restart(left);
+            let service = Served {
+                inner: service.clone(),
+                info: crate::request::ConnectionInfo {
+                    remote,
+                    local,
+                    tls: false,
+                },
+                activity: None,
+            };
+            tokio::spawn(serve_connection(
+                io,
+                service,
+                for_resumed.clone(),
+                drain,
+                true,
+            ));
+        };
+        tokio::spawn(lot::watch(lot, poll, signal, resume));
+        return slots;
+    }
+    let _ = (service, local, signal);
+    Slots::new(options)
 }
 
 /// What the connection keeps of a request while it is answered.
@@ -1021,10 +1041,12 @@ mod tests {
         // with tokio's task header and trailer make a 512-byte task (tasks are rounded
         // up to 128 bytes): 8 more would make it 640.
         assert!(size <= 384, "{size} bytes");
-        // A parked connection's task: with tokio's 104 bytes of header, scheduler and
-        // trailer, up to 152 bytes make a 256-byte task (144 today).
-        let parked = std::mem::size_of::<Parked<crate::pipeline::FusedDefault>>();
-        println!("a parked connection: {parked} bytes");
-        assert!(parked <= 152, "{parked} bytes");
+        // A parked connection: its record in the lot.
+        #[cfg(unix)]
+        {
+            let parked = std::mem::size_of::<lot::Record>();
+            println!("a parked connection: {parked} bytes");
+            assert!(parked <= 64, "{parked} bytes");
+        }
     }
 }
