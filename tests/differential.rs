@@ -26,7 +26,8 @@ use tokio::sync::{mpsc, oneshot};
 
 // ===== user stages =====
 
-/// After load balancing: `x-reassign: <destination id>` moves the request there;
+/// After load balancing: `x-reassign: <destination id>` moves the request there,
+/// `x-reassign-cluster: <cluster id>` to that cluster (whose policy chooses again);
 /// `x-panic` panics.
 #[derive(Debug, Default)]
 pub struct Chaos;
@@ -42,6 +43,10 @@ impl<B> Stage<Balanced<B>> for Chaos {
         if let Some(to) = req.request.headers().get("x-reassign") {
             let to = to.to_str().unwrap().to_owned();
             assert!(req.reassign_destination(&to), "no destination {to}");
+        }
+        if let Some(to) = req.request.headers().get("x-reassign-cluster") {
+            let to = to.to_str().unwrap().to_owned();
+            assert!(req.context.reassign_cluster(&to), "no cluster {to}");
         }
         Ok((req, ()))
     }
@@ -435,6 +440,26 @@ async fn reassigned_destination_is_the_one_recorded() {
     assert_eq!(seen.responses[0].2, "d2 /a/x");
     assert_eq!(passive(&seen, "main/d2"), (0, 1));
     assert_eq!(passive(&seen, "main/d1"), (0, 0));
+}
+
+/// A cluster reassigned after load balancing chooses its own destination: the index
+/// chosen in the first cluster (d2, the second) does not exist in `dead` (one).
+#[tokio::test]
+async fn a_cluster_reassigned_after_balancing_chooses_again() {
+    let seen = both(|w| async move {
+        let r = h1_client()
+            .get(w.url("/a/x"))
+            .header("x-reassign", "d2")
+            .header("x-reassign-cluster", "dead")
+            .send()
+            .await
+            .unwrap();
+        (w, vec![r])
+    })
+    .await;
+    assert_eq!(seen.responses[0].0, 502, "{:?}", seen.responses[0]);
+    assert_eq!(passive(&seen, "dead/x"), (1, 1));
+    assert_eq!(passive(&seen, "main/d2"), (0, 0));
 }
 
 #[tokio::test]

@@ -48,20 +48,22 @@ pub use request_body::RequestBody;
 pub use tls::trust_bundled_roots;
 
 use crate::health::PassiveRecord;
-use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};
+use crate::request::{Balanced, ConnectionInfo, ExchangeEnd, ForwardError, ForwardErrorKind};
 use crate::state::{ConcurrencyGuard, DestinationState, UpstreamVersion};
 use crate::transforms::ClientRequest;
 use expect::UpstreamBody;
 use pool::Pools;
 
 /// Everything that lives exactly as long as one exchange: the destination's and the
-/// cluster's concurrency counters, guards stages asked to hold, and the passive-health
-/// record. When the exchange ends the counters are released first, then the record is
-/// made — exactly once; a response the client abandoned is recorded as a non-failure.
+/// cluster's concurrency counters, the guards and end hooks stages asked for (any
+/// number of each), and the passive-health record. When the exchange ends the counters
+/// and guards are released first, then the hooks are called and the record is made —
+/// exactly once; a response the client abandoned is recorded as a non-failure.
 pub struct ExchangeGuard {
     destination: Option<ConcurrencyGuard>,
     cluster: Option<ConcurrencyGuard>,
-    held: Option<ConcurrencyGuard>,
+    /// The guards and end hooks stages asked for.
+    held: Held,
     passive: Option<PassiveRecord>,
     continue_closer: Option<expect::Closer>,
     /// The exchange with the destination once its response head has arrived: an
@@ -89,7 +91,7 @@ impl ExchangeGuard {
         ExchangeGuard {
             destination: Some(target.enter()),
             cluster: Some(cluster),
-            held: None,
+            held: Held::None,
             passive: None,
             continue_closer: None,
             upstream: None,
@@ -108,7 +110,14 @@ impl ExchangeGuard {
     }
 
     pub(crate) fn hold(&mut self, guard: ConcurrencyGuard) {
-        self.held = Some(guard);
+        match &mut self.held {
+            Held::None => self.held = Held::One(guard),
+            held => held.push(Hook::Guard { _held: guard }),
+        }
+    }
+
+    pub(crate) fn on_end(&mut self, hook: Box<dyn FnOnce(ExchangeEnd) + Send>) {
+        self.held.push(Hook::End(hook));
     }
 
     pub(crate) fn on_complete(&mut self, record: PassiveRecord) {
@@ -155,17 +164,71 @@ impl ExchangeGuard {
         }
         self.destination.take();
         self.cluster.take();
-        self.held.take();
         self.continue_closer.take();
+        let panicking = std::thread::panicking();
+        if let Held::Many(mut hooks) = std::mem::replace(&mut self.held, Held::None) {
+            // Guards first, then the hooks, in the order they were added.
+            hooks.retain(|hook| matches!(hook, Hook::End(_)));
+            let end = ExchangeEnd::from_result(result);
+            for hook in *hooks {
+                if let (Hook::End(hook), false) = (hook, panicking) {
+                    hook(end);
+                }
+            }
+        }
         // A client that went away is counted in the window's total, not as a failure
         // (as YARP counts `ResponseBodyClient`); a panic records nothing.
         if let Some(record) = self.passive.take() {
-            if !std::thread::panicking() {
+            if !panicking {
                 let result = result.unwrap_or(Err(ForwardErrorKind::ResponseBodyClient));
                 record.complete(&self.target, result);
             }
         }
     }
+}
+
+/// The guards and end hooks stages asked an exchange to keep: one guard (the limits
+/// stage's) inline, more in a list allocated when needed.
+#[derive(Default)]
+enum Held {
+    #[default]
+    None,
+    One(ConcurrencyGuard),
+    Many(Box<Vec<Hook>>),
+}
+
+impl Held {
+    fn push(&mut self, hook: Hook) {
+        match std::mem::take(self) {
+            Held::None => *self = Held::Many(Box::new(vec![hook])),
+            Held::One(first) => {
+                *self = Held::Many(Box::new(vec![Hook::Guard { _held: first }, hook]));
+            }
+            Held::Many(mut hooks) => {
+                hooks.push(hook);
+                *self = Held::Many(hooks);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::None => f.write_str("None"),
+            Held::One(guard) => f.debug_tuple("One").field(guard).finish(),
+            Held::Many(hooks) => write!(f, "Many({})", hooks.len()),
+        }
+    }
+}
+
+/// What a stage keeps in an exchange beyond its first guard.
+enum Hook {
+    /// Kept to be dropped when the exchange ends.
+    Guard {
+        _held: ConcurrencyGuard,
+    },
+    End(Box<dyn FnOnce(ExchangeEnd) + Send>),
 }
 
 impl Drop for ExchangeGuard {

@@ -21,17 +21,19 @@ pub struct Candidates {
     bits: Bits,
 }
 
+/// The members, and the cluster's size (what `insert` may add).
 #[derive(Clone, PartialEq, Eq)]
 enum Bits {
-    Inline(u128),
-    Heap(Box<[u64]>),
+    Inline(u128, u8),
+    Heap(Box<[u64]>, u32),
 }
 
 impl Candidates {
-    /// No destination.
+    /// No destination, of a cluster of none (nothing can be inserted: for an empty set
+    /// of a cluster of `n`, `Candidates::all(n)` then [`clear`](Self::clear)).
     pub fn none() -> Self {
         Candidates {
-            bits: Bits::Inline(0),
+            bits: Bits::Inline(0, 0),
         }
     }
 
@@ -44,7 +46,7 @@ impl Candidates {
                 (1u128 << n) - 1
             };
             Candidates {
-                bits: Bits::Inline(bits),
+                bits: Bits::Inline(bits, n as u8),
             }
         } else {
             let mut words = vec![u64::MAX; n.div_ceil(64)].into_boxed_slice();
@@ -52,7 +54,10 @@ impl Candidates {
                 *words.last_mut().expect("n > 128") = (1u64 << (n % 64)) - 1;
             }
             Candidates {
-                bits: Bits::Heap(words),
+                bits: Bits::Heap(
+                    words,
+                    u32::try_from(n).expect("fewer than 2^32 destinations"),
+                ),
             }
         }
     }
@@ -68,30 +73,35 @@ impl Candidates {
     /// Whether `i` is in the set.
     pub fn contains(&self, i: usize) -> bool {
         match &self.bits {
-            Bits::Inline(b) => i < INLINE_BITS && b & (1u128 << i) != 0,
-            Bits::Heap(w) => w.get(i / 64).is_some_and(|w| w & (1u64 << (i % 64)) != 0),
+            Bits::Inline(b, _) => i < INLINE_BITS && b & (1u128 << i) != 0,
+            Bits::Heap(w, _) => w.get(i / 64).is_some_and(|w| w & (1u64 << (i % 64)) != 0),
         }
     }
 
     /// Add `i` (ignored when beyond the cluster's size).
+    ///
+    /// ```
+    /// use fuseway::request::Candidates;
+    /// let mut c = Candidates::all(3);
+    /// c.clear();
+    /// c.insert(2);
+    /// c.insert(5); // a cluster of 3 has no destination 5
+    /// assert_eq!(c.iter().collect::<Vec<_>>(), vec![2]);
+    /// ```
     pub fn insert(&mut self, i: usize) {
         match &mut self.bits {
-            Bits::Inline(b) if i < INLINE_BITS => *b |= 1u128 << i,
-            Bits::Inline(_) => {}
-            Bits::Heap(w) => {
-                if let Some(w) = w.get_mut(i / 64) {
-                    *w |= 1u64 << (i % 64);
-                }
-            }
+            Bits::Inline(b, n) if i < usize::from(*n) => *b |= 1u128 << i,
+            Bits::Heap(w, n) if i < *n as usize => w[i / 64] |= 1u64 << (i % 64),
+            Bits::Inline(..) | Bits::Heap(..) => {}
         }
     }
 
     /// Remove `i`.
     pub fn remove(&mut self, i: usize) {
         match &mut self.bits {
-            Bits::Inline(b) if i < INLINE_BITS => *b &= !(1u128 << i),
-            Bits::Inline(_) => {}
-            Bits::Heap(w) => {
+            Bits::Inline(b, _) if i < INLINE_BITS => *b &= !(1u128 << i),
+            Bits::Inline(..) => {}
+            Bits::Heap(w, _) => {
                 if let Some(w) = w.get_mut(i / 64) {
                     *w &= !(1u64 << (i % 64));
                 }
@@ -102,8 +112,8 @@ impl Candidates {
     /// Remove everything.
     pub fn clear(&mut self) {
         match &mut self.bits {
-            Bits::Inline(b) => *b = 0,
-            Bits::Heap(w) => w.iter_mut().for_each(|w| *w = 0),
+            Bits::Inline(b, _) => *b = 0,
+            Bits::Heap(w, _) => w.iter_mut().for_each(|w| *w = 0),
         }
     }
 
@@ -121,16 +131,16 @@ impl Candidates {
     /// How many destinations are in the set.
     pub fn len(&self) -> usize {
         match &self.bits {
-            Bits::Inline(b) => b.count_ones() as usize,
-            Bits::Heap(w) => w.iter().map(|w| w.count_ones() as usize).sum(),
+            Bits::Inline(b, _) => b.count_ones() as usize,
+            Bits::Heap(w, _) => w.iter().map(|w| w.count_ones() as usize).sum(),
         }
     }
 
     /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
         match &self.bits {
-            Bits::Inline(b) => *b == 0,
-            Bits::Heap(w) => w.iter().all(|w| *w == 0),
+            Bits::Inline(b, _) => *b == 0,
+            Bits::Heap(w, _) => w.iter().all(|w| *w == 0),
         }
     }
 
@@ -142,7 +152,7 @@ impl Candidates {
     /// The `k`-th smallest index in the set (0-based).
     pub fn nth(&self, k: usize) -> Option<usize> {
         match &self.bits {
-            Bits::Inline(b) => {
+            Bits::Inline(b, _) => {
                 // All of 0..n (every destination available, the common case): k itself.
                 if b & b.wrapping_add(1) == 0 {
                     return (k < b.trailing_ones() as usize).then_some(k);
@@ -165,7 +175,7 @@ impl Candidates {
                 }
                 Some(lo.trailing_zeros() as usize)
             }
-            Bits::Heap(_) => self.iter().nth(k),
+            Bits::Heap(..) => self.iter().nth(k),
         }
     }
 
@@ -176,14 +186,14 @@ impl Candidates {
 
     fn next_from(&self, from: usize) -> Option<usize> {
         match &self.bits {
-            Bits::Inline(b) => {
+            Bits::Inline(b, _) => {
                 if from >= INLINE_BITS {
                     return None;
                 }
                 let rest = b >> from;
                 (rest != 0).then(|| from + rest.trailing_zeros() as usize)
             }
-            Bits::Heap(words) => {
+            Bits::Heap(words, _) => {
                 let mut wi = from / 64;
                 let mut word = *words.get(wi)? & (u64::MAX << (from % 64));
                 loop {
@@ -252,5 +262,28 @@ mod tests {
                 assert!(c.is_empty());
             }
         }
+    }
+
+    #[test]
+    fn insert_ignores_indices_beyond_the_cluster() {
+        for n in [0, 3, 127, 128, 130, 200] {
+            let mut c = Candidates::all(n);
+            c.clear();
+            for i in [n, n + 1, 127, 128, 129, 191, 1000] {
+                if i >= n {
+                    c.insert(i);
+                }
+            }
+            assert!(c.is_empty(), "n={n}: {c:?}");
+            if n > 0 {
+                c.insert(n - 1);
+                assert_eq!(c.iter().collect::<Vec<_>>(), vec![n - 1]);
+            }
+        }
+        let mut none = Candidates::none();
+        none.insert(0);
+        assert!(none.is_empty());
+        // The cluster's size rides in the enum's spare bytes.
+        assert_eq!(std::mem::size_of::<Candidates>(), 32);
     }
 }

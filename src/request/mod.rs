@@ -15,7 +15,7 @@ use std::sync::Arc;
 use http::Request;
 
 pub use candidates::{Candidates, Iter as CandidatesIter};
-pub use response::{ForwardError, ForwardErrorKind, Outcome, ProxyResponse};
+pub use response::{ExchangeEnd, ForwardError, ForwardErrorKind, Outcome, ProxyResponse};
 
 use crate::state::DestinationState;
 
@@ -94,6 +94,9 @@ pub struct RouteContext {
     cluster: usize,
     candidates: Candidates,
     limits: ExchangeLimits,
+    /// The destination load balancing chose (an index into the cluster's), `NO_PICK`
+    /// before.
+    destination: u32,
     /// The passive-health stage saw the request: a cancellation before the response
     /// head is recorded (as a non-failure) when the forwarder's future is dropped.
     passive_armed: bool,
@@ -136,6 +139,7 @@ impl RouteContext {
             cluster,
             candidates,
             limits: ExchangeLimits::default(),
+            destination: NO_PICK,
             passive_armed: false,
         }
     }
@@ -192,19 +196,30 @@ impl RouteContext {
     }
 
     /// Move the request to another cluster of the same snapshot: its candidates become
-    /// that cluster's available destinations. Returns false (and changes nothing) if
-    /// no cluster has that id.
+    /// that cluster's available destinations, and once a destination has been chosen
+    /// (after load balancing), the new cluster's policy chooses one of them. Returns
+    /// false (and changes nothing) if no cluster has that id, or if a destination was
+    /// chosen and the new cluster has none available.
     pub fn reassign_cluster(&mut self, cluster_id: &str) -> bool {
-        match self.snapshot.cluster_index(cluster_id) {
-            Some(i) => {
-                self.cluster = i;
-                self.candidates = crate::health::available(self.cluster());
-                true
+        let Some(i) = self.snapshot.cluster_index(cluster_id) else {
+            return false;
+        };
+        let cluster = &self.snapshot.clusters()[i];
+        let candidates = crate::health::available(cluster);
+        if self.destination != NO_PICK {
+            match cluster.balancing().pick(cluster, &candidates) {
+                Some(pick) => self.destination = pick as u32,
+                None => return false,
             }
-            None => false,
         }
+        self.cluster = i;
+        self.candidates = candidates;
+        true
     }
 }
+
+/// No destination chosen yet.
+const NO_PICK: u32 = u32::MAX;
 
 /// A request that has been routed.
 #[derive(Debug)]
@@ -220,12 +235,12 @@ impl<B> Routed<B> {
     ///
     /// # Panics
     /// If the cluster has no destination `index`.
-    pub fn balance(self, index: usize) -> Balanced<B> {
+    pub fn balance(mut self, index: usize) -> Balanced<B> {
         assert!(index < self.context.cluster().destinations().len());
+        self.context.destination = index as u32;
         Balanced {
             request: self.request,
             context: self.context,
-            destination: index,
         }
     }
 }
@@ -235,15 +250,15 @@ impl<B> Routed<B> {
 pub struct Balanced<B> {
     /// The HTTP request.
     pub request: Request<B>,
-    /// Route, cluster and candidate destinations.
+    /// Route, cluster, candidate destinations and the chosen one (moving the request
+    /// to another cluster with [`RouteContext::reassign_cluster`] chooses again).
     pub context: RouteContext,
-    destination: usize,
 }
 
 impl<B> Balanced<B> {
     /// The chosen destination.
     pub fn destination(&self) -> &Destination {
-        &self.context.cluster().destinations()[self.destination]
+        &self.context.cluster().destinations()[self.destination_index()]
     }
 
     /// The chosen destination's runtime state.
@@ -253,12 +268,13 @@ impl<B> Balanced<B> {
 
     /// The chosen destination's index in its cluster.
     pub fn destination_index(&self) -> usize {
-        self.destination
+        self.context.destination as usize
     }
 
     /// Take it apart: the request, the routing context and the destination index.
     pub fn into_parts(self) -> (Request<B>, RouteContext, usize) {
-        (self.request, self.context, self.destination)
+        let destination = self.destination_index();
+        (self.request, self.context, destination)
     }
 
     /// Send the request to another destination of its cluster instead. Returns false
@@ -266,7 +282,7 @@ impl<B> Balanced<B> {
     pub fn reassign_destination(&mut self, destination_id: &str) -> bool {
         match self.context.cluster().destination(destination_id) {
             Some((i, _)) => {
-                self.destination = i;
+                self.context.destination = i as u32;
                 true
             }
             None => false,
@@ -285,7 +301,7 @@ impl<B> Balanced<B> {
         };
         self.context.candidates = crate::health::available(cluster);
         self.context.cluster = ci;
-        self.destination = di;
+        self.context.destination = di as u32;
         true
     }
 }

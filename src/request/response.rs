@@ -66,6 +66,31 @@ impl ForwardErrorKind {
     }
 }
 
+/// How an exchange ended, as the hooks stages register with
+/// [`ProxyResponse::on_exchange_end`] learn it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExchangeEnd {
+    /// The response (with its whole body) was answered.
+    Completed,
+    /// Forwarding failed, before the response or while its body streamed.
+    Failed(ForwardErrorKind),
+    /// The client went away while the response body streamed.
+    Abandoned,
+}
+
+impl ExchangeEnd {
+    /// From an exchange's result: `Some(Ok(()))` completed, `Some(Err(kind))` failed,
+    /// `None` abandoned.
+    pub(crate) fn from_result(result: Option<Result<(), ForwardErrorKind>>) -> Self {
+        match result {
+            Some(Ok(())) => ExchangeEnd::Completed,
+            Some(Err(kind)) => ExchangeEnd::Failed(kind),
+            None => ExchangeEnd::Abandoned,
+        }
+    }
+}
+
 /// A forwarding error: its kind and, where known, the underlying cause.
 #[derive(Debug)]
 pub struct ForwardError {
@@ -232,10 +257,38 @@ impl ProxyResponse {
     }
 
     /// Keep `guard` until the response body has been sent (or dropped); dropped now when
-    /// the body is not streamed from a destination.
+    /// the body is not streamed from a destination. Any number of stages may hold
+    /// guards; the first costs no allocation.
     pub fn hold_until_complete(&mut self, guard: ConcurrencyGuard) {
         if let Some(exchange) = self.response.body_mut().exchange_mut() {
             exchange.hold(guard);
+        }
+    }
+
+    /// Call `hook` once when the exchange is over: when the streamed body has ended,
+    /// failed or been abandoned by the client (after the exchange's counters and held
+    /// guards are released); at once when the body is not streamed from a destination
+    /// (a local answer, or forwarding that failed before the response). Not called
+    /// while a panic unwinds. Costs one allocation; any number of stages may register
+    /// hooks, each called in turn.
+    ///
+    /// ```
+    /// use fuseway::request::{ExchangeEnd, ProxyResponse};
+    /// use http::StatusCode;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let mut response = ProxyResponse::status(StatusCode::NOT_FOUND);
+    /// // A local answer: the hook runs at once.
+    /// response.on_exchange_end(move |end| tx.send(end).unwrap());
+    /// assert_eq!(rx.try_recv(), Ok(ExchangeEnd::Completed));
+    /// ```
+    pub fn on_exchange_end(&mut self, hook: impl FnOnce(ExchangeEnd) + Send + 'static) {
+        let ProxyResponse { response, outcome } = self;
+        match response.body_mut().exchange_mut() {
+            Some(exchange) => exchange.on_end(Box::new(hook)),
+            None => hook(match &outcome.error {
+                Some(e) => ExchangeEnd::Failed(e.kind()),
+                None => ExchangeEnd::Completed,
+            }),
         }
     }
 
