@@ -1,0 +1,249 @@
+use super::h1::H1;
+use super::*;
+use http_body_util::{Empty, Full};
+
+/// Counts its wake-ups.
+#[derive(Default)]
+struct Count(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn counted() -> (Arc<Count>, Waker) {
+    let count = Arc::new(Count::default());
+    (count.clone(), Waker::from(count))
+}
+
+/// A request armed for the keep-alive replay comes back as it went out: method,
+/// target (origin or absolute form), every header in order with repeated names,
+/// non-ASCII bytes and sensitivity kept; only once; never when not idempotent.
+#[test]
+fn a_replayed_request_is_the_request_that_went_out() {
+    use http::header::{HeaderValue, COOKIE};
+    let mut secret = HeaderValue::from_static("token");
+    secret.set_sensitive(true);
+    for target in ["/a/b?x=1&y=%20", "http://10.0.0.1:8080/p?q", "*"] {
+        let method = if target == "*" {
+            http::Method::OPTIONS
+        } else {
+            http::Method::GET
+        };
+        let request = Request::builder()
+            .method(method.clone())
+            .uri(target)
+            .header("x-one", "1")
+            .header(COOKIE, "a=1")
+            .header("x-one", "2")
+            .header("x-latin", HeaderValue::from_bytes(b"caf\xe9").unwrap())
+            .header("x-empty", "")
+            .header("authorization", secret.clone())
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let mut replay = Replay::default();
+        // Armed twice on one connection: the second head replaces the first.
+        replay.arm(
+            &Request::get("/first")
+                .header("x-old", "o")
+                .body(Empty::<Bytes>::new())
+                .unwrap(),
+        );
+        replay.disarm();
+        replay.arm(&request);
+        let again: Request<Empty<Bytes>> = replay.take().expect("armed");
+        assert_eq!(again.method(), method);
+        assert_eq!(again.uri(), request.uri(), "{target}");
+        let sent: Vec<_> = request.headers().iter().collect();
+        let replayed: Vec<_> = again.headers().iter().collect();
+        assert_eq!(replayed, sent);
+        let auth = again.headers().get("authorization").unwrap();
+        assert!(auth.is_sensitive());
+        assert!(!again.headers().get(COOKIE).unwrap().is_sensitive());
+        assert!(replay.take::<Empty<Bytes>>().is_none(), "once");
+    }
+    let mut replay = Replay::default();
+    replay.arm(&Request::post("/").body(Empty::<Bytes>::new()).unwrap());
+    assert!(
+        replay.take::<Empty<Bytes>>().is_none(),
+        "POST is not sent again"
+    );
+    replay.arm(
+        &Request::get("/")
+            .body(Full::new(Bytes::from_static(b"x")))
+            .unwrap(),
+    );
+    assert!(
+        replay.take::<Full<Bytes>>().is_none(),
+        "nor a request with a body"
+    );
+}
+
+#[test]
+fn a_limit_queues_in_order_and_passes_an_unused_turn_on() {
+    let limit = Limit::new(1);
+    let first = limit.try_open().expect("below the limit");
+    assert!(limit.try_open().is_none(), "at the limit");
+    let ((a_count, a), (b_count, b)) = (counted(), counted());
+    let (mut a_ticket, mut b_ticket) = (None, None);
+    assert!(limit.open_or_queue(&a, &mut a_ticket).is_none());
+    assert!(limit.open_or_queue(&b, &mut b_ticket).is_none());
+    assert!(limit.queued());
+    assert!(limit.try_open().is_none(), "a newcomer queues behind them");
+    // The connection closes: the first in the queue is woken, and its turn it is.
+    drop(first);
+    assert_eq!(a_count.0.load(Ordering::SeqCst), 1);
+    assert_eq!(b_count.0.load(Ordering::SeqCst), 0);
+    assert!(
+        limit.open_or_queue(&b, &mut b_ticket).is_none(),
+        "not b's turn"
+    );
+    // `a` gives up without taking its turn: it passes to `b`.
+    drop(a_ticket);
+    assert_eq!(b_count.0.load(Ordering::SeqCst), 1);
+    let second = limit.open_or_queue(&b, &mut b_ticket).expect("b's turn");
+    assert!(b_ticket.is_none() && !limit.queued());
+    // A connection coming back to the pool wakes the first one queued.
+    let (c_count, c) = counted();
+    let mut c_ticket = None;
+    assert!(limit.open_or_queue(&c, &mut c_ticket).is_none());
+    limit.wake_one();
+    assert_eq!(c_count.0.load(Ordering::SeqCst), 1);
+    Ticket::leave(&mut c_ticket);
+    drop(second);
+    assert!(limit.try_open().is_some(), "below the limit again");
+}
+
+fn key(authority: &'static str) -> Key {
+    Key {
+        https: false,
+        authority: Authority::from_static(authority),
+        version: UpstreamVersion::Http1,
+        accept_any_certificate: false,
+        tls: TlsVersions::Both,
+    }
+}
+
+#[test]
+fn sweeps_forget_pools_nothing_uses() {
+    let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper);
+    let kept = pools.pool(key("127.0.0.1:1"));
+    drop(pools.pool(key("127.0.0.1:2")));
+    assert!(
+        Arc::ptr_eq(&kept, &pools.pool(key("127.0.0.1:1"))),
+        "one pool per key"
+    );
+    let mut map = pools.pools.lock().unwrap();
+    assert_eq!(map.pools.len(), 2);
+    sweep(&mut map.pools);
+    assert_eq!(map.pools.len(), 1, "the unused pool is forgotten");
+    assert!(map.pools.contains_key(&key("127.0.0.1:1")));
+}
+
+#[tokio::test]
+async fn idle_connections_past_the_timeout_are_closed_oldest_first() {
+    let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper);
+    let pool = pools.pool(key("127.0.0.1:1"));
+    let slot = || -> Pin<Box<dyn H1Slot<Empty<Bytes>>>> {
+        Box::pin(H1 {
+            pool: Arc::downgrade(&pool),
+            link: Link::None,
+            pending: None,
+            in_flight: None,
+            send: |s: &mut http1::SendRequest<Empty<Bytes>>, r| s.try_send_request(r),
+            reused: true,
+            replay: Replay::default(),
+            timer: Deadline::new(),
+        })
+    };
+    let t0 = Instant::now();
+    let second = Duration::from_secs(1);
+    let mut idle: Vec<Idle<Empty<Bytes>>> = [t0, t0, t0 + 60 * second]
+        .into_iter()
+        .map(|since| Idle {
+            connection: slot(),
+            since,
+        })
+        .collect();
+    drop_expired(&mut idle, t0 + IDLE_TIMEOUT - second);
+    assert_eq!(idle.len(), 3, "nothing has been idle for the timeout yet");
+    drop_expired(&mut idle, t0 + IDLE_TIMEOUT);
+    assert_eq!(idle.len(), 1, "the two oldest are closed");
+    assert_eq!(idle[0].since, t0 + 60 * second, "the youngest is kept");
+    drop_expired(&mut idle, t0 + 60 * second + IDLE_TIMEOUT);
+    assert!(idle.is_empty());
+}
+
+#[test]
+fn keys_hash_and_compare_on_the_authority_as_written() {
+    use std::hash::BuildHasher;
+    let build = FxBuild::default();
+    assert_eq!(
+        build.hash_one(key("a.example:80")),
+        build.hash_one(key("a.example:80"))
+    );
+    assert_ne!(key("a.example:80"), key("a.example:81"));
+    let mut h2 = key("a.example:80");
+    h2.version = UpstreamVersion::Http2;
+    assert_ne!(key("a.example:80"), h2);
+    assert_ne!(
+        build.hash_one(key("a.example:80")),
+        build.hash_one(h2.clone())
+    );
+    let mut negotiate = key("a.example:80");
+    negotiate.version = UpstreamVersion::Negotiate;
+    assert_ne!(h2, negotiate);
+    assert_ne!(build.hash_one(h2), build.hash_one(negotiate));
+}
+
+#[test]
+fn requests_are_reshaped_for_the_version_a_destination_chose() {
+    let target: Uri = "https://d.example:8443".parse().unwrap();
+    let h1 = |host: Option<&'static str>| {
+        let mut r = Request::builder()
+            .uri("/p?q=1")
+            .version(http::Version::HTTP_11);
+        if let Some(host) = host {
+            r = r.header(http::header::HOST, host);
+        }
+        r.body(Empty::<Bytes>::new()).unwrap()
+    };
+    // HTTP/1.1 -> HTTP/2: the absolute URI; a `Host` that is the authority goes.
+    let r = shape(h1(Some("d.example:8443")), UpstreamVersion::Http2, &target);
+    assert_eq!(r.version(), http::Version::HTTP_2);
+    assert_eq!(r.uri(), "https://d.example:8443/p?q=1");
+    assert!(r.headers().get(http::header::HOST).is_none());
+    // Another `Host` (configured, or the client's) stays.
+    let r = shape(h1(Some("other.example")), UpstreamVersion::Http2, &target);
+    assert_eq!(r.headers()[http::header::HOST], "other.example");
+    // HTTP/2 -> HTTP/1.1: the origin form, `Host` the authority unless set.
+    let h2 = shape(h1(None), UpstreamVersion::Http2, &target);
+    let r = shape(h2, UpstreamVersion::Http1, &target);
+    assert_eq!(r.version(), http::Version::HTTP_11);
+    assert_eq!(r.uri(), "/p?q=1");
+    assert_eq!(r.headers()[http::header::HOST], "d.example:8443");
+    let h2 = shape(h1(Some("other.example")), UpstreamVersion::Http2, &target);
+    let r = shape(h2, UpstreamVersion::Http1, &target);
+    assert_eq!(r.headers()[http::header::HOST], "other.example");
+    // Already shaped: unchanged.
+    let r = shape(h1(Some("x")), UpstreamVersion::Http1, &target);
+    assert_eq!(
+        (r.uri().to_string().as_str(), r.version()),
+        ("/p?q=1", http::Version::HTTP_11)
+    );
+}
+
+#[test]
+fn a_held_back_body_goes_at_once_on_http2() {
+    let target: Uri = "https://d.example".parse().unwrap();
+    let mut request = Request::builder()
+        .uri("/upload")
+        .header(http::header::EXPECT, "100-continue")
+        .body(Full::new(Bytes::from_static(b"body")))
+        .unwrap();
+    let gate = crate::forwarding::expect::hold_back(&mut request).expect("held back");
+    let _ = shape(request, UpstreamVersion::Http2, &target);
+    // Open: a final response no longer finds the body held back.
+    assert!(gate.final_response().is_none());
+}
