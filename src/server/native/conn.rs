@@ -1,0 +1,457 @@
+//! One connection's socket, buffers and codec state, and the steps of serving it.
+
+use super::*;
+
+/// What the connection keeps of a request while it is answered.
+pub(super) struct Message {
+    pub(super) keep_alive: bool,
+    pub(super) accepts_trailers: bool,
+    pub(super) head: bool,
+    pub(super) version: Version,
+    pub(super) connect: bool,
+    /// Where the connection goes if the request is upgraded.
+    /// Boxed: upgrades are rare, and the message lives in the connection's future.
+    pub(super) upgrade: Option<Box<oneshot::Sender<UpgradedIo>>>,
+}
+
+/// A response's own `Content-Length`.
+pub(super) fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    let value = headers.get(header::CONTENT_LENGTH)?;
+    crate::http1::parse_length(value.as_bytes())
+}
+
+// Returned once per request, by value on the stack: boxing the head would cost an
+// allocation per request.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Waited {
+    Head(crate::http1::RequestHead),
+    Closed,
+    TimedOut,
+    /// Waited [`PARK_AFTER`] with nothing in hand.
+    Park,
+    Refused(ParseError),
+}
+
+/// A response body being sent: `Framing::Length` counts the bytes still to come.
+pub(super) struct Sending {
+    pub(super) framing: Framing,
+    pub(super) trailers: bool,
+    pub(super) done: bool,
+}
+
+pub(super) struct Conn<I> {
+    pub(super) io: I,
+    pub(super) read_buf: BytesMut,
+    pub(super) out: Outgoing,
+    pub(super) limits: Limits,
+    /// Where request bodies are handed over: made for the first body that streams.
+    pub(super) channel: Option<Arc<Channel>>,
+    /// The request body still to be read from the socket.
+    pub(super) body: Option<BodyDecoder>,
+    /// `Expect: 100-continue` not answered yet.
+    pub(super) continue_pending: bool,
+    pub(super) read_eof: bool,
+    /// The request body could not be read: the connection closes after the response.
+    pub(super) body_failed: bool,
+}
+
+impl<I: Io> Conn<I> {
+    /// The request of `head`, its body read from this connection (the bytes already
+    /// in hand, or through the channel).
+    pub(super) fn start_request(
+        &mut self,
+        head: crate::http1::RequestHead,
+    ) -> (Request<Incoming>, Message) {
+        let mut request = head.request.map(|()| Incoming::empty());
+        let version = request.version();
+        self.continue_pending = false;
+        match head.body {
+            crate::http1::BodyLength::Length(0) => {}
+            crate::http1::BodyLength::Length(n) if n <= self.read_buf.len() as u64 => {
+                *request.body_mut() = Incoming::full(self.read_buf.split_to(n as usize).freeze());
+            }
+            framing => {
+                let (decoder, length) = match framing {
+                    crate::http1::BodyLength::Length(n) => (BodyDecoder::length(n), Some(n)),
+                    crate::http1::BodyLength::Chunked => (BodyDecoder::chunked(), None),
+                };
+                self.body = Some(decoder);
+                self.continue_pending = head.expect_continue;
+                let channel = self.channel.get_or_insert_with(Default::default);
+                *request.body_mut() = Incoming::native(channel.open(length));
+            }
+        }
+        // Looked for only when `Connection` names `upgrade` (the parser saw its tokens).
+        let upgrade = (head.connection_upgrade
+            && crate::forwarding::upgrade::upgrade_protocol(request.headers(), version).is_some())
+        .then(|| {
+            let (tx, rx) = oneshot::channel();
+            request
+                .extensions_mut()
+                .insert(OnUpgrade(Arc::new(Mutex::new(Some(rx)))));
+            Box::new(tx)
+        });
+        let message = Message {
+            keep_alive: head.keep_alive,
+            accepts_trailers: head.accepts_trailers,
+            head: request.method() == Method::HEAD,
+            version,
+            connect: request.method() == Method::CONNECT,
+            upgrade,
+        };
+        (request, message)
+    }
+
+    /// Write `response`'s head into the write buffer: returns its body, how it is sent,
+    /// whether the connection stays open, and whether it is being upgraded.
+    pub(super) fn start_response(
+        &mut self,
+        response: Response<ServedBody>,
+        message: &Message,
+        draining: bool,
+    ) -> (ServedBody, Sending, bool, bool) {
+        let (parts, body) = response.into_parts();
+        let status = parts.status;
+        let upgrading = status == StatusCode::SWITCHING_PROTOCOLS && message.upgrade.is_some();
+        let bodiless = message.head
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let framing = if bodiless {
+            Framing::Bodiless
+        } else if let Some(n) = body.size_hint().exact() {
+            Framing::Length(n)
+        } else if let Some(n) = declared_length(&parts.headers) {
+            Framing::Length(n)
+        } else if message.version == Version::HTTP_11 {
+            Framing::Chunked
+        } else {
+            Framing::UntilClose
+        };
+        let keep_alive = message.keep_alive
+            && !draining
+            && !message.connect
+            && !self.body_failed
+            && framing != Framing::UntilClose
+            && (!status.is_informational() || upgrading)
+            && !crate::forwarding::upgrade::connection_has(&parts.headers, "close");
+        let connection = match (keep_alive || upgrading, message.version) {
+            (false, Version::HTTP_11) => Connection::Close,
+            (true, Version::HTTP_10) => Connection::KeepAlive,
+            _ => Connection::Default,
+        };
+        buffers::ready_to_write(&mut self.out.buf);
+        write_response_head(
+            &mut self.out.buf,
+            status,
+            &parts.headers,
+            framing,
+            connection,
+        );
+        buffers::release_headers(parts.headers);
+        self.continue_pending = false;
+        let sending = Sending {
+            framing,
+            trailers: message.accepts_trailers && framing == Framing::Chunked,
+            done: bodiless,
+        };
+        (body, sending, keep_alive, upgrading)
+    }
+
+    pub(super) fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        buffers::poll_read(&mut self.io, &mut self.read_buf, cx)
+    }
+
+    pub(super) fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        drain: &mut Signal,
+        wait: &mut Wait,
+        timeout: Duration,
+    ) -> Poll<Waited> {
+        let draining = drain.poll_draining(cx);
+        loop {
+            if !self.read_buf.is_empty() {
+                match parse_request(&mut self.read_buf, &self.limits, buffers::headers) {
+                    Ok(Some(head)) => return Poll::Ready(Waited::Head(head)),
+                    Ok(None) => {}
+                    Err(e) => return Poll::Ready(Waited::Refused(e)),
+                }
+            } else if draining {
+                return Poll::Ready(Waited::Closed);
+            }
+            if self.read_eof {
+                return Poll::Ready(Waited::Closed);
+            }
+            match self.poll_read_more(cx) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Waited::Closed),
+                Poll::Ready(Ok(_)) => continue,
+                Poll::Pending => {
+                    // Nothing in hand: wait without a buffer.
+                    buffers::release_read(&mut self.read_buf);
+                    let restart = match *wait {
+                        Wait::Starts { parks: true }
+                            if self.read_buf.is_empty() && timeout > PARK_AFTER =>
+                        {
+                            *wait = Wait::Parking;
+                            Some(PARK_AFTER)
+                        }
+                        Wait::Starts { .. } => {
+                            *wait = Wait::Counting;
+                            Some(timeout)
+                        }
+                        Wait::Parking | Wait::Counting => None,
+                    };
+                    ready!(drain.poll_deadline(cx, restart));
+                    if *wait == Wait::Parking {
+                        if self.read_buf.is_empty() {
+                            return Poll::Ready(Waited::Park);
+                        }
+                        // Part of a head came: the rest of the timeout (a deadline
+                        // just set is pending).
+                        *wait = Wait::Counting;
+                        return drain
+                            .poll_deadline(cx, Some(timeout - PARK_AFTER))
+                            .map(|()| Waited::TimedOut);
+                    }
+                    return Poll::Ready(Waited::TimedOut);
+                }
+            }
+        }
+    }
+
+    /// Whether the client has closed its side (no request body left to read). Reads
+    /// ahead (a pipelined request) up to the head limit.
+    pub(super) fn peer_closed(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.body.is_some() {
+            return false;
+        }
+        while !self.read_eof && self.read_buf.len() < self.limits.max_head() {
+            match self.poll_read_more(cx) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => self.read_eof = true,
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => return false,
+            }
+        }
+        self.read_eof
+    }
+
+    /// Move the request body along: when its reader waits and the slot is free,
+    /// decode the next frame (reading the socket if needed) and hand it over.
+    pub(super) fn pump(&mut self, cx: &mut Context<'_>) {
+        // `Expect: 100-continue`: the client sends its body once the reader first asks
+        // for it. Written and flushed like any response bytes (what a full socket
+        // leaves goes out ahead of the response head).
+        if self.continue_pending
+            && self
+                .channel
+                .as_ref()
+                .is_some_and(|c| c.lock().ready_for_frame())
+        {
+            self.continue_pending = false;
+            self.out
+                .buf
+                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            let _ = self.poll_write_out(cx);
+        }
+        let Some(decoder) = self.body.as_mut() else {
+            return;
+        };
+        let Some(channel) = &self.channel else {
+            return;
+        };
+        let mut state = channel.lock();
+        state.driver_waits(cx);
+        while state.ready_for_frame() {
+            match decoder.decode(&mut self.read_buf, self.limits.max_head()) {
+                Ok(Decoded::Data(data)) => state.put_data(data),
+                Ok(Decoded::Trailers(trailers)) => state.put_end(Some(trailers)),
+                Ok(Decoded::End) => state.put_end(None),
+                Ok(Decoded::NeedMore) => {
+                    match buffers::poll_read(&mut self.io, &mut self.read_buf, cx) {
+                        Poll::Ready(Ok(0)) => {
+                            self.read_eof = true;
+                            match decoder.closed() {
+                                Ok(_) => state.put_end(None),
+                                Err(e) => state.put_error(e.0),
+                            }
+                        }
+                        Poll::Ready(Ok(_)) => continue,
+                        Poll::Ready(Err(_)) => {
+                            self.read_eof = true;
+                            state.put_error("reading the request body failed");
+                        }
+                        Poll::Pending => return,
+                    }
+                }
+                Err(e) => state.put_error(e.0),
+            }
+            if decoder.is_done() {
+                break;
+            }
+        }
+        if decoder.is_done() {
+            self.body = None;
+        } else if state.is_failed() {
+            self.body = None;
+            self.body_failed = true;
+        }
+    }
+
+    /// Send the response body (the head is in the write buffer).
+    pub(super) fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut body: Pin<&mut ServedBody>,
+        sending: &mut Sending,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            self.pump(cx);
+            if sending.done {
+                ready!(self.poll_write_out(cx))?;
+                return Poll::Ready(Ok(()));
+            }
+            if self.out.holds_data() || self.out.pending() >= WRITE_HIGH {
+                ready!(self.poll_write_out(cx))?;
+            }
+            match body.as_mut().poll_frame(cx) {
+                Poll::Pending => {
+                    ready!(self.poll_write_out(cx))?;
+                    // A client that goes away while the destination is silent ends
+                    // the response (and so the exchange) now, not when the
+                    // destination speaks again.
+                    if self.peer_closed(cx) {
+                        return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(None) => self.finish_body(sending, None)?,
+                Poll::Ready(Some(Err(e))) => {
+                    return Poll::Ready(Err(io::Error::other(format!("response body: {e}"))))
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        self.queue_data(sending, data)?;
+                        if body.is_end_stream() {
+                            self.finish_body(sending, None)?;
+                        }
+                    }
+                    Err(frame) => {
+                        let trailers = frame.into_trailers().ok();
+                        self.finish_body(sending, trailers)?;
+                    }
+                },
+            }
+        }
+    }
+
+    pub(super) fn queue_data(&mut self, sending: &mut Sending, data: Bytes) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let len = data.len();
+        match sending.framing {
+            Framing::Bodiless => return Ok(()),
+            Framing::Length(ref mut left) => {
+                *left = left.checked_sub(len as u64).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "response body longer than its Content-Length",
+                    )
+                })?;
+            }
+            Framing::Chunked | Framing::UntilClose => {}
+        }
+        self.out
+            .push_data(data, sending.framing == Framing::Chunked);
+        Ok(())
+    }
+
+    pub(super) fn finish_body(
+        &mut self,
+        sending: &mut Sending,
+        trailers: Option<http::HeaderMap>,
+    ) -> io::Result<()> {
+        sending.done = true;
+        match sending.framing {
+            Framing::Length(left) if left != 0 => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "response body shorter than its Content-Length",
+            )),
+            Framing::Chunked => {
+                let trailers = trailers.filter(|_| sending.trailers);
+                self.out.push_last_chunk(trailers.as_ref());
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Write what is queued; flush.
+    pub(super) fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.out.poll_write(&mut self.io, cx)
+    }
+
+    /// Read and throw away the rest of a request body the pipeline left unread (at
+    /// most [`DISCARD_MAX`] bytes, within `timeout` of when it starts waiting:
+    /// `starts`). `false`: the connection must close.
+    pub(super) fn poll_discard(
+        &mut self,
+        cx: &mut Context<'_>,
+        drain: &mut Signal,
+        starts: &mut bool,
+        timeout: Duration,
+    ) -> Poll<bool> {
+        if self.continue_pending {
+            // The client waits for a `100` it will not get: its body never comes.
+            return Poll::Ready(false);
+        }
+        let Some(decoder) = self.body.as_mut() else {
+            return Poll::Ready(true);
+        };
+        if decoder.remaining().is_some_and(|n| n > DISCARD_MAX) {
+            return Poll::Ready(false);
+        }
+        let mut discarded = 0u64;
+        loop {
+            match decoder.decode(&mut self.read_buf, self.limits.max_head()) {
+                Ok(Decoded::Data(data)) => {
+                    discarded += data.len() as u64;
+                    if discarded > DISCARD_MAX {
+                        return Poll::Ready(false);
+                    }
+                }
+                Ok(Decoded::Trailers(_) | Decoded::End) => {
+                    self.body = None;
+                    return Poll::Ready(true);
+                }
+                Ok(Decoded::NeedMore) => {
+                    match buffers::poll_read(&mut self.io, &mut self.read_buf, cx) {
+                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(false),
+                        Poll::Ready(Ok(_)) => {}
+                        Poll::Pending => {
+                            ready!(
+                                drain.poll_deadline(cx, std::mem::take(starts).then_some(timeout))
+                            );
+                            return Poll::Ready(false);
+                        }
+                    }
+                }
+                Err(_) => return Poll::Ready(false),
+            }
+        }
+    }
+
+    /// Queue the answer to a refused head (`400`, `414`, `431`), which closes the
+    /// connection.
+    pub(super) fn queue_error(&mut self, status: StatusCode) {
+        buffers::ready_to_write(&mut self.out.buf);
+        write_response_head(
+            &mut self.out.buf,
+            status,
+            &http::HeaderMap::new(),
+            Framing::Length(0),
+            Connection::Close,
+        );
+    }
+}
