@@ -1,0 +1,370 @@
+//! Listening sockets, the accept loop, and the start of each connection: protocol
+//! detection or the TLS handshake, then the native engine or hyper's.
+
+use super::*;
+
+pub(super) async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
+    listen(addr)
+        .and_then(TcpListener::from_std)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}
+
+/// A listening socket on `addr`, as tokio's `TcpListener::bind` makes it
+/// (`SO_REUSEADDR`, a backlog of 1024, non-blocking) and with `SO_REUSEPORT`, so that
+/// each worker can listen on the same address with a socket of its own
+/// ([`Server::serve_workers`]).
+pub(super) fn listen(addr: &SocketAddr) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(*addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    #[cfg(unix)]
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&(*addr).into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// A worker's own socket listening where `listener` does (`SO_REUSEPORT`: the kernel
+/// spreads new connections over the workers' sockets by their addresses' hash), or,
+/// where that cannot be (a listener bound without `SO_REUSEPORT`, given to
+/// [`Server::from_listeners`]), a handle of the same socket.
+pub(super) fn worker_listener(
+    listener: &std::net::TcpListener,
+) -> io::Result<std::net::TcpListener> {
+    match listener.local_addr().and_then(|addr| listen(&addr)) {
+        Ok(own) => Ok(own),
+        Err(e) => {
+            tracing::debug!(error = %e, "a worker shares the listening socket");
+            listener.try_clone()
+        }
+    }
+}
+
+/// Wait until the first bytes tell HTTP/1 from HTTP/2 (as hyper-util's detection
+/// does: the HTTP/2 preface or anything else), or the client closes.
+/// Tell HTTP/1 from HTTP/2 (prior knowledge) by the first bytes of a plain connection,
+/// peeked at (not consumed) within `timeout`: `None` when none came in time, the
+/// connection failed, or shutdown started first (`drain`).
+///
+/// A poll function rather than a `select!` of a timeout, a peeking `async fn` and the
+/// listener's stop signal, and timed by the connection's drain deadline rather than a
+/// `Sleep`: those made this the largest state of the connection's task, and a task is
+/// as large as its largest state for as long as the connection lives.
+pub(super) async fn protocol_known(
+    stream: &tokio::net::TcpStream,
+    timeout: Duration,
+    drain: &mut drain::Signal,
+) -> Option<Protocol> {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    /// How soon a partial preface is looked at again (peeking does not consume it,
+    /// so its readiness does not change until more arrives).
+    const AGAIN: Duration = Duration::from_millis(5);
+    let deadline = Instant::now() + timeout;
+    let mut arm = Some(timeout);
+    std::future::poll_fn(|cx| {
+        if drain.poll_draining(cx) {
+            return Poll::Ready(None);
+        }
+        loop {
+            let mut buf = [0u8; PREFACE.len()];
+            let mut read = tokio::io::ReadBuf::new(&mut buf);
+            match stream.poll_peek(cx, &mut read) {
+                Poll::Ready(Ok(n)) if n == PREFACE.len() && read.filled() == PREFACE => {
+                    return Poll::Ready(Some(Protocol::Http2))
+                }
+                Poll::Ready(Ok(n)) if n == 0 || read.filled() != &PREFACE[..n] => {
+                    return Poll::Ready(Some(Protocol::Http1))
+                }
+                Poll::Ready(Ok(_)) => {
+                    // Part of the preface: looked at again shortly.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Poll::Ready(None);
+                    }
+                    arm = Some(AGAIN.min(left));
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(None),
+                Poll::Pending => {}
+            }
+            std::task::ready!(drain.poll_deadline(cx, arm.take()));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Poll::Ready(None);
+            }
+            arm = Some(left);
+        }
+    })
+    .await
+}
+
+/// The protocol a client speaks on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// The service for one connection, and its activity when the header read timeout
+/// applies: on HTTP/1.1 (as hyper's own did), not on HTTP/2, whose requests are streams
+/// of a connection that stays open between them.
+pub(super) fn served<S>(
+    service: S,
+    info: ConnectionInfo,
+    protocol: Protocol,
+) -> (Served<S>, Option<Arc<idle::Activity>>) {
+    let activity = (protocol == Protocol::Http1).then(idle::Activity::new);
+    let svc = Served {
+        inner: service,
+        info,
+        activity: activity.clone(),
+    };
+    (svc, activity)
+}
+
+/// Drive a connection to its end; an HTTP/1.1 one is closed once it has waited for a
+/// request head longer than `timeout`.
+pub(super) async fn drive<F, E>(
+    connection: F,
+    activity: Option<Arc<idle::Activity>>,
+    timeout: Duration,
+    remote: SocketAddr,
+) where
+    F: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let ended = match activity {
+        Some(activity) => idle::IdleLimited::new(connection, activity, timeout).await,
+        None => Some(connection.await),
+    };
+    match ended {
+        Some(Ok(())) => {}
+        Some(Err(e)) => tracing::debug!(error = %e, %remote, "connection ended with an error"),
+        None => tracing::debug!(%remote, "no request head within the header read timeout; closing"),
+    }
+}
+
+/// The native engine's in-flight slots for pipeline `S`.
+pub(super) type NativeSlots<S> = native::Slots<native::CallOf<S>, idle::ServedBody>;
+
+/// What every connection of a listener shares.
+pub(super) struct Shared<S: ServeService> {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    options: Arc<ServerOptions>,
+    slots: Arc<NativeSlots<S>>,
+}
+
+impl<S: ServeService> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Shared {
+            builder: self.builder.clone(),
+            options: self.options.clone(),
+            slots: self.slots.clone(),
+        }
+    }
+}
+
+/// Spawn a connection's task: `known` (the protocol detection, or the TLS handshake)
+/// and then serving, chained rather than one `async` block — what the second step
+/// captures is consumed when it starts, so the task holds the larger of the two, not
+/// both (an idle keep-alive connection is mostly its task). The connection's slot under
+/// the listener's limit is kept in its drain signal, and released when it ends.
+pub(super) fn spawn_connection<I, S, D>(
+    known: D,
+    service: S,
+    info: ConnectionInfo,
+    shared: Shared<S>,
+) where
+    I: native::Io,
+    S: ServeService,
+    D: Future<Output = Option<(I, Protocol, drain::Signal)>> + Send + 'static,
+{
+    tokio::spawn(known.then(move |known| {
+        let Some((io, protocol, drain)) = known else {
+            return Either::Left(std::future::ready(()));
+        };
+        Either::Right(serve_known(io, protocol, service, info, &shared, drain))
+    }));
+}
+
+/// Serve a connection whose protocol is known: HTTP/1.1 on the native engine when it
+/// is chosen, else hyper's. Not an `async fn`, so that the arguments are not held
+/// twice for the connection's life; hyper's connection is boxed, since the task's
+/// size is that of its largest state and it would make every native connection's
+/// task as large.
+pub(super) fn serve_known<I, S>(
+    io: I,
+    protocol: Protocol,
+    service: S,
+    info: ConnectionInfo,
+    shared: &Shared<S>,
+    drain: drain::Signal,
+) -> impl Future<Output = ()>
+where
+    I: native::Io,
+    S: ServeService,
+{
+    let remote = info.remote;
+    if protocol == Protocol::Http1 && shared.options.http1_engine == Http1Engine::Native {
+        let service = Served {
+            inner: service,
+            info,
+            activity: None,
+        };
+        Either::Left(native::serve_connection(
+            io,
+            service,
+            shared.slots.clone(),
+            drain,
+            false,
+        ))
+    } else {
+        let (service, activity) = served(service, info, protocol);
+        let connection = shared
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), service)
+            .into_owned();
+        let timeout = shared.options.header_read_timeout;
+        Either::Right(Box::pin(drive(
+            drain::watch(drain, connection),
+            activity,
+            timeout,
+            remote,
+        )))
+    }
+}
+
+pub(super) async fn accept_loop<S>(
+    listener: Listener,
+    service: S,
+    mut stop: watch::Receiver<bool>,
+    options: Arc<ServerOptions>,
+    connections: Arc<Semaphore>,
+) where
+    S: ServeService,
+{
+    let Listener {
+        tcp: listener, tls, ..
+    } = listener;
+    let local = listener
+        .local_addr()
+        .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        // Kept per connection instead (`idle`): hyper's arms a timer per request.
+        .header_read_timeout(None)
+        .max_buf_size(options.max_header_size.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .max_header_list_size(options.max_header_list_size)
+        // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
+        .enable_connect_protocol();
+    let graceful = drain::Drain::new(options.header_read_timeout);
+    // The native engine's in-flight slots, shared by the listener's connections; plain
+    // TCP connections park in a lot when idle.
+    let slots = match (&tls, options.http1_engine) {
+        (None, Http1Engine::Native) => native::slots_with_lot(
+            options.clone(),
+            service.clone(),
+            local,
+            graceful.signal(None),
+        ),
+        _ => native::Slots::new(options.clone()),
+    };
+    let shared = Shared {
+        builder: Arc::new(builder),
+        options: options.clone(),
+        slots,
+    };
+    loop {
+        let (stream, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and similar: back off briefly, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        // A free connection slot, or wait for one with this connection in hand: the
+        // clients after it queue in the kernel's backlog instead of consuming memory
+        // here. Taken after the accept, not before: with a listening socket per worker,
+        // a slot held by a worker waiting on its own socket would leave a connection
+        // that came to another worker waiting for good.
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = stop.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let info = ConnectionInfo {
+            remote,
+            local,
+            tls: tls.is_some(),
+        };
+        let service = service.clone();
+        match &tls {
+            None => {
+                let mut drain = graceful.signal(Some(permit));
+                let timeout = options.header_read_timeout;
+                // hyper-util tells HTTP/1 from HTTP/2 by reading the first bytes, without
+                // a time limit: a client sending nothing, or part of the HTTP/2 preface,
+                // would hold its slot forever. It gets the header read timeout.
+                let detect = async move {
+                    match protocol_known(&stream, timeout, &mut drain).await {
+                        Some(protocol) => Some((stream, protocol, drain)),
+                        None => {
+                            tracing::debug!(%remote, "no request within the header read timeout; closing");
+                            None
+                        }
+                    }
+                };
+                spawn_connection(detect, service, info, shared.clone());
+            }
+            Some(config) => {
+                // The configuration of the moment: a reload applies to new connections.
+                let acceptor = TlsAcceptor::from(config.load_full());
+                // The handshake runs on the connection's task, bounded like a request head.
+                let timeout = options.header_read_timeout;
+                let handshake = tokio::time::timeout(timeout, acceptor.accept(stream));
+                let drain = graceful.signal(Some(permit));
+                let handshake = async move {
+                    match handshake.await {
+                        Ok(Ok(stream)) => {
+                            let protocol = match stream.get_ref().1.alpn_protocol() {
+                                Some(b"h2") => Protocol::Http2,
+                                _ => Protocol::Http1,
+                            };
+                            Some((stream, protocol, drain))
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, %remote, "TLS handshake failed");
+                            None
+                        }
+                        Err(_) => {
+                            tracing::debug!(%remote, "TLS handshake timed out");
+                            None
+                        }
+                    }
+                };
+                spawn_connection(handshake, service, info, shared.clone());
+            }
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(options.graceful_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("graceful shutdown timed out; closing remaining connections");
+    }
+}

@@ -1,0 +1,87 @@
+//! What a server is configured with.
+
+use super::*;
+
+/// Limits of the listening side, applied to every connection.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Most client connections open at once across all listeners; further accepts wait
+    /// until one closes (default 10,000).
+    pub max_connections: usize,
+    /// Most concurrent HTTP/2 streams per connection (default 100).
+    pub max_concurrent_streams: u32,
+    /// Time allowed to receive a request's headers on HTTP/1.1 before the connection is
+    /// closed (slowloris; default 30 s), counted from the accept or from the end of the
+    /// previous response: also how long an idle keep-alive connection is kept. A
+    /// response or request body taking longer is not cut (the cluster's
+    /// `ActivityTimeout` bounds those).
+    pub header_read_timeout: Duration,
+    /// Largest request head on HTTP/1.1 (bytes); larger ones get 431 (default 64 KiB).
+    pub max_header_size: usize,
+    /// Longest request line on HTTP/1.1 (bytes); longer ones get 414 (default 8 KiB,
+    /// nginx's). Applies to the native engine.
+    pub max_request_line: usize,
+    /// Which engine serves HTTP/1.1 (default [`Http1Engine::Native`], or what
+    /// `FUSEWAY_HTTP1_ENGINE` names).
+    pub http1_engine: Http1Engine,
+    /// Largest header list on HTTP/2 (bytes; default 64 KiB).
+    pub max_header_list_size: u32,
+    /// How long in-flight requests may take after shutdown starts (default 30 s).
+    pub graceful_timeout: Duration,
+}
+
+/// The engine that serves HTTP/1.1 connections (HTTP/2 is always hyper's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Http1Engine {
+    /// fuseway's own: one task and one state machine per connection, buffers reused
+    /// across its messages, the edge-proxy checks of RFC 9112 (see the README).
+    #[default]
+    Native,
+    /// hyper's HTTP/1.1 server: the reference the native engine is tested against, and
+    /// a fallback.
+    Hyper,
+}
+
+impl Http1Engine {
+    /// The engine named by the `FUSEWAY_HTTP1_ENGINE` environment variable (`native`
+    /// or `hyper`), else the default: lets a deployment, or a test run, pick hyper
+    /// without a code change. An unknown name is ignored with a warning.
+    pub fn from_env() -> Http1Engine {
+        match std::env::var("FUSEWAY_HTTP1_ENGINE") {
+            Ok(name) => name.parse().unwrap_or_else(|e| {
+                tracing::warn!("FUSEWAY_HTTP1_ENGINE: {e}; using the native engine");
+                Http1Engine::Native
+            }),
+            Err(_) => Http1Engine::Native,
+        }
+    }
+}
+
+impl std::str::FromStr for Http1Engine {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name.to_ascii_lowercase().as_str() {
+            "native" => Ok(Http1Engine::Native),
+            "hyper" => Ok(Http1Engine::Hyper),
+            _ => Err(format!(
+                "unknown HTTP/1.1 engine `{name}` (native or hyper)"
+            )),
+        }
+    }
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            max_connections: 10_000,
+            max_concurrent_streams: 100,
+            header_read_timeout: Duration::from_secs(30),
+            max_header_size: 64 * 1024,
+            max_request_line: 8 * 1024,
+            http1_engine: Http1Engine::from_env(),
+            max_header_list_size: 64 * 1024,
+            graceful_timeout: Duration::from_secs(30),
+        }
+    }
+}
