@@ -60,7 +60,8 @@ use std::time::Duration;
 
 use http::{Extensions, HeaderMap, Method, Uri, Version};
 
-use crate::config::{ConfigErrors, RouteConfig};
+use crate::balancing::LoadBalancingPolicy;
+use crate::config::{ConfigErrors, LoadBalancingPolicyName, RouteConfig};
 use crate::request::ProxyResponse;
 
 /// The kinds of named policy a YARP route may name.
@@ -172,6 +173,7 @@ pub trait RoutePolicy: Send + Sync + 'static {
 pub struct Policies {
     request: HashMap<(PolicyKind, String), Arc<dyn RoutePolicy>>,
     timeouts: HashMap<String, Duration>,
+    balancing: HashMap<String, Arc<dyn LoadBalancingPolicy>>,
 }
 
 impl fmt::Debug for Policies {
@@ -181,6 +183,11 @@ impl fmt::Debug for Policies {
             .keys()
             .map(|(k, n)| format!("{}={n}", k.key()))
             .chain(self.timeouts.keys().map(|n| format!("TimeoutPolicy={n}")))
+            .chain(
+                self.balancing
+                    .keys()
+                    .map(|n| format!("LoadBalancingPolicy={n}")),
+            )
             .collect();
         names.sort();
         f.debug_struct("Policies").field("names", &names).finish()
@@ -213,6 +220,28 @@ impl Policies {
     pub fn timeout(mut self, name: &str, timeout: Duration) -> Self {
         self.timeouts.insert(name.to_ascii_lowercase(), timeout);
         self
+    }
+
+    /// Register the custom load-balancing policy called `name` (ignoring case): clusters
+    /// select it with `"LoadBalancingPolicy": "<name>"`. One instance serves every
+    /// cluster that names it, in this state and its reloads.
+    ///
+    /// # Panics
+    /// If `name` is one of the built-in policies (`RoundRobin`, ... in any case): those
+    /// names always mean the built-in policy.
+    pub fn load_balancing(mut self, name: &str, policy: impl LoadBalancingPolicy) -> Self {
+        assert!(
+            name.parse::<LoadBalancingPolicyName>().is_err(),
+            "`{name}` is a built-in load balancing policy and cannot be replaced"
+        );
+        self.balancing
+            .insert(name.to_ascii_lowercase(), Arc::new(policy));
+        self
+    }
+
+    /// The custom load-balancing policy registered as `name`.
+    pub(crate) fn load_balancing_policy(&self, name: &str) -> Option<Arc<dyn LoadBalancingPolicy>> {
+        self.balancing.get(&name.to_ascii_lowercase()).cloned()
     }
 
     /// The policies `route` names, in the order they run, and the timeout its

@@ -12,7 +12,7 @@
 //! | `Random` | uniformly at random; with weights, proportionally to them |
 //! | `LeastRequests` | fewest requests in flight; the first candidate on ties |
 //! | `FirstAlphabetical` | the smallest destination id, case-insensitively |
-//! | a [registered](register_policy) name | the custom [`LoadBalancingPolicy`] |
+//! | a name registered with [`Policies::load_balancing`](crate::policy::Policies::load_balancing) | the custom [`LoadBalancingPolicy`] |
 //!
 //! Names are case-insensitive. "Requests in flight" is
 //! [`DestinationState::concurrent_requests`](crate::state::DestinationState::concurrent_requests),
@@ -40,10 +40,10 @@
 //!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
-//! use std::sync::Arc;
 //!
-//! use fuseway::balancing::{register_policy, LoadBalancingPolicy};
+//! use fuseway::balancing::LoadBalancingPolicy;
 //! use fuseway::config::{parse, Format};
+//! use fuseway::policy::Policies;
 //! use fuseway::request::Candidates;
 //! use fuseway::state::{Cluster, ProxyState};
 //!
@@ -68,8 +68,8 @@
 //!     }
 //! }
 //!
-//! // Register before loading a configuration that names it.
-//! register_policy("LocalFirst", Arc::new(LocalFirst::default()));
+//! // Registered in the policies the state is built with.
+//! let policies = Policies::new().load_balancing("LocalFirst", LocalFirst::default());
 //!
 //! let config = parse(r#"{
 //!   "Clusters": { "c": {
@@ -80,7 +80,7 @@
 //!     }
 //!   } }
 //! }"#, Format::Json).unwrap();
-//! let state = ProxyState::new(config).unwrap();
+//! let state = ProxyState::with_policies(config, policies).unwrap();
 //! let snapshot = state.snapshot();
 //! let cluster = snapshot.cluster("c").unwrap();
 //! assert_eq!(cluster.balancing().policy_name(), "LocalFirst");
@@ -99,9 +99,7 @@ mod tests;
 use crate::request::{Balanced, ForwardError, ForwardErrorKind, ProxyResponse, Routed};
 use crate::stage::Stage;
 
-pub use policy::{
-    is_registered, register_policy, BalancerState, ClusterBalancing, LoadBalancingPolicy,
-};
+pub use policy::{BalancerState, ClusterBalancing, LoadBalancingPolicy};
 
 /// Picks the destination among the request's candidates with the cluster's
 /// `LoadBalancingPolicy`. One candidate: taken without consulting the policy. None:

@@ -1,12 +1,12 @@
-//! Load-balancing policies: the built-in ones, the custom-policy registry, and the
-//! per-cluster resolution done once per configuration load.
+//! Load-balancing policies: the built-in ones, custom ones (registered in
+//! [`Policies`]), and the per-cluster resolution done once per configuration load.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::Arc;
 
 use crate::config::{ClusterConfig, ConfigError, LoadBalancingPolicyName};
+use crate::policy::Policies;
 use crate::request::Candidates;
 use crate::state::{Cluster, Destination};
 
@@ -14,7 +14,8 @@ use super::smooth::SmoothRoundRobin;
 
 /// A load-balancing policy: picks one destination among at least two candidates.
 ///
-/// Implement it and [`register_policy`] it under a name; clusters select it with
+/// Implement it and register it under a name in the [`Policies`] a state is built with
+/// ([`Policies::load_balancing`]); clusters select it with
 /// `"LoadBalancingPolicy": "<name>"`. It is called on the request path, so it should
 /// be quick and must not block; state it needs across requests lives in the
 /// implementing type (one instance serves every cluster that names it).
@@ -26,44 +27,11 @@ pub trait LoadBalancingPolicy: Send + Sync + 'static {
     fn pick(&self, cluster: &Cluster, candidates: &Candidates) -> Option<usize>;
 }
 
-type Registry = RwLock<HashMap<String, Arc<dyn LoadBalancingPolicy>>>;
-
-fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(Default::default)
-}
-
-/// Make `policy` available to configurations under `name` (case-insensitive). Register
-/// before loading a configuration that names it.
-///
-/// Registering again under the same name replaces the policy for configurations
-/// loaded afterwards; clusters already loaded keep the one they resolved.
-///
-/// # Panics
-/// If `name` is one of the built-in policies (`RoundRobin`, ... in any case): those
-/// names always mean the built-in policy.
-pub fn register_policy(name: &str, policy: Arc<dyn LoadBalancingPolicy>) {
-    assert!(
-        name.parse::<LoadBalancingPolicyName>().is_err(),
-        "`{name}` is a built-in load balancing policy and cannot be replaced"
-    );
-    registry()
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(name.to_ascii_lowercase(), policy);
-}
-
-/// Whether a custom policy is registered under `name`.
-pub fn is_registered(name: &str) -> bool {
-    registered(name).is_some()
-}
-
-pub(crate) fn registered(name: &str) -> Option<Arc<dyn LoadBalancingPolicy>> {
-    registry()
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&name.to_ascii_lowercase())
-        .cloned()
+/// A shared policy (the program keeps a handle to it, to read its state).
+impl<P: LoadBalancingPolicy + ?Sized> LoadBalancingPolicy for Arc<P> {
+    fn pick(&self, cluster: &Cluster, candidates: &Candidates) -> Option<usize> {
+        (**self).pick(cluster, candidates)
+    }
 }
 
 /// Runtime state of a cluster's balancer; lives in the cluster's
@@ -112,12 +80,13 @@ impl fmt::Debug for ClusterBalancing {
 }
 
 impl ClusterBalancing {
-    /// Resolve `config`'s policy for these destinations. `path` is the cluster's config
-    /// path (`Clusters.c1`) for errors.
+    /// Resolve `config`'s policy for these destinations, custom names among
+    /// `policies`. `path` is the cluster's config path (`Clusters.c1`) for errors.
     pub(crate) fn from_config(
         config: &ClusterConfig,
         destinations: &[Destination],
         path: &str,
+        policies: &Policies,
     ) -> Result<Self, ConfigError> {
         let name = config.load_balancing_policy.as_deref();
         let builtin = match name {
@@ -140,12 +109,13 @@ impl ClusterBalancing {
             }
             None => {
                 let name = name.unwrap_or_default();
-                let policy = registered(name).ok_or_else(|| {
+                let policy = policies.load_balancing_policy(name).ok_or_else(|| {
                     ConfigError::new(
                         format!("{path}.LoadBalancingPolicy"),
                         format!(
                             "unknown load balancing policy `{name}`; expected one of {} \
-                             or a registered custom policy",
+                             or a custom policy registered in the embedding program \
+                             (fuseway::policy::Policies::load_balancing)",
                             LoadBalancingPolicyName::NAMES.join(", ")
                         ),
                     )

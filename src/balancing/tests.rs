@@ -7,6 +7,7 @@ use http::StatusCode;
 
 use super::*;
 use crate::config::{parse, ClusterConfig, Format};
+use crate::policy::Policies;
 use crate::request::{Candidates, RouteContext, Routed};
 use crate::state::{Cluster, ConcurrencyGuard, ProxyState};
 
@@ -33,6 +34,17 @@ fn config_json(policy: &str, destinations: &[(&str, u32)]) -> String {
 fn load(policy: &str, destinations: &[(&str, u32)]) -> ProxyState {
     let config = parse(&config_json(policy, destinations), Format::Json).expect("config");
     ProxyState::new(config).expect("state")
+}
+
+/// `abc` with weights 1, under the custom `policy` registered as `name`.
+fn custom(name: &str, policy: impl LoadBalancingPolicy) -> ProxyState {
+    let config = parse(
+        &config_json(name, &[("a", 1), ("b", 1), ("c", 1)]),
+        Format::Json,
+    )
+    .expect("config");
+    let policies = Policies::new().load_balancing("Test-Last", policy);
+    ProxyState::with_policies(config, policies).expect("state")
 }
 
 /// `abc` with weights 1.
@@ -432,9 +444,7 @@ impl LoadBalancingPolicy for Outsider {
 #[test]
 fn registered_policies_are_selected_by_name() {
     let last = Arc::new(Last::default());
-    register_policy("Test-Last", last.clone());
-    assert!(is_registered("test-last"));
-    let state = unweighted("TEST-LAST");
+    let state = custom("TEST-LAST", last.clone());
     let snap = state.snapshot();
     let c = snap.cluster("c").unwrap();
     assert_eq!(c.balancing().policy_name(), "TEST-LAST");
@@ -449,8 +459,7 @@ fn registered_policies_are_selected_by_name() {
 
 #[test]
 fn a_custom_pick_outside_the_candidates_is_refused() {
-    register_policy("test-outsider", Arc::new(Outsider));
-    let state = unweighted("test-outsider");
+    let state = custom("test-last", Outsider);
     let snap = state.snapshot();
     let c = snap.cluster("c").unwrap();
     assert_eq!(c.balancing().pick(c, &all(c)), Some(2));
@@ -459,19 +468,24 @@ fn a_custom_pick_outside_the_candidates_is_refused() {
 
 #[test]
 fn unknown_policies_are_config_errors() {
-    let errors = parse(&config_json("Fastest", &[("a", 1), ("b", 1)]), Format::Json).unwrap_err();
+    let config = parse(&config_json("Fastest", &[("a", 1), ("b", 1)]), Format::Json).unwrap();
+    let errors = ProxyState::new(config.clone()).unwrap_err();
     assert!(
         errors
             .iter()
-            .any(|e| e.path == "Clusters.c.LoadBalancingPolicy"),
+            .any(|e| e.path == "Clusters.c.LoadBalancingPolicy" && e.message.contains("Fastest")),
         "{errors}"
     );
-    // Resolution itself refuses it too (a name unregistered after validation).
+    // Registered for another state only: not for this one.
+    let other = Policies::new().load_balancing("Fastest", Outsider);
+    assert!(ProxyState::with_policies(config.clone(), other.clone()).is_ok());
+    assert!(ProxyState::new(config).is_err());
     let config = ClusterConfig {
         load_balancing_policy: Some("test-never-registered".into()),
         ..Default::default()
     };
-    let err = ClusterBalancing::from_config(&config, &[], "Clusters.x").unwrap_err();
+    let err =
+        ClusterBalancing::from_config(&config, &[], "Clusters.x", &Policies::new()).unwrap_err();
     assert_eq!(err.path, "Clusters.x.LoadBalancingPolicy");
     assert!(err.message.contains("test-never-registered"), "{err}");
 }
@@ -479,7 +493,7 @@ fn unknown_policies_are_config_errors() {
 #[test]
 #[should_panic(expected = "built-in")]
 fn built_in_names_cannot_be_registered() {
-    register_policy("roundRobin", Arc::new(Last::default()));
+    let _ = Policies::new().load_balancing("roundRobin", Last::default());
 }
 
 // ---- The stage ----
@@ -505,8 +519,7 @@ fn the_stage_answers_503_without_candidates() {
 #[test]
 fn the_stage_takes_a_single_candidate_and_otherwise_asks_the_policy() {
     let last = Arc::new(Last::default());
-    register_policy("test-stage-last", last.clone());
-    let state = unweighted("test-stage-last");
+    let state = custom("test-last", last.clone());
     let stage = LoadBalancing::new();
     let (balanced, ()) = stage
         .on_request(routed(&state, Candidates::only(0, 3)))

@@ -12,8 +12,8 @@ use http::uri::{Authority, Scheme, Uri};
 
 use super::names::{
     ActiveHealthPolicyName, AffinityFailurePolicyName, AvailableDestinationsPolicyName,
-    CookieSameSite, CookieSecurePolicy, HttpVersion, HttpVersionPolicy, LoadBalancingPolicyName,
-    PassiveHealthPolicyName, SessionAffinityPolicyName,
+    CookieSameSite, CookieSecurePolicy, HttpVersion, HttpVersionPolicy, PassiveHealthPolicyName,
+    SessionAffinityPolicyName,
 };
 use super::transforms::collect_transforms;
 use super::{
@@ -157,15 +157,8 @@ fn check_cluster(id: &str, cluster: &ClusterConfig, errors: &mut ConfigErrors) {
     if id.trim().is_empty() {
         errors.push(&path, "a cluster id must not be empty");
     }
-    if let Some(policy) = cluster.load_balancing_policy.as_deref() {
-        if !crate::balancing::is_registered(policy) {
-            name::<LoadBalancingPolicyName>(
-                Some(policy),
-                &format!("{path}.LoadBalancingPolicy"),
-                errors,
-            );
-        }
-    }
+    // `LoadBalancingPolicy` names a built-in policy or a custom one registered in the
+    // embedding program: checked when the state is built (`ClusterBalancing`).
     if let Some(affinity) = &cluster.session_affinity {
         check_affinity(affinity, &format!("{path}.SessionAffinity"), errors);
     }

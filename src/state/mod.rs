@@ -205,7 +205,7 @@ fn build(
             }
         }
         let path = format!("Clusters.{cid}");
-        let balancing = ClusterBalancing::from_config(ccfg, &destinations, &path);
+        let balancing = ClusterBalancing::from_config(ccfg, &destinations, &path, policies);
         let affinity = AffinitySettings::from_config(
             ccfg.session_affinity.as_ref(),
             &cid,
