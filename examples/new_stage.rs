@@ -8,14 +8,39 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use fuseway::config::{ConfigError, RouteConfig};
+use fuseway::policy::Policies;
 use fuseway::request::{ProxyResponse, Routed};
 use fuseway::server::{ProxyService, Server};
 use fuseway::stage::{Stage, StageLayer};
-use fuseway::state::ProxyState;
+use fuseway::state::{ProxyState, RouteData};
 use http::{HeaderValue, StatusCode};
 
-/// Blocks requests without `x-api-key` on routes whose metadata says
-/// `"RequiresKey": "true"`, and counts what it let through.
+/// A route whose metadata says `"RequiresKey": "true"`: compiled once per configuration
+/// load (a typo is refused with its path), read per request without parsing or
+/// allocating.
+#[derive(Debug)]
+pub struct RequiresKey;
+
+impl RouteData for RequiresKey {
+    fn compile(
+        route: &RouteConfig,
+        path: &str,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, ConfigError> {
+        match route.metadata.get("RequiresKey").map(String::as_str) {
+            Some("true") => Ok(Some(RequiresKey)),
+            None | Some("false") => Ok(None),
+            Some(other) => Err(ConfigError::new(
+                format!("{path}.Metadata.RequiresKey"),
+                format!("`{other}` is not true or false"),
+            )),
+        }
+    }
+}
+
+/// Blocks requests without `x-api-key` on routes that require a key, and counts what it
+/// let through.
 #[derive(Debug, Default)]
 pub struct ApiKey {
     passed: AtomicU64,
@@ -27,8 +52,7 @@ impl<B> Stage<Routed<B>> for ApiKey {
     type State = bool;
 
     fn on_request(&self, req: Routed<B>) -> Result<(Routed<B>, bool), ProxyResponse> {
-        let needs_key =
-            req.context.route().config().metadata.get("RequiresKey") == Some(&"true".to_owned());
+        let needs_key = req.context.route().data::<RequiresKey>().is_some();
         if needs_key && !req.request.headers().contains_key("x-api-key") {
             return Err(ProxyResponse::status(StatusCode::UNAUTHORIZED));
         }
@@ -58,7 +82,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let path = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "proxy.json".into());
-    let state = Arc::new(ProxyState::new(fuseway::config::load_file(path.as_ref())?)?);
+    // The stage's route data is compiled with the state, and again on every reload.
+    let policies = Policies::new().route_data::<RequiresKey>();
+    let config = fuseway::config::load_file(path.as_ref())?;
+    let state = Arc::new(ProxyState::with_policies(config, policies)?);
 
     // Layered: the same stage as a tower layer, in front of the default layers.
     let layered = tower::ServiceBuilder::new()

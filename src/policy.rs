@@ -63,6 +63,7 @@ use http::{Extensions, HeaderMap, Method, Uri, Version};
 use crate::balancing::LoadBalancingPolicy;
 use crate::config::{ConfigErrors, LoadBalancingPolicyName, RouteConfig};
 use crate::request::ProxyResponse;
+use crate::state::{ClusterData, Compilers, RouteData};
 
 /// The kinds of named policy a YARP route may name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -168,12 +169,18 @@ pub trait RoutePolicy: Send + Sync + 'static {
     }
 }
 
-/// The named policies a program registers (see the [module docs](self)).
+/// What the embedding program registers for a state (given to
+/// [`ProxyState::with_policies`](crate::state::ProxyState::with_policies), kept for its
+/// reloads): the named route policies (see the [module docs](self)), custom
+/// load-balancing policies ([`load_balancing`](Self::load_balancing)) and the data its
+/// stages compile from the configuration ([`cluster_data`](Self::cluster_data),
+/// [`route_data`](Self::route_data)).
 #[derive(Clone, Default)]
 pub struct Policies {
     request: HashMap<(PolicyKind, String), Arc<dyn RoutePolicy>>,
     timeouts: HashMap<String, Duration>,
     balancing: HashMap<String, Arc<dyn LoadBalancingPolicy>>,
+    data: Compilers,
 }
 
 impl fmt::Debug for Policies {
@@ -190,7 +197,10 @@ impl fmt::Debug for Policies {
             )
             .collect();
         names.sort();
-        f.debug_struct("Policies").field("names", &names).finish()
+        f.debug_struct("Policies")
+            .field("names", &names)
+            .field("data", &self.data)
+            .finish()
     }
 }
 
@@ -237,6 +247,26 @@ impl Policies {
         self.balancing
             .insert(name.to_ascii_lowercase(), Arc::new(policy));
         self
+    }
+
+    /// Compile a [`ClusterData`] `T` for every cluster when the state is built or
+    /// reloaded: stages read it with [`Cluster::data`](crate::state::Cluster::data).
+    pub fn cluster_data<T: ClusterData>(mut self) -> Self {
+        self.data.add_cluster::<T>();
+        self
+    }
+
+    /// Compile a [`RouteData`] `T` for every route when the state is built or reloaded:
+    /// stages read it with [`Route::data`](crate::state::Route::data).
+    pub fn route_data<T: RouteData>(mut self) -> Self {
+        self.data.add_route::<T>();
+        self
+    }
+
+    /// The data types registered with [`cluster_data`](Self::cluster_data) and
+    /// [`route_data`](Self::route_data).
+    pub(crate) fn compilers(&self) -> &Compilers {
+        &self.data
     }
 
     /// The custom load-balancing policy registered as `name`.

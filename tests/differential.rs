@@ -32,11 +32,40 @@ use tokio::sync::{mpsc, oneshot};
 #[derive(Debug, Default)]
 pub struct Chaos;
 
+/// Route data compiled from `"Metadata": { "Note": ... }`: `Chaos` answers with it in
+/// `x-note`.
+#[derive(Debug)]
+pub struct Note(http::HeaderValue);
+
+impl fuseway::state::RouteData for Note {
+    fn compile(
+        config: &fuseway::config::RouteConfig,
+        path: &str,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, fuseway::config::ConfigError> {
+        config
+            .metadata
+            .get("Note")
+            .map(|note| {
+                http::HeaderValue::from_str(note).map(Note).map_err(|_| {
+                    fuseway::config::ConfigError::new(
+                        format!("{path}.Metadata.Note"),
+                        "not a header value",
+                    )
+                })
+            })
+            .transpose()
+    }
+}
+
 impl<B> Stage<Balanced<B>> for Chaos {
     type Out = Balanced<B>;
-    type State = ();
+    type State = Option<http::HeaderValue>;
 
-    fn on_request(&self, mut req: Balanced<B>) -> Result<(Balanced<B>, ()), ProxyResponse> {
+    fn on_request(
+        &self,
+        mut req: Balanced<B>,
+    ) -> Result<(Balanced<B>, Self::State), ProxyResponse> {
         if req.request.headers().contains_key("x-panic") {
             panic!("chaos stage asked to panic");
         }
@@ -48,7 +77,14 @@ impl<B> Stage<Balanced<B>> for Chaos {
             let to = to.to_str().unwrap().to_owned();
             assert!(req.context.reassign_cluster(&to), "no cluster {to}");
         }
-        Ok((req, ()))
+        let note = req.context.route().data::<Note>().map(|n| n.0.clone());
+        Ok((req, note))
+    }
+
+    fn on_response(&self, note: Self::State, response: &mut ProxyResponse) {
+        if let Some(note) = note {
+            response.response.headers_mut().insert("x-note", note);
+        }
     }
 }
 
@@ -149,7 +185,8 @@ async fn world(fused: bool) -> World {
     let config = format!(
         r#"{{
   "Routes": {{
-    "main": {{ "ClusterId": "main", "Match": {{ "Path": "/a/{{**rest}}" }} }},
+    "main": {{ "ClusterId": "main", "Match": {{ "Path": "/a/{{**rest}}" }},
+               "Metadata": {{ "Note": "compiled at load" }} }},
     "limited": {{ "ClusterId": "main", "Match": {{ "Path": "/limited" }},
                  "MaxRequestBodySize": 10, "RateLimit": {{ "PermitsPerSecond": 0.001, "Burst": 1 }} }},
     "dead": {{ "ClusterId": "dead", "Match": {{ "Path": "/dead" }} }},
@@ -172,7 +209,10 @@ async fn world(fused: bool) -> World {
         d2.url(),
         slow.url()
     );
-    let state = Arc::new(ProxyState::new(parse(&config, Format::Json).unwrap()).unwrap());
+    let policies = fuseway::policy::Policies::new().route_data::<Note>();
+    let state = Arc::new(
+        ProxyState::with_policies(parse(&config, Format::Json).unwrap(), policies).unwrap(),
+    );
     let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
         .await
         .unwrap();
@@ -322,6 +362,10 @@ async fn success_and_affinity_miss_hit_redistribute() {
         panic!()
     };
     assert_eq!((first.0, first.2.as_str()), (200, "d1 /a/x"));
+    assert_eq!(
+        first.1["x-note"], "compiled at load",
+        "the route's compiled data"
+    );
     assert!(first.1.contains_key("set-cookie"), "miss: key written");
     assert_eq!(hit.0, 200);
     assert!(!hit.1.contains_key("set-cookie"), "hit: no new key");

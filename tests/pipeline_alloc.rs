@@ -248,3 +248,100 @@ fn future_sizes() {
     println!("size_of fused future: {fused_size} B; layered future (oneshot, as hyper-util serves it): {layered_size} B");
     assert!(fused_size > 0 && layered_size > 0);
 }
+
+// ===== a user stage reading compiled data =====
+
+/// Route data compiled from `"Metadata": { "Tier": ... }`: the tier and a count of the
+/// requests the stage saw on the route.
+#[derive(Debug)]
+pub struct Tier {
+    name: String,
+    seen: std::sync::atomic::AtomicU64,
+}
+
+impl fuseway::state::RouteData for Tier {
+    fn compile(
+        config: &fuseway::config::RouteConfig,
+        _path: &str,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, fuseway::config::ConfigError> {
+        Ok(config.metadata.get("Tier").map(|name| Tier {
+            name: name.clone(),
+            seen: Default::default(),
+        }))
+    }
+}
+
+/// Counts requests on routes with a tier, reading the compiled data (no parsing of
+/// `Metadata` per request).
+#[derive(Debug, Default)]
+pub struct TierStage;
+
+impl<B> Stage<fuseway::request::Routed<B>> for TierStage {
+    type Out = fuseway::request::Routed<B>;
+    type State = ();
+
+    fn on_request(
+        &self,
+        req: fuseway::request::Routed<B>,
+    ) -> Result<(fuseway::request::Routed<B>, ()), ProxyResponse> {
+        if let Some(tier) = req.context.route().data::<Tier>() {
+            tier.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok((req, ()))
+    }
+}
+
+fuseway::default_pipeline! {
+    /// The default stages and `TierStage` fused over the stub.
+    struct StubWithTier(http::Request<http_body_util::Empty<bytes::Bytes>>) {
+        after routing: tier: TierStage,
+        => stub: fuseway::testing::StubForwarder,
+    }
+}
+
+#[test]
+fn a_user_stage_reads_compiled_route_data_without_allocating() {
+    let config = CONFIG.replace(
+        r#""Timeout": "30s""#,
+        r#""Timeout": "30s", "Metadata": { "Tier": "gold" }"#,
+    );
+    assert!(config.contains("gold"));
+    let policies = fuseway::policy::Policies::new().route_data::<Tier>();
+    let state = Arc::new(
+        ProxyState::with_policies(parse(&config, Format::Json).unwrap(), policies).unwrap(),
+    );
+    let mode = StubMode::Sync;
+    let stub = stub_alone(&state, mode);
+    let p = StubWithTier::from_state(state.clone(), TierStage, StubForwarder::new(mode));
+    for _ in 0..100 {
+        drop(block_on(p.call_fused(request(None))));
+    }
+    let reqs: Vec<Req> = (0..N).map(|_| request(None)).collect();
+    let ((), allocs, bytes) = count(|| {
+        for r in reqs {
+            let resp = block_on(p.call_fused(r)).unwrap();
+            assert_eq!(resp.status_code(), 200);
+            drop(resp);
+        }
+    });
+    assert_eq!(
+        (allocs, bytes),
+        stub,
+        "the stage reading route data allocated beyond the stub"
+    );
+    let snapshot = state.snapshot();
+    let route = snapshot.routes().iter().find(|r| r.id() == "api").unwrap();
+    let tier = route.data::<Tier>().expect("compiled");
+    assert_eq!(tier.name, "gold");
+    assert_eq!(
+        tier.seen.load(std::sync::atomic::Ordering::Relaxed),
+        100 + N as u64
+    );
+    let other = snapshot
+        .routes()
+        .iter()
+        .find(|r| r.id() == "other")
+        .unwrap();
+    assert!(other.data::<Tier>().is_none(), "no Tier in its metadata");
+}

@@ -1,5 +1,6 @@
 //! Clusters and routes as the runtime snapshot holds them.
 
+use super::{ClusterData, RouteData};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,9 +128,17 @@ pub struct Cluster {
     pub(crate) balancing: ClusterBalancing,
     pub(crate) affinity: Option<AffinitySettings>,
     pub(crate) health: ClusterHealth,
+    /// What stages compiled from its configuration ([`ClusterData`]).
+    pub(crate) data: super::DataSet,
 }
 
 impl Cluster {
+    /// The `T` a stage compiled for this cluster when the state was built (see
+    /// [`ClusterData`]): no lock, no allocation.
+    pub fn data<T: ClusterData>(&self) -> Option<&T> {
+        self.data.get::<T>()
+    }
+
     /// The cluster's id.
     pub fn id(&self) -> &str {
         &self.id
@@ -190,9 +199,17 @@ pub struct Route {
     pub(crate) transforms: Arc<RouteTransforms>,
     pub(crate) telemetry: RouteTelemetry,
     pub(crate) policies: crate::policy::RoutePolicies,
+    /// What stages compiled from its configuration ([`RouteData`]).
+    pub(crate) data: super::DataSet,
 }
 
 impl Route {
+    /// The `T` a stage compiled for this route when the state was built (see
+    /// [`RouteData`]): no lock, no allocation.
+    pub fn data<T: RouteData>(&self) -> Option<&T> {
+        self.data.get::<T>()
+    }
+
     /// The [named policies](crate::policy) the route names, in the order they run.
     pub fn policies(&self) -> &[std::sync::Arc<dyn crate::policy::RoutePolicy>] {
         self.policies.as_slice()

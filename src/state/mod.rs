@@ -16,6 +16,7 @@
 //! ```
 
 mod cluster;
+mod data;
 mod destination;
 
 use std::collections::HashMap;
@@ -25,6 +26,8 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 pub use cluster::{Cluster, HttpSettings, Route, UpstreamVersion, DEFAULT_ACTIVITY_TIMEOUT};
+pub use data::{ClusterData, RouteData};
+pub(crate) use data::{Compilers, DataSet};
 pub use destination::{
     ClusterState, ConcurrencyGuard, Destination, DestinationAddress, DestinationState,
 };
@@ -112,7 +115,7 @@ impl ProxyState {
     pub fn with_policies(config: ProxyConfig, policies: Policies) -> Result<Self, ConfigErrors> {
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new());
-        let snapshot = build(config, &mut registry, &metrics, &policies)?;
+        let snapshot = build(config, &mut registry, &metrics, &policies, None)?;
         Ok(ProxyState {
             current: ArcSwap::from_pointee(snapshot),
             registry: Mutex::new(registry),
@@ -132,7 +135,14 @@ impl ProxyState {
         next.routes.clone_from(&registry.routes);
         next.clusters.clone_from(&registry.clusters);
         next.destinations.clone_from(&registry.destinations);
-        let snapshot = build(config, &mut next, &self.metrics, &self.policies)?;
+        let previous = self.current.load();
+        let snapshot = build(
+            config,
+            &mut next,
+            &self.metrics,
+            &self.policies,
+            Some(&previous),
+        )?;
         next.routes
             .retain(|id, _| snapshot.routes.iter().any(|r| r.id == *id));
         next.clusters
@@ -180,8 +190,10 @@ fn build(
     registry: &mut Registry,
     metrics: &Metrics,
     policies: &Policies,
+    previous: Option<&Snapshot>,
 ) -> Result<Snapshot, ConfigErrors> {
     let table = config.validate_and_compile_routes()?;
+    let compilers = policies.compilers();
     let mut errors = ConfigErrors::default();
     let mut clusters = Vec::with_capacity(config.clusters.len());
     let mut cluster_index = HashMap::with_capacity(config.clusters.len());
@@ -222,6 +234,12 @@ fn build(
                 continue;
             }
         };
+        let data = compilers.cluster(
+            ccfg,
+            &path,
+            previous.and_then(|p| p.cluster(&cid)).map(|c| &c.data),
+            &mut errors,
+        );
         cluster_index.insert(cid.clone(), clusters.len());
         clusters.push(Cluster {
             id: cid,
@@ -232,8 +250,15 @@ fn build(
             balancing,
             affinity,
             health,
+            data,
         });
     }
+    // The routes of the snapshot being replaced, by id (only when stages compile route
+    // data, which is handed the previous value).
+    let previous_routes: HashMap<&str, &Route> = match previous {
+        Some(p) if compilers.count() > 0 => p.routes.iter().map(|r| (&*r.id, r)).collect(),
+        _ => HashMap::new(),
+    };
     let mut routes = Vec::with_capacity(config.routes.len());
     for (id, r) in &config.routes {
         let id: Arc<str> = Arc::from(id.as_str());
@@ -271,6 +296,12 @@ fn build(
             .as_deref()
             .and_then(|c| cluster_index.get(c).copied());
         let telemetry = metrics.route(&id, cluster.map(|c| &clusters[c]));
+        let data = compilers.route(
+            r,
+            &path,
+            previous_routes.get(&*id).map(|r| &r.data),
+            &mut errors,
+        );
         routes.push(Route {
             cluster,
             config: r.clone(),
@@ -280,6 +311,7 @@ fn build(
             transforms,
             telemetry,
             policies,
+            data,
         });
     }
     errors.into_result()?;
