@@ -143,6 +143,21 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
         inserts,
         terminal,
     } = input;
+    // The default stages' fields, the default terminal's, and `from_state`'s parameters
+    // are taken.
+    let mut reserved: Vec<(&str, &str)> = DEFAULT_STAGES
+        .iter()
+        .map(|(field, ..)| (*field, "is the field of a default stage"))
+        .collect();
+    reserved.push(("state", "is a parameter of `from_state`"));
+    reserved.push(("http1_engine", "is a parameter of `from_state_with_engine`"));
+    if terminal.is_none() {
+        reserved.push(("forwarder", "is the field of the default forwarder"));
+    }
+    fused::check_names(
+        inserts.iter().map(|i| &i.entry).chain(terminal.as_ref()),
+        &reserved,
+    )?;
     let mut slots: Vec<Vec<Entry>> = (0..=FORWARDING).map(|_| Vec::new()).collect();
     let mut user_params = Vec::new();
     for insert in inserts {

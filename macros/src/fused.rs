@@ -42,6 +42,32 @@ impl Parse for Entry {
 }
 
 /// After a `=>`: the terminal entry, an optional comma, and nothing more.
+/// Every stage (and the terminal) needs a name of its own, and none of the names
+/// `reserved` takes (each with why).
+pub(crate) fn check_names<'a>(
+    entries: impl IntoIterator<Item = &'a Entry>,
+    reserved: &[(&str, &str)],
+) -> syn::Result<()> {
+    let mut seen: Vec<String> = Vec::new();
+    for entry in entries {
+        let name = entry.name.to_string();
+        if let Some((_, why)) = reserved.iter().find(|(r, _)| *r == name) {
+            return Err(syn::Error::new(
+                entry.name.span(),
+                format!("`{name}` {why}: give this stage another name"),
+            ));
+        }
+        if seen.contains(&name) {
+            return Err(syn::Error::new(
+                entry.name.span(),
+                format!("two stages are named `{name}`: each needs a name of its own (it is a field of the pipeline)"),
+            ));
+        }
+        seen.push(name);
+    }
+    Ok(())
+}
+
 pub(crate) fn parse_terminal(body: ParseStream<'_>) -> syn::Result<Entry> {
     body.parse::<Token![=>]>()?;
     let terminal = body.parse::<Entry>()?;
@@ -108,6 +134,7 @@ impl Parse for FusedInput {
                 "a fused pipeline needs at least one stage before its terminal service",
             ));
         }
+        check_names(stages.iter().chain([&terminal]), &[])?;
         Ok(FusedInput {
             attrs,
             vis,
