@@ -198,11 +198,8 @@ fn check_affinity(affinity: &SessionAffinityConfig, path: &str, errors: &mut Con
         &format!("{path}.FailurePolicy"),
         errors,
     );
-    if let Some(key) = &affinity.encryption_key {
-        if let Err(message) = crate::affinity::parse_key(key) {
-            errors.push(format!("{path}.EncryptionKey"), message);
-        }
-    }
+    // `EncryptionKey` is checked where it is used: by session affinity, when a state
+    // is built for an enabled cluster (as YARP checks only enabled affinity).
     if let Some(cookie) = &affinity.cookie {
         name::<CookieSecurePolicy>(
             cookie.secure_policy.as_deref(),
