@@ -1,8 +1,9 @@
 //! Validation of a whole configuration: every problem is collected, each naming the
 //! dotted path of its field.
 //!
-//! Route *match* criteria are checked by [`RouteTable::build`], whose errors are merged
-//! here; this module checks everything else.
+//! Route *match* criteria (path templates, hosts, headers ...) are compiled, and so
+//! checked, by routing when a state is built (`RouteTable::build`, its errors naming the
+//! same kind of paths); this module checks everything else: the model alone.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,7 +22,6 @@ use super::{
     HttpClientConfig, HttpRequestConfig, ListenConfig, ProxyConfig, RouteConfig,
     SessionAffinityConfig, TlsVersions,
 };
-use crate::routing::RouteTable;
 
 impl ProxyConfig {
     /// Check everything; any error rejects the whole configuration.
@@ -30,13 +30,11 @@ impl ProxyConfig {
     /// with the dotted path of its field (`Clusters.c1.Destinations.d1.Address`). A route
     /// naming a cluster that does not exist is accepted with a warning: as in YARP, its
     /// requests are answered 503.
+    ///
+    /// Route match criteria are checked when a state is built (routing compiles them):
+    /// [`ProxyState::new`](crate::state::ProxyState::new) reports these errors and the
+    /// ones here together.
     pub fn validate(&self) -> Result<(), ConfigErrors> {
-        self.validate_and_compile_routes().map(|_| ())
-    }
-
-    /// [`validate`](Self::validate), keeping the compiled route table, so that building
-    /// a snapshot does not compile the routes a second time.
-    pub(crate) fn validate_and_compile_routes(&self) -> Result<RouteTable, ConfigErrors> {
         let mut errors = ConfigErrors::default();
         for (i, listen) in self.listen.iter().enumerate() {
             check_listen(listen, i, &mut errors);
@@ -44,16 +42,10 @@ impl ProxyConfig {
         for (id, route) in &self.routes {
             check_route(id, route, &self.clusters, &mut errors);
         }
-        let table = RouteTable::build(self.routes.iter().map(|(id, r)| (id.as_str(), r)))
-            .map_err(|table_errors| errors.0.extend(table_errors.0))
-            .ok();
         for (id, cluster) in &self.clusters {
             check_cluster(id, cluster, &mut errors);
         }
-        match table {
-            Some(table) if errors.is_empty() => Ok(table),
-            _ => Err(errors),
-        }
+        errors.into_result()
     }
 }
 

@@ -192,7 +192,20 @@ fn build(
     policies: &Policies,
     previous: Option<&Snapshot>,
 ) -> Result<Snapshot, ConfigErrors> {
-    let table = config.validate_and_compile_routes()?;
+    // The model's checks and routing's compilation of the routes' match criteria,
+    // reported together.
+    let validated = config.validate();
+    let table = RouteTable::build(config.routes.iter().map(|(id, r)| (id.as_str(), r)));
+    let table = match (validated, table) {
+        (Ok(()), Ok(table)) => table,
+        (validated, table) => {
+            let mut errors = validated.err().unwrap_or_default();
+            errors
+                .0
+                .extend(table.err().map(|e| e.0).unwrap_or_default());
+            return Err(errors);
+        }
+    };
     let compilers = policies.compilers();
     let mut errors = ConfigErrors::default();
     let mut clusters = Vec::with_capacity(config.clusters.len());
