@@ -435,6 +435,19 @@ fn a_changed_listen_is_logged_as_needing_a_restart() {
         snapshot.config().routes["r"].match_.path.as_deref(),
         Some("/c")
     );
+
+    // A listener whose certificate files do not load: the whole reload is refused,
+    // naming the field, and the previous configuration stays.
+    let broken = r#"{ "Listen": [{ "Address": "127.0.0.1:3", "Certificate": "/nonexistent/c.pem", "Key": "/nonexistent/k.pem" }],
+                 "Routes": { "r": { "ClusterId": "c", "Match": { "Path": "/d" } } },
+                 "Clusters": { "c": { "Destinations": { "d1": { "Address": "http://127.0.0.1:9" } } } } }"#;
+    write_config(&file, broken);
+    let errors = reloader.reload().unwrap_err();
+    assert_eq!(errors.0[0].path, "Listen[0].Certificate", "{errors}");
+    assert_eq!(
+        state.snapshot().config().routes["r"].match_.path.as_deref(),
+        Some("/c")
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -198,7 +198,11 @@ fn listen_certificate_and_key_are_validated() {
         let config: ProxyConfig =
             serde_json::from_str(&format!(r#"{{ "Listen": [ "127.0.0.1:1", {listen} ] }}"#))
                 .unwrap();
-        match config.validate() {
+        // The model (a certificate needs its key), then the files (read by the server).
+        match config
+            .validate()
+            .and_then(|()| Server::check_listeners(&config.listen))
+        {
             Ok(()) => Vec::new(),
             Err(e) => e.0.iter().map(ToString::to_string).collect(),
         }

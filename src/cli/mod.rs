@@ -88,10 +88,13 @@ fn build_state(path: &std::path::Path, config: ProxyConfig) -> Result<ProxyState
         .map_err(|e| format!("invalid configuration {}: {e}", path.display()).into())
 }
 
-/// `--check`: everything a start would check short of binding the listeners (loading
-/// validates the listeners' certificate files too).
+/// `--check`: everything a start would check short of binding the listeners (their
+/// certificate files are read).
 fn check_config(path: &std::path::Path) -> Result<(), BoxError> {
-    build_state(path, load(path)?)?;
+    let config = load(path)?;
+    Server::check_listeners(&config.listen)
+        .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?;
+    build_state(path, config)?;
     println!("configuration {} is valid", path.display());
     Ok(())
 }

@@ -88,6 +88,9 @@ impl Reloader {
     fn apply(&self, bytes: Vec<u8>) -> Result<(), ConfigErrors> {
         let result = self.parse(&bytes).and_then(|c| {
             let listen_changed = c.listen != self.state.snapshot().config().listen;
+            // Listener certificates that would not load are refused like any error
+            // (they are needed at the next start, and on SIGHUP).
+            crate::server::Server::check_listeners(&c.listen)?;
             self.state.update(c)?;
             if listen_changed {
                 tracing::warn!(

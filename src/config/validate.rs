@@ -74,16 +74,9 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
             format!("Listen[{i}].Certificate"),
             "a listener with a Key needs its Certificate",
         ),
-        (Some(_), Some(_)) => {
-            let (cert, key) = listen.tls_files().expect("both set");
-            if let Err(e) = crate::server::tls_config_from_files(cert, key) {
-                let part = match e.part {
-                    crate::server::TlsPart::Certificate => "Certificate",
-                    crate::server::TlsPart::Key => "Key",
-                };
-                errors.push(format!("Listen[{i}].{part}"), e.message);
-            }
-        }
+        // The files themselves are read by the server (`Server::check_listeners`, and
+        // when binding): the configuration is plain data.
+        (Some(_), Some(_)) => {}
     }
 }
 

@@ -157,19 +157,8 @@ impl Server {
                     format!("Listen[{i}]: `{}`: {e}", entry.address()),
                 )
             })?;
-            let tls = match entry.tls_files() {
-                Some((cert, key)) => Some(tls_config_from_files(cert, key).map_err(|e| {
-                    let part = match e.part {
-                        TlsPart::Certificate => "Certificate",
-                        TlsPart::Key => "Key",
-                    };
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("Listen[{i}].{part}: {e}"),
-                    )
-                })?),
-                None => None,
-            };
+            let tls = listener_tls(entry, i)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
             let tcp = bind(&addr).await?;
             server.listeners.push(Listener {
                 tcp,
@@ -180,6 +169,21 @@ impl Server {
             });
         }
         Ok(server)
+    }
+
+    /// Check that the listeners of `listen` can be set up short of binding them: the
+    /// certificate and key files of those that terminate TLS load and match (errors at
+    /// `Listen[i].Certificate` / `Listen[i].Key`). The binary runs it for `--check` and
+    /// on every reload (a reload naming unreadable files is refused); binding runs the
+    /// same loading.
+    pub fn check_listeners(listen: &[ListenConfig]) -> Result<(), crate::config::ConfigErrors> {
+        let mut errors = crate::config::ConfigErrors::default();
+        for (i, entry) in listen.iter().enumerate() {
+            if let Err(e) = listener_tls(entry, i) {
+                errors.0.push(e);
+            }
+        }
+        errors.into_result()
     }
 
     /// Serve on already bound listeners (plain TCP).
@@ -385,4 +389,21 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// The TLS configuration of listener `i` (`None`: plain TCP), its files read now.
+fn listener_tls(
+    entry: &ListenConfig,
+    i: usize,
+) -> Result<Option<Arc<rustls::ServerConfig>>, crate::config::ConfigError> {
+    let Some((cert, key)) = entry.tls_files() else {
+        return Ok(None);
+    };
+    tls_config_from_files(cert, key).map(Some).map_err(|e| {
+        let part = match e.part {
+            TlsPart::Certificate => "Certificate",
+            TlsPart::Key => "Key",
+        };
+        crate::config::ConfigError::new(format!("Listen[{i}].{part}"), e.message)
+    })
 }
