@@ -40,15 +40,17 @@
 //! a stage's `State` (concurrency counters) are released by `Drop` on success, error,
 //! cancellation and panic alike.
 //!
-//! [`default_pipeline!`] goes one step further for its built-in stages: it calls those
-//! that keep the request's type (telemetry, session affinity, limits, passive health) on
-//! the request where it lies (their `on_request_in_place`) and those that change it
-//! (routing, load balancing) on a reference (their `on_request_by_ref`, whose result
-//! their `into_out` joins to the request), instead of moving the request into each
-//! stage and out of its result — each such move is a `memcpy` of a few hundred bytes.
-//! Their `Stage::on_request` wraps those same methods, so both forms run the same code.
-//! Stages named in `fused_pipeline!`, and user stages, are called through
-//! [`Stage::on_request`](stage::Stage::on_request).
+//! Both macros go one step further for the stages that allow it: those that keep the
+//! request's type and implement [`stage::InPlace`] are called on the request where it
+//! lies, and those that change it and implement [`stage::ByRef`] on a reference (whose
+//! decision `into_out` then joins to the request), instead of moving the request into
+//! each stage and out of its result — each such move is a `memcpy` of a few hundred
+//! bytes. The built-in stages implement them (telemetry, session affinity, limits and
+//! passive health in place; routing and load balancing by reference) and
+//! `default_pipeline!` uses them; a user stage opts in by implementing the trait and
+//! marking its entry `#[in_place] name: Type` or `#[by_ref] name: Type`. Their
+//! `Stage::on_request` wraps the same methods, so both forms run the same code; other
+//! stages are called through [`Stage::on_request`](stage::Stage::on_request).
 //!
 //! Fused and layered forms are observably identical — same responses, cookies, counters
 //! and passive-health records — which `tests/differential.rs` checks scenario by

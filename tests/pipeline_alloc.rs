@@ -273,9 +273,22 @@ impl fuseway::state::RouteData for Tier {
 }
 
 /// Counts requests on routes with a tier, reading the compiled data (no parsing of
-/// `Metadata` per request).
+/// `Metadata` per request); in place, as the built-in stages that keep the request's
+/// type are.
 #[derive(Debug, Default)]
 pub struct TierStage;
+
+impl<B> fuseway::stage::InPlace<fuseway::request::Routed<B>> for TierStage {
+    fn on_request_in_place(
+        &self,
+        req: &mut fuseway::request::Routed<B>,
+    ) -> Result<(), ProxyResponse> {
+        if let Some(tier) = req.context.route().data::<Tier>() {
+            tier.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
 
 impl<B> Stage<fuseway::request::Routed<B>> for TierStage {
     type Out = fuseway::request::Routed<B>;
@@ -283,11 +296,10 @@ impl<B> Stage<fuseway::request::Routed<B>> for TierStage {
 
     fn on_request(
         &self,
-        req: fuseway::request::Routed<B>,
+        mut req: fuseway::request::Routed<B>,
     ) -> Result<(fuseway::request::Routed<B>, ()), ProxyResponse> {
-        if let Some(tier) = req.context.route().data::<Tier>() {
-            tier.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        use fuseway::stage::InPlace;
+        self.on_request_in_place(&mut req)?;
         Ok((req, ()))
     }
 }
@@ -295,7 +307,7 @@ impl<B> Stage<fuseway::request::Routed<B>> for TierStage {
 fuseway::default_pipeline! {
     /// The default stages and `TierStage` fused over the stub.
     struct StubWithTier(http::Request<http_body_util::Empty<bytes::Bytes>>) {
-        after routing: tier: TierStage,
+        after routing: #[in_place] tier: TierStage,
         => stub: fuseway::testing::StubForwarder,
     }
 }

@@ -9,15 +9,14 @@ use syn::{braced, parenthesized, Attribute, Ident, Token, Type, Visibility};
 /// How the fused future calls a stage's `on_request`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Call {
-    /// `Stage::on_request`, the request moved in and out (user stages, and every stage
-    /// of `fused_pipeline!`).
+    /// `Stage::on_request`, the request moved in and out (stages without a marker).
     ByValue,
-    /// A built-in stage of `default_pipeline!` that keeps the request's type, called on
-    /// the request where it lies: `on_request_in_place(&self, &mut In)`.
+    /// A stage that keeps the request's type (`#[in_place]`, and the built-in ones that
+    /// do), called on the request where it lies: `stage::InPlace::on_request_in_place`.
     InPlace,
-    /// A built-in stage of `default_pipeline!` that changes the request's type, called
-    /// on a reference (`on_request_by_ref(&self, &In) -> (Extra, State)`) and then
-    /// joined to its result (`into_out(In, Extra) -> Out`): one move of the request.
+    /// A stage that changes the request's type (`#[by_ref]`, and the built-in routing
+    /// and load balancing), called on a reference (`stage::ByRef::on_request_by_ref`)
+    /// and then joined to its result (`ByRef::into_out`): one move of the request.
     ByRef,
 }
 
@@ -29,15 +28,26 @@ pub(crate) struct Entry {
 }
 
 impl Parse for Entry {
+    /// `[#[in_place] | #[by_ref]] name: Type`.
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut call = Call::ByValue;
+        for attr in input.call(Attribute::parse_outer)? {
+            let marker = attr.path().get_ident().map(Ident::to_string);
+            call = match (marker.as_deref(), &attr.meta) {
+                (Some("in_place"), syn::Meta::Path(_)) => Call::InPlace,
+                (Some("by_ref"), syn::Meta::Path(_)) => Call::ByRef,
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &attr,
+                        "a stage takes `#[in_place]` (it implements `fuseway::stage::InPlace`) or `#[by_ref]` (`fuseway::stage::ByRef`), nothing else",
+                    ))
+                }
+            };
+        }
         let name: Ident = input.parse()?;
         input.parse::<Token![:]>()?;
         let ty: Type = input.parse()?;
-        Ok(Entry {
-            name,
-            ty,
-            call: Call::ByValue,
-        })
+        Ok(Entry { name, ty, call })
     }
 }
 
@@ -71,6 +81,12 @@ pub(crate) fn check_names<'a>(
 pub(crate) fn parse_terminal(body: ParseStream<'_>) -> syn::Result<Entry> {
     body.parse::<Token![=>]>()?;
     let terminal = body.parse::<Entry>()?;
+    if terminal.call != Call::ByValue {
+        return Err(syn::Error::new(
+            terminal.name.span(),
+            "the terminal service is called as a service: `#[in_place]` and `#[by_ref]` are for stages",
+        ));
+    }
     if body.peek(Token![,]) {
         body.parse::<Token![,]>()?;
     }
@@ -237,7 +253,7 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
         };
         match stages[k].call {
             Call::InPlace => call_steps.push(quote_spanned! {ty.span()=>
-                let #s = match <#ty>::on_request_in_place(&__stages.#stage, &mut #x_in) {
+                let #s = match <#ty as #fw::stage::InPlace<#this_in>>::on_request_in_place(&__stages.#stage, &mut #x_in) {
                     ::core::result::Result::Ok(v) => v,
                     #answered
                 };
@@ -245,8 +261,8 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             Call::ByRef => {
                 call_steps.push(quote_spanned! {ty.span()=>
                     #[allow(unused_mut)]
-                    let (mut #x_out, #s) = match <#ty>::on_request_by_ref(&__stages.#stage, &#x_in) {
-                        ::core::result::Result::Ok((__extra, __state)) => (<#ty>::into_out(#x_in, __extra), __state),
+                    let (mut #x_out, #s) = match <#ty as #fw::stage::ByRef<#this_in>>::on_request_by_ref(&__stages.#stage, &#x_in) {
+                        ::core::result::Result::Ok((__extra, __state)) => (<#ty as #fw::stage::ByRef<#this_in>>::into_out(#x_in, __extra), __state),
                         #answered
                     };
                 });

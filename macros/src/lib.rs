@@ -9,7 +9,9 @@ mod fused;
 
 use proc_macro::TokenStream;
 
-/// Fuse stages and a terminal service into one service with one future.
+/// Fuse stages and a terminal service into one service with one future. An entry
+/// marked `#[in_place]` (a stage implementing `fuseway::stage::InPlace`) or `#[by_ref]`
+/// (`fuseway::stage::ByRef`) is called without moving the request into and out of it.
 ///
 /// ```ignore
 /// fuseway::fused_pipeline! {
@@ -30,8 +32,9 @@ pub fn fused_pipeline(input: TokenStream) -> TokenStream {
 /// The default stage list (routing, session affinity, limits, load balancing, passive
 /// health, forwarding) fused, optionally with user stages inserted at named points.
 /// The built-in stages that keep the request's type are called on the request where
-/// it lies (`on_request_in_place`), those that change it on a reference
-/// (`on_request_by_ref`, then `into_out`): the request is not moved in and out of each.
+/// it lies (`fuseway::stage::InPlace`), those that change it on a reference
+/// (`fuseway::stage::ByRef`): the request is not moved in and out of each. A user stage
+/// entry marked `#[in_place]` or `#[by_ref]` is called the same way.
 ///
 /// ```ignore
 /// fuseway::default_pipeline! {

@@ -63,7 +63,7 @@ use crate::config::{
     AffinityFailurePolicyName, ConfigError, SessionAffinityConfig, SessionAffinityPolicyName,
 };
 use crate::request::{ConnectionInfo, ProxyResponse, Routed};
-use crate::stage::Stage;
+use crate::stage::{InPlace, Stage};
 use crate::state::Cluster;
 use cookie::{CookieFormat, Found};
 use keys::{Keys, Lookup};
@@ -350,16 +350,11 @@ impl AffinityState {
     }
 }
 
-impl SessionAffinity {
+impl<B> InPlace<Routed<B>> for SessionAffinity {
     /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
     /// calls this: the request is not moved in and out).
-    #[doc(hidden)]
     #[inline]
-    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
-    pub fn on_request_in_place<B>(
-        &self,
-        routed: &mut Routed<B>,
-    ) -> Result<AffinityState, ProxyResponse> {
+    fn on_request_in_place(&self, routed: &mut Routed<B>) -> Result<AffinityState, ProxyResponse> {
         let context = &routed.context;
         let cluster = context.cluster();
         let Some(settings) = cluster.affinity() else {

@@ -97,7 +97,7 @@ mod smooth;
 mod tests;
 
 use crate::request::{Balanced, ForwardError, ForwardErrorKind, ProxyResponse, Routed};
-use crate::stage::Stage;
+use crate::stage::{ByRef, Stage};
 
 pub use policy::{BalancerState, ClusterBalancing, LoadBalancingPolicy};
 
@@ -116,15 +116,15 @@ impl LoadBalancing {
     }
 }
 
-impl LoadBalancing {
+impl<B> ByRef<Routed<B>> for LoadBalancing {
+    type Decision = usize;
+
     /// [`Stage::on_request`] without moving the request: the chosen destination's
     /// index, which [`LoadBalancing::into_out`] applies (the default fused pipeline
     /// calls these two: the request is moved once, not into the stage and out of its
     /// result).
-    #[doc(hidden)]
     #[inline]
-    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
-    pub fn on_request_by_ref<B>(&self, routed: &Routed<B>) -> Result<(usize, ()), ProxyResponse> {
+    fn on_request_by_ref(&self, routed: &Routed<B>) -> Result<(usize, ()), ProxyResponse> {
         let candidates = routed.context.candidates();
         let pick = match candidates.len() {
             0 => None,
@@ -152,9 +152,8 @@ impl LoadBalancing {
 
     /// The balanced request: `routed` sent to the destination
     /// [`LoadBalancing::on_request_by_ref`] chose.
-    #[doc(hidden)]
     #[inline]
-    pub fn into_out<B>(routed: Routed<B>, destination: usize) -> Balanced<B> {
+    fn into_out(routed: Routed<B>, destination: usize) -> Balanced<B> {
         routed.balance(destination)
     }
 }

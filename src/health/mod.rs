@@ -57,7 +57,7 @@ use tokio::time::Instant;
 
 use crate::config::AvailableDestinationsPolicyName;
 use crate::request::{Balanced, Candidates, ForwardErrorKind, ProxyResponse};
-use crate::stage::Stage;
+use crate::stage::{InPlace, Stage};
 use crate::state::{Cluster, DestinationState};
 
 pub use active::ActiveHealthChecker;
@@ -347,14 +347,12 @@ impl PassiveHealth {
     }
 }
 
-impl PassiveHealth {
+impl<B> InPlace<Balanced<B>> for PassiveHealth {
     /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
     /// calls this): marks the request, so that the forwarder records it as a
     /// non-failure if the client cancels it before the response head.
-    #[doc(hidden)]
     #[inline]
-    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
-    pub fn on_request_in_place<B>(&self, request: &mut Balanced<B>) -> Result<(), ProxyResponse> {
+    fn on_request_in_place(&self, request: &mut Balanced<B>) -> Result<(), ProxyResponse> {
         request.context.arm_passive();
         Ok(())
     }

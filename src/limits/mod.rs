@@ -28,7 +28,7 @@ pub use rate::RateLimiter;
 
 use crate::config::{ConfigError, RouteConfig};
 use crate::request::{ProxyResponse, Routed};
-use crate::stage::Stage;
+use crate::stage::{InPlace, Stage};
 use crate::state::ConcurrencyGuard;
 
 /// Kestrel's default `MaxRequestBodySize`, used when a route does not set one.
@@ -123,13 +123,11 @@ fn reject(status: StatusCode, retry_after: Option<u64>) -> ProxyResponse {
     r
 }
 
-impl Limits {
+impl<B> InPlace<Routed<B>> for Limits {
     /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
     /// calls this: the request is not moved in and out).
-    #[doc(hidden)]
     #[inline]
-    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
-    pub fn on_request_in_place<B>(
+    fn on_request_in_place(
         &self,
         routed: &mut Routed<B>,
     ) -> Result<Option<ConcurrencyGuard>, ProxyResponse> {

@@ -6,7 +6,7 @@ use http::{Request, StatusCode};
 
 use crate::policy::PolicyRequest;
 use crate::request::{ProxyResponse, RouteContext, Routed};
-use crate::stage::Stage;
+use crate::stage::{ByRef, Stage};
 use crate::state::ProxyState;
 
 /// Finds the route for a request in the current snapshot. More than one `Host` header:
@@ -26,17 +26,14 @@ impl Routing {
     }
 }
 
-impl Routing {
+impl<B> ByRef<Request<B>> for Routing {
+    type Decision = RouteContext;
+
     /// [`Stage::on_request`] without moving the request: the route's context, which
     /// [`Routing::into_out`] joins to the request (the default fused pipeline calls
     /// these two: the request is moved once, not into the stage and out of its result).
-    #[doc(hidden)]
     #[inline]
-    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
-    pub fn on_request_by_ref<B>(
-        &self,
-        request: &Request<B>,
-    ) -> Result<(RouteContext, ()), ProxyResponse> {
+    fn on_request_by_ref(&self, request: &Request<B>) -> Result<(RouteContext, ()), ProxyResponse> {
         // Two `Host` lines name two hosts, and which one counts is ambiguous
         // (RFC 9112 section 3.2: 400).
         let mut hosts = request.headers().get_all(http::header::HOST).iter();
@@ -74,9 +71,8 @@ impl Routing {
 
     /// The routed request: `request` with the context [`Routing::on_request_by_ref`]
     /// found for it.
-    #[doc(hidden)]
     #[inline]
-    pub fn into_out<B>(request: Request<B>, context: RouteContext) -> Routed<B> {
+    fn into_out(request: Request<B>, context: RouteContext) -> Routed<B> {
         Routed { request, context }
     }
 }

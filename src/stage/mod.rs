@@ -74,6 +74,67 @@ pub trait Stage<In> {
     }
 }
 
+/// A [`Stage`] that keeps the request's type and runs on the request where it lies.
+///
+/// The fused pipeline calls [`on_request_in_place`](Self::on_request_in_place) for the
+/// stages that have it — the built-in telemetry, affinity, limits and passive-health
+/// stages, and a user stage marked `#[in_place]` in `fused_pipeline!` or
+/// `default_pipeline!` — so the request is not moved into the stage and out of its
+/// result (each move is a copy of a few hundred bytes). Write the stage's logic here
+/// and let [`Stage::on_request`] call it: both forms share one implementation.
+///
+/// ```
+/// use fuseway::request::{ProxyResponse, Routed};
+/// use fuseway::stage::{InPlace, Stage};
+///
+/// /// Tags every routed request.
+/// struct Tag;
+///
+/// impl<B> InPlace<Routed<B>> for Tag {
+///     fn on_request_in_place(&self, req: &mut Routed<B>) -> Result<(), ProxyResponse> {
+///         req.request.headers_mut().insert("x-tag", http::HeaderValue::from_static("1"));
+///         Ok(())
+///     }
+/// }
+///
+/// impl<B> Stage<Routed<B>> for Tag {
+///     type Out = Routed<B>;
+///     type State = ();
+///
+///     fn on_request(&self, mut req: Routed<B>) -> Result<(Routed<B>, ()), ProxyResponse> {
+///         self.on_request_in_place(&mut req)?;
+///         Ok((req, ()))
+///     }
+/// }
+/// ```
+pub trait InPlace<In>: Stage<In, Out = In> {
+    /// [`Stage::on_request`] on the request where it lies.
+    #[allow(clippy::result_large_err)] // answers are responses, by value like on_request's
+    fn on_request_in_place(&self, request: &mut In) -> Result<Self::State, ProxyResponse>;
+}
+
+/// A [`Stage`] that changes the request's type and decides from a reference to it.
+///
+/// The fused pipeline calls [`on_request_by_ref`](Self::on_request_by_ref) and then
+/// [`into_out`](Self::into_out) for the stages that have them — the built-in routing and
+/// load-balancing stages, and a user stage marked `#[by_ref]` — so the request moves
+/// once (into the next type) instead of into the stage and out of its result. Let
+/// [`Stage::on_request`] call the two.
+pub trait ByRef<In>: Stage<In> {
+    /// What the stage decided, joined to the request to make its output.
+    type Decision;
+
+    /// The decision (and the state for the way back), or an answer.
+    #[allow(clippy::result_large_err)] // answers are responses, by value like on_request's
+    fn on_request_by_ref(
+        &self,
+        request: &In,
+    ) -> Result<(Self::Decision, Self::State), ProxyResponse>;
+
+    /// The stage's output: `request` with `decision` joined to it.
+    fn into_out(request: In, decision: Self::Decision) -> Self::Out;
+}
+
 impl<In, S: Stage<In> + ?Sized> Stage<In> for std::sync::Arc<S> {
     type Out = S::Out;
     type State = S::State;

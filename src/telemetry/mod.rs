@@ -32,7 +32,7 @@ pub use metrics::{
 };
 
 use crate::request::ProxyResponse;
-use crate::stage::Stage;
+use crate::stage::{InPlace, Stage};
 use crate::state::ProxyState;
 use metrics::{InFlight, TargetRef};
 
@@ -59,13 +59,11 @@ impl Telemetry {
     }
 }
 
-impl Telemetry {
+impl<B> InPlace<http::Request<B>> for Telemetry {
     /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
     /// calls this: the request is not moved in and out).
-    #[doc(hidden)]
     #[inline]
-    #[allow(clippy::result_large_err)] // answers are responses, by value like the Stage trait's
-    pub fn on_request_in_place<B>(
+    fn on_request_in_place(
         &self,
         request: &mut http::Request<B>,
     ) -> Result<Started, ProxyResponse> {
