@@ -169,15 +169,16 @@ fn stub_alone(state: &Arc<ProxyState>, mode: StubMode) -> (u64, u64) {
     (allocs, bytes)
 }
 
-fn fused(state: &Arc<ProxyState>, mode: StubMode, cookie: Option<&str>) -> (u64, u64) {
-    let p = StubDefault::from_state(state.clone(), StubForwarder::new(mode));
+/// (allocations, bytes) of `N` requests through `serve` (each answered 200), after 100
+/// to warm it up.
+fn requests_through(cookie: Option<&str>, serve: impl Fn(Req) -> ProxyResponse) -> (u64, u64) {
     for _ in 0..100 {
-        drop(block_on(p.call_fused(request(cookie))));
+        drop(serve(request(cookie)));
     }
     let reqs: Vec<Req> = (0..N).map(|_| request(cookie)).collect();
     let ((), allocs, bytes) = count(|| {
         for r in reqs {
-            let resp = block_on(p.call_fused(r)).unwrap();
+            let resp = serve(r);
             assert_eq!(resp.status_code(), 200);
             drop(resp);
         }
@@ -185,21 +186,15 @@ fn fused(state: &Arc<ProxyState>, mode: StubMode, cookie: Option<&str>) -> (u64,
     (allocs, bytes)
 }
 
+fn fused(state: &Arc<ProxyState>, mode: StubMode, cookie: Option<&str>) -> (u64, u64) {
+    let p = StubDefault::from_state(state.clone(), StubForwarder::new(mode));
+    requests_through(cookie, |r| block_on(p.call_fused(r)).unwrap())
+}
+
 fn layered(state: &Arc<ProxyState>, mode: StubMode, cookie: Option<&str>) -> (u64, u64) {
     let svc = layered_default_with(state.clone(), StubForwarder::new(mode));
-    for _ in 0..100 {
-        drop(block_on(svc.clone().oneshot(request(cookie))));
-    }
-    let reqs: Vec<Req> = (0..N).map(|_| request(cookie)).collect();
     // As hyper-util serves a tower service: a clone per request, then oneshot.
-    let ((), allocs, bytes) = count(|| {
-        for r in reqs {
-            let resp = block_on(svc.clone().oneshot(r)).unwrap();
-            assert_eq!(resp.status_code(), 200);
-            drop(resp);
-        }
-    });
-    (allocs, bytes)
+    requests_through(cookie, |r| block_on(svc.clone().oneshot(r)).unwrap())
 }
 
 #[test]
@@ -326,20 +321,9 @@ fn a_user_stage_reads_compiled_route_data_without_allocating() {
     let mode = StubMode::Sync;
     let stub = stub_alone(&state, mode);
     let p = StubWithTier::from_state(state.clone(), TierStage, StubForwarder::new(mode));
-    for _ in 0..100 {
-        drop(block_on(p.call_fused(request(None))));
-    }
-    let reqs: Vec<Req> = (0..N).map(|_| request(None)).collect();
-    let ((), allocs, bytes) = count(|| {
-        for r in reqs {
-            let resp = block_on(p.call_fused(r)).unwrap();
-            assert_eq!(resp.status_code(), 200);
-            drop(resp);
-        }
-    });
+    let counted = requests_through(None, |r| block_on(p.call_fused(r)).unwrap());
     assert_eq!(
-        (allocs, bytes),
-        stub,
+        counted, stub,
         "the stage reading route data allocated beyond the stub"
     );
     let snapshot = state.snapshot();
