@@ -68,6 +68,7 @@ impl StubForwarder {
 pin_project_lite::pin_project! {
     /// The stub's future.
     #[derive(Debug)]
+    #[must_use = "futures do nothing unless polled"]
     pub struct StubFuture {
         pending: bool,
         response: Option<ProxyResponse>,

@@ -21,6 +21,7 @@ use crate::request::{ForwardError, ForwardErrorKind, Outcome, ProxyResponse, Rou
 pin_project! {
     /// The forwarder's future: waits for the destination's response headers within
     /// the activity timeout, then hands the streamed body to the client.
+    #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture {
         // The response head must have arrived by then (on the exchange's timer).
         headers_by: Instant,

@@ -49,6 +49,7 @@ where
 pin_project! {
     /// Maps a pipeline's `ProxyResponse` to its HTTP response.
     #[derive(Debug)]
+    #[must_use = "futures do nothing unless polled"]
     pub struct IntoResponse<F> {
         #[pin]
         inner: F,

@@ -12,6 +12,7 @@ use crate::request::ProxyResponse;
 pin_project! {
     /// The future of a [`StageService`](super::StageService): either the stage's own
     /// answer, or the inner future with the stage's state kept for `on_response`.
+    #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<In, S: Stage<In>, F> {
         #[pin]
         kind: Kind<S, S::State, F>,
