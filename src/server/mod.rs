@@ -2,6 +2,7 @@
 //! graceful shutdown.
 
 mod accept;
+mod chunked;
 mod drain;
 mod idle;
 pub(crate) mod native;

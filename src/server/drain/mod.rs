@@ -22,6 +22,7 @@
 //! connection's deadline, set again for every request, is relinked about once per
 //! timeout.
 
+use super::chunked::Chunked;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,16 +58,12 @@ struct Shared {
 const NEVER: u64 = u64::MAX;
 /// No slot.
 const NIL: u32 = u32::MAX;
-/// Slots per chunk of the table.
-const CHUNK: usize = 256;
 /// Buckets of the timer wheel.
 const WHEEL: usize = 256;
 
 #[derive(Debug)]
 struct Table {
-    chunks: Vec<Box<[Slot]>>,
-    /// The free slots, linked through `next`.
-    free: u32,
+    slots: Chunked<Slot>,
     live: usize,
     /// The wheel: the first slot of each bucket. A slot whose deadline falls in tick
     /// `t` (`deadline / step`) is linked in bucket `t % WHEEL`.
@@ -115,42 +112,18 @@ impl Slot {
 
 impl Table {
     fn slot(&mut self, index: u32) -> &mut Slot {
-        let index = index as usize;
-        &mut self.chunks[index / CHUNK][index % CHUNK]
+        self.slots.get_mut(index)
     }
 
-    fn slots(&self) -> impl Iterator<Item = &Slot> {
-        self.chunks.iter().flat_map(|chunk| chunk.iter())
-    }
-
-    /// A free slot (the table grows by a chunk when it has none).
+    /// A new, empty slot.
     fn take(&mut self) -> u32 {
-        if self.free == NIL {
-            let first = self.chunks.len() * CHUNK;
-            let end = u32::try_from(first + CHUNK).expect("fewer than 2^32 connections");
-            let mut chunk: Box<[Slot]> = (0..CHUNK).map(|_| Slot::EMPTY).collect();
-            for (i, slot) in chunk.iter_mut().enumerate() {
-                let next = first as u32 + i as u32 + 1;
-                slot.next = if next == end { NIL } else { next };
-            }
-            self.chunks.push(chunk);
-            self.free = first as u32;
-        }
-        let index = self.free;
-        let slot = self.slot(index);
-        self.free = std::mem::replace(&mut slot.next, NIL);
-        index
+        self.slots.insert(Slot::EMPTY)
     }
 
-    /// Give `index` back, emptied.
+    /// Give `index` back (what it holds is dropped).
     fn give(&mut self, index: u32) {
         self.unlink(index);
-        let free = self.free;
-        *self.slot(index) = Slot {
-            next: free,
-            ..Slot::EMPTY
-        };
-        self.free = index;
+        self.slots.remove(index);
     }
 
     fn bucket(&self, at: u64) -> usize {
@@ -228,8 +201,7 @@ impl Drain {
             shared: Arc::new(Shared {
                 draining: AtomicBool::new(false),
                 table: Mutex::new(Table {
-                    chunks: Vec::new(),
-                    free: NIL,
+                    slots: Chunked::default(),
                     live: 0,
                     wheel: [NIL; WHEEL],
                     linked: 0,
@@ -275,7 +247,7 @@ impl Drain {
             // sees the flag or is woken here.
             let table = shared.lock();
             shared.draining.store(true, Ordering::Release);
-            for slot in table.slots() {
+            for slot in table.slots.values() {
                 if let Some(waker) = &slot.waker {
                     waker.wake_by_ref();
                 }

@@ -93,16 +93,15 @@ async fn closed_connections_leave_no_deadline_behind() {
             open.push(signal);
         }
     }
-    let table = drain.shared.lock();
+    let mut table = drain.shared.lock();
     assert_eq!(table.linked, 10, "only the open connections' deadlines");
-    assert_eq!(table.chunks.len(), 1, "the slots are reused");
+    assert_eq!(table.slots.chunks(), 1, "the slots are reused");
     let mut linked = 0;
     for bucket in table.wheel {
         let mut index = bucket;
         while index != NIL {
             linked += 1;
-            let index_usize = index as usize;
-            index = table.chunks[index_usize / CHUNK][index_usize % CHUNK].next;
+            index = table.slot(index).next;
         }
     }
     assert_eq!(linked, 10, "the wheel's lists hold exactly them");

@@ -30,12 +30,11 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
+use super::super::chunked::Chunked;
 use super::super::drain::Signal;
 
 /// No record.
 const NIL: u32 = u32::MAX;
-/// Records per chunk of the table.
-const CHUNK: usize = 256;
 
 /// The parked connections of one listener on one worker.
 pub(crate) struct Lot {
@@ -56,9 +55,7 @@ impl std::fmt::Debug for Lot {
 }
 
 struct Table {
-    chunks: Vec<Box<[Entry]>>,
-    /// The free entries, linked through `Entry::Free`.
-    free: u32,
+    records: Chunked<Record>,
     /// The parked records, oldest (earliest deadline) first.
     head: u32,
     tail: u32,
@@ -68,11 +65,6 @@ struct Table {
     waker: Option<Waker>,
     /// The lot's task has ended (shutdown): nothing parks any more.
     closed: bool,
-}
-
-enum Entry {
-    Free(u32),
-    Parked(Record),
 }
 
 /// A parked connection.
@@ -88,47 +80,13 @@ pub(crate) struct Record {
 }
 
 impl Table {
-    fn entry(&mut self, index: u32) -> &mut Entry {
-        let index = index as usize;
-        &mut self.chunks[index / CHUNK][index % CHUNK]
-    }
-
     fn record(&mut self, index: u32) -> &mut Record {
-        match self.entry(index) {
-            Entry::Parked(record) => record,
-            Entry::Free(_) => unreachable!("a linked entry holds a record"),
-        }
+        self.records.get_mut(index)
     }
 
-    /// A free entry's index (the table grows by a chunk when it has none).
-    fn reserve(&mut self) -> u32 {
-        if self.free == NIL {
-            let first = self.chunks.len() * CHUNK;
-            let end = u32::try_from(first + CHUNK).expect("fewer than 2^32 parked connections");
-            let chunk: Box<[Entry]> = (first as u32 + 1..=end)
-                .map(|next| Entry::Free(if next == end { NIL } else { next }))
-                .collect();
-            self.chunks.push(chunk);
-            self.free = first as u32;
-        }
-        let index = self.free;
-        if let Entry::Free(next) = self.entry(index) {
-            self.free = *next;
-        }
-        index
-    }
-
-    /// Give a reserved entry back unused.
-    fn unreserve(&mut self, index: u32) {
-        let free = self.free;
-        *self.entry(index) = Entry::Free(free);
-        self.free = index;
-    }
-
-    /// Put `record` in the reserved entry `index`, in deadline order: after the last
-    /// record whose deadline is not later (the tail, when every record has the same
-    /// timeout: O(1)).
-    fn put(&mut self, index: u32, mut record: Record) {
+    /// Keep `record`, linked in deadline order: after the last record whose deadline is
+    /// not later (the tail, when every record has the same timeout: O(1)). Its index.
+    fn put(&mut self, mut record: Record) -> u32 {
         let mut prev = self.tail;
         while prev != NIL && !not_after(self.record(prev).deadline, record.deadline) {
             prev = self.record(prev).prev;
@@ -139,7 +97,7 @@ impl Table {
         };
         record.prev = prev;
         record.next = next;
-        *self.entry(index) = Entry::Parked(record);
+        let index = self.records.insert(record);
         match prev {
             NIL => self.head = index,
             prev => self.record(prev).next = index,
@@ -149,21 +107,12 @@ impl Table {
             next => self.record(next).prev = index,
         }
         self.parked += 1;
+        index
     }
 
     /// Take the record of `index` out (`None`: none is parked there).
     fn take(&mut self, index: u32) -> Option<Record> {
-        if (index as usize) >= self.chunks.len() * CHUNK {
-            return None;
-        }
-        if let Entry::Free(_) = self.entry(index) {
-            return None;
-        }
-        let free = self.free;
-        let Entry::Parked(record) = std::mem::replace(self.entry(index), Entry::Free(free)) else {
-            unreachable!("checked above");
-        };
-        self.free = index;
+        let record = self.records.remove(index)?;
         match record.prev {
             NIL => self.head = record.next,
             prev => self.record(prev).next = record.next,
@@ -200,8 +149,7 @@ impl Lot {
             Ok((registry, poll)) => Some((
                 Arc::new(Lot {
                     state: Mutex::new(Table {
-                        chunks: Vec::new(),
-                        free: NIL,
+                        records: Chunked::default(),
                         head: NIL,
                         tail: NIL,
                         parked: 0,
@@ -251,27 +199,24 @@ impl Lot {
         }
         // Registered with the table locked: the lot's task looks an event's record up
         // under the lock, so it finds it there.
-        let index = table.reserve();
+        let index = table.put(Record {
+            stream,
+            remote,
+            permit,
+            deadline,
+            prev: NIL,
+            next: NIL,
+        });
         if let Err(error) = self.registry.register(
             &mut SourceFd(&fd),
             Token(index as usize),
             Interest::READABLE,
         ) {
             tracing::debug!(%error, %remote, "could not park an idle connection; closing it");
-            table.unreserve(index);
+            // Dropped: the socket closes and its place under the limit is released.
+            let _ = table.take(index);
             return;
         }
-        table.put(
-            index,
-            Record {
-                stream,
-                remote,
-                permit,
-                deadline,
-                prev: NIL,
-                next: NIL,
-            },
-        );
         // The earliest deadline now: the lot's timer must learn it.
         if table.head == index {
             if let Some(waker) = table.waker.take() {
@@ -321,8 +266,7 @@ impl Lot {
         table.head = NIL;
         table.tail = NIL;
         table.parked = 0;
-        table.free = NIL;
-        table.chunks = Vec::new();
+        table.records = Chunked::default();
     }
 
     /// What is left of a record's header read timeout.
@@ -403,6 +347,7 @@ pub(crate) async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::chunked::CHUNK;
     use crate::server::drain::Drain;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
