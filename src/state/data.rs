@@ -122,8 +122,9 @@ impl Compilers {
         }
     }
 
-    pub(crate) fn count(&self) -> usize {
-        self.clusters.len() + self.routes.len()
+    /// Whether any route data type is registered.
+    pub(crate) fn has_route_data(&self) -> bool {
+        !self.routes.is_empty()
     }
 
     /// The data of the cluster `config`, given the same cluster's in the snapshot being
@@ -174,7 +175,7 @@ fn compile_all<C>(
 
 impl fmt::Debug for Compilers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} data types", self.count())
+        write!(f, "{} data types", self.clusters.len() + self.routes.len())
     }
 }
 

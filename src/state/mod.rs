@@ -269,7 +269,7 @@ fn build(
     // The routes of the snapshot being replaced, by id (only when stages compile route
     // data, which is handed the previous value).
     let previous_routes: HashMap<&str, &Route> = match previous {
-        Some(p) if compilers.count() > 0 => p.routes.iter().map(|r| (&*r.id, r)).collect(),
+        Some(p) if compilers.has_route_data() => p.routes.iter().map(|r| (&*r.id, r)).collect(),
         _ => HashMap::new(),
     };
     let mut routes = Vec::with_capacity(config.routes.len());
