@@ -1,5 +1,5 @@
 //! The default stages as separate tower layers — the twin of `default_pipeline.rs`,
-//! kept to compare what fusing costs to compile (see the README) and for users who
+//! kept to compare what fusing costs to compile (see docs/ARCHITECTURE.md) and for users who
 //! want to wrap individual stages.
 //!
 //! ```text

@@ -55,7 +55,7 @@
 //! Fused and layered forms are observably identical — same responses, cookies, counters
 //! and passive-health records — which `tests/differential.rs` checks scenario by
 //! scenario; `tests/pipeline_alloc.rs` asserts the fused default pipeline allocates
-//! nothing per request. The compile cost of fusing is measured in the README.
+//! nothing per request. The compile cost of fusing is measured in docs/ARCHITECTURE.md.
 //!
 //! A type error between adjacent stages is a compile error at the offending stage that
 //! names both types (pinned by trybuild UI tests in `macros/tests/ui`), e.g.:

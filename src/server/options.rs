@@ -34,7 +34,8 @@ pub struct ServerOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Http1Engine {
     /// fuseway's own: one task and one state machine per connection, buffers reused
-    /// across its messages, the edge-proxy checks of RFC 9112 (see the README).
+    /// across its messages, the edge-proxy checks of RFC 9112 (see docs/GUIDE.md,
+    /// "HTTP/1.1 engines").
     #[default]
     Native,
     /// hyper's HTTP/1.1 server: the reference the native engine is tested against, and

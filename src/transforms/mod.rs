@@ -2,7 +2,7 @@
 //! configuration load into a [`RouteTransforms`] that the forwarder applies to every
 //! request and response of that route without parsing anything per request.
 //!
-//! Names and semantics are YARP's (see the README's transforms reference); where
+//! Names and semantics are YARP's (see the transforms reference in docs/GUIDE.md); where
 //! fuseway differs it says so here:
 //!
 //! - Request path and query are rewritten on the path as the client sent it
