@@ -308,7 +308,7 @@ enum Resolution {
 }
 
 /// Whether the request came over TLS, or names an `https` URI.
-fn is_secure<B>(request: &Request<B>) -> bool {
+fn is_secure<B: 'static>(request: &Request<B>) -> bool {
     ConnectionInfo::of(request).is_some_and(|c| c.tls)
         || request.uri().scheme() == Some(&Scheme::HTTPS)
 }
@@ -350,7 +350,7 @@ impl AffinityState {
     }
 }
 
-impl<B> InPlace<Routed<B>> for SessionAffinity {
+impl<B: 'static> InPlace<Routed<B>> for SessionAffinity {
     /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
     /// calls this: the request is not moved in and out).
     #[inline]
@@ -389,7 +389,7 @@ impl<B> InPlace<Routed<B>> for SessionAffinity {
     }
 }
 
-impl<B> Stage<Routed<B>> for SessionAffinity {
+impl<B: 'static> Stage<Routed<B>> for SessionAffinity {
     type Out = Routed<B>;
     type State = AffinityState;
 

@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
+use crate::request::ConnectionInfo;
 use crate::server::native::BodyReader;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -14,6 +15,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// by hyper (HTTP/2, and HTTP/1.1 with `--http1-engine hyper`), or built in process.
 /// Pipelines take `Request<Incoming>`; it replaces `hyper::body::Incoming` in their
 /// types (`From<hyper::body::Incoming>` converts, without allocating).
+///
+/// fuseway's server also records in it the [connection](ConnectionInfo) the request
+/// arrived on, so that [`ConnectionInfo::of`] finds the client's address wherever the
+/// request goes — also on another task (a layer that spawns, `tower::buffer`).
 ///
 /// ```
 /// use fuseway::body::Incoming;
@@ -25,6 +30,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// ```
 pub struct Incoming {
     kind: Kind,
+    connection: Option<ConnectionInfo>,
 }
 
 enum Kind {
@@ -48,21 +54,50 @@ impl std::fmt::Debug for Incoming {
 impl Incoming {
     /// An empty body.
     pub fn empty() -> Self {
-        Incoming { kind: Kind::Empty }
+        Incoming::of(Kind::Empty)
     }
 
     /// A body of these bytes.
     pub fn full(data: impl Into<Bytes>) -> Self {
         let data = data.into();
-        Incoming {
-            kind: Kind::Full((!data.is_empty()).then_some(data)),
-        }
+        Incoming::of(Kind::Full((!data.is_empty()).then_some(data)))
     }
 
     pub(crate) fn native(reader: BodyReader) -> Self {
+        Incoming::of(Kind::Native(reader))
+    }
+
+    fn of(kind: Kind) -> Self {
         Incoming {
-            kind: Kind::Native(reader),
+            kind,
+            connection: None,
         }
+    }
+
+    /// This body, recording the connection its request arrived on (what fuseway's
+    /// server does for every request; for requests built in process or served by
+    /// something else, see [`ConnectionInfo::of`]).
+    ///
+    /// ```
+    /// use fuseway::body::Incoming;
+    /// use fuseway::request::ConnectionInfo;
+    ///
+    /// let info = ConnectionInfo {
+    ///     remote: "127.0.0.1:50000".parse().unwrap(),
+    ///     local: "127.0.0.1:8080".parse().unwrap(),
+    ///     tls: false,
+    /// };
+    /// let request = http::Request::new(Incoming::empty().with_connection(info));
+    /// assert_eq!(ConnectionInfo::of(&request), Some(info));
+    /// ```
+    pub fn with_connection(mut self, connection: ConnectionInfo) -> Self {
+        self.connection = Some(connection);
+        self
+    }
+
+    /// The connection recorded by [`with_connection`](Self::with_connection).
+    pub fn connection(&self) -> Option<ConnectionInfo> {
+        self.connection
     }
 }
 
@@ -74,9 +109,7 @@ impl Default for Incoming {
 
 impl From<hyper::body::Incoming> for Incoming {
     fn from(body: hyper::body::Incoming) -> Self {
-        Incoming {
-            kind: Kind::Hyper(body),
-        }
+        Incoming::of(Kind::Hyper(body))
     }
 }
 

@@ -373,7 +373,7 @@ where
 
 /// Rewrite `request` for the destination: the route's transforms (method, path,
 /// query, headers, `X-Forwarded-*`), then the destination's address and `Host`.
-fn outgoing<B>(
+fn outgoing<B: 'static>(
     request: &mut Request<B>,
     context: &crate::request::RouteContext,
     destination: usize,
@@ -403,7 +403,7 @@ fn outgoing<B>(
             crate::transforms::host_value(host)
         })
         .or_else(|| headers.get(header::HOST).cloned());
-    let conn = ConnectionInfo::from_extensions(request.extensions());
+    let conn = ConnectionInfo::of(request);
     let normalized = path::normalize(uri.path());
 
     headers::prepare_request(&mut headers, client_version);

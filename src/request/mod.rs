@@ -22,11 +22,15 @@ use crate::state::DestinationState;
 use crate::state::{Cluster, Destination, Route, Snapshot};
 
 /// Information about the client connection a request arrived on. Read it with
-/// [`ConnectionInfo::of`]: fuseway's server does not put it in the request's extensions
-/// (an insert there costs three allocations per request) but makes it current while it
-/// runs the request's pipeline (see [`ConnectionInfo::current`]); a `ConnectionInfo`
-/// inserted into a request's extensions (requests built in process, other servers) takes
-/// precedence. Requests built in process may have none.
+/// [`ConnectionInfo::of`]. fuseway's server does not put it in the request's extensions
+/// (an insert there costs three allocations per request): it records it in the request
+/// body ([`Incoming::with_connection`](crate::body::Incoming::with_connection)), which
+/// goes wherever the request goes, and makes it [current](ConnectionInfo::current) on
+/// the thread while it calls the pipeline and polls its future (for stages that changed
+/// the body's type). A `ConnectionInfo` inserted into a request's extensions takes
+/// precedence: that is how a request served by something else (`axum::serve`, see
+/// `examples/axum_fallback.rs`) names its client. Requests built in process may have
+/// none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionInfo {
     /// The client's address.
@@ -44,12 +48,23 @@ thread_local! {
 
 impl ConnectionInfo {
     /// The connection `request` arrived on: the `ConnectionInfo` in its extensions if
-    /// any, else [`ConnectionInfo::current`].
-    pub fn of<B>(request: &Request<B>) -> Option<ConnectionInfo> {
-        Self::from_extensions(request.extensions())
+    /// any, else the one its body recorded (an [`Incoming`](crate::body::Incoming)
+    /// from fuseway's server), else [`ConnectionInfo::current`].
+    pub fn of<B: 'static>(request: &Request<B>) -> Option<ConnectionInfo> {
+        request
+            .extensions()
+            .get::<ConnectionInfo>()
+            .copied()
+            .or_else(|| {
+                (request.body() as &dyn std::any::Any)
+                    .downcast_ref::<crate::body::Incoming>()
+                    .and_then(crate::body::Incoming::connection)
+            })
+            .or_else(Self::current)
     }
 
-    /// [`ConnectionInfo::of`] for a request taken apart.
+    /// [`ConnectionInfo::of`] for a request taken apart: its extensions, else
+    /// [`ConnectionInfo::current`].
     pub fn from_extensions(extensions: &http::Extensions) -> Option<ConnectionInfo> {
         extensions
             .get::<ConnectionInfo>()
@@ -60,7 +75,7 @@ impl ConnectionInfo {
     /// The connection whose request fuseway's server is running on this thread right
     /// now: set while the server calls the pipeline and polls its future, so a stage
     /// (or the forwarder) reads it synchronously there; `None` elsewhere (for example
-    /// in a task a stage spawned).
+    /// in a task a stage spawned: [`ConnectionInfo::of`] finds it there).
     pub fn current() -> Option<ConnectionInfo> {
         CURRENT_CONNECTION.with(std::cell::Cell::get)
     }

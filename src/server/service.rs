@@ -108,8 +108,9 @@ where
         {
             return ServedFuture::BadRequest { busy };
         }
-        let request = request.map(Into::into);
-        let _current = self.info.enter();
+        let info = self.info;
+        let request = request.map(|body| Into::<Incoming>::into(body).with_connection(info));
+        let _current = info.enter();
         let _moment = crate::clock::Moment::open();
         match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
             Ok(future) => ServedFuture::Running {
