@@ -122,7 +122,8 @@ impl PolicyKind {
     }
 }
 
-/// What a [`RoutePolicy`] sees of a request: its head, and the route it matched.
+/// What a [`RoutePolicy`] sees of a request: its head, its connection, and the route it
+/// matched.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct PolicyRequest<'a> {
@@ -134,17 +135,20 @@ pub struct PolicyRequest<'a> {
     pub version: Version,
     /// The headers.
     pub headers: &'a HeaderMap,
-    /// The extensions (the server puts [`ConnectionInfo`](crate::server::ConnectionInfo)
-    /// here: the client's address).
+    /// The extensions.
     pub extensions: &'a Extensions,
+    /// The connection the request arrived on, as [`ConnectionInfo::of`](crate::request::ConnectionInfo::of) finds it (the
+    /// client's address), when known.
+    pub connection: Option<crate::request::ConnectionInfo>,
     /// The id of the route the request matched.
     pub route: &'a str,
 }
 
 impl<'a> PolicyRequest<'a> {
     /// The view of `request` for the route `route`.
-    pub fn new<B>(request: &'a http::Request<B>, route: &'a str) -> Self {
+    pub fn new<B: 'static>(request: &'a http::Request<B>, route: &'a str) -> Self {
         PolicyRequest {
+            connection: crate::request::ConnectionInfo::of(request),
             method: request.method(),
             uri: request.uri(),
             version: request.version(),

@@ -13,13 +13,17 @@ use fuseway::request::ProxyResponse;
 use fuseway::state::ProxyState;
 use http::{HeaderValue, StatusCode};
 
-/// Lets a request through only with `x-api-key: secret`.
+/// Lets a request through only with `x-api-key: secret`, from a client on this host
+/// (the policy sees the request's connection).
 struct ApiKey;
 
 impl RoutePolicy for ApiKey {
     fn on_request(&self, request: &PolicyRequest<'_>) -> Result<(), ProxyResponse> {
+        let local_client = request
+            .connection
+            .is_some_and(|c| c.remote.ip().is_loopback());
         match request.headers.get("x-api-key") {
-            Some(key) if key == "secret" => Ok(()),
+            Some(key) if key == "secret" && local_client => Ok(()),
             _ => Err(ProxyResponse::status(StatusCode::UNAUTHORIZED)),
         }
     }

@@ -26,7 +26,7 @@ impl Routing {
     }
 }
 
-impl<B> ByRef<Request<B>> for Routing {
+impl<B: 'static> ByRef<Request<B>> for Routing {
     type Decision = RouteContext;
 
     /// [`Stage::on_request`] without moving the request: the route's context, which
@@ -77,7 +77,7 @@ impl<B> ByRef<Request<B>> for Routing {
     }
 }
 
-impl<B> Stage<Request<B>> for Routing {
+impl<B: 'static> Stage<Request<B>> for Routing {
     type Out = Routed<B>;
     type State = ();
 
