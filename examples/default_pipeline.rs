@@ -22,12 +22,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .nth(1)
         .unwrap_or_else(|| "proxy.json".into());
     let config = fuseway::config::load_file(path.as_ref())?;
-    let addrs = fuseway::cli::listen_addrs(&[], &config)?;
+    let addrs = config.listen_addrs()?;
     let state = Arc::new(ProxyState::new(config)?);
     let server = Server::bind(&addrs).await?;
     println!("listening on {:?}", server.local_addrs());
     server
-        .serve(Proxy::from_state(state), fuseway::cli::shutdown_signal())
+        .serve(Proxy::from_state(state), fuseway::server::shutdown_signal())
         .await?;
     Ok(())
 }

@@ -17,13 +17,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .nth(1)
         .unwrap_or_else(|| "proxy.json".into());
     let config = fuseway::config::load_file(path.as_ref())?;
-    let addrs = fuseway::cli::listen_addrs(&[], &config)?;
+    let addrs = config.listen_addrs()?;
     let state = Arc::new(ProxyState::new(config)?);
     let server = Server::bind(&addrs).await?;
     println!("listening on {:?}", server.local_addrs());
     let service = ProxyService::new(fuseway::pipeline::layered_default(state));
     server
-        .serve(service, fuseway::cli::shutdown_signal())
+        .serve(service, fuseway::server::shutdown_signal())
         .await?;
     Ok(())
 }

@@ -102,8 +102,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let fused_server = Server::bind(&["127.0.0.1:8080".parse()?]).await?;
     println!("fused on 127.0.0.1:8080, layered on 127.0.0.1:8081");
     tokio::try_join!(
-        fused_server.serve(fused, fuseway::cli::shutdown_signal()),
-        layered_server.serve(ProxyService::new(layered), fuseway::cli::shutdown_signal()),
+        fused_server.serve(fused, fuseway::server::shutdown_signal()),
+        layered_server.serve(
+            ProxyService::new(layered),
+            fuseway::server::shutdown_signal()
+        ),
     )?;
     Ok(())
 }

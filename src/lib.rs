@@ -75,6 +75,7 @@ pub mod admin;
 pub mod affinity;
 pub mod balancing;
 pub mod body;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -91,6 +92,7 @@ pub mod server;
 pub mod stage;
 pub mod state;
 pub mod telemetry;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod transforms;
 

@@ -701,14 +701,16 @@ async fn connections_to_the_destination_are_kept_alive_and_reused() {
     p.shutdown().await;
 }
 
-#[tokio::test]
-async fn the_forwarder_counts_the_connections_it_opens() {
+/// Connections `forwarder` opens for 20 sequential requests through the layered
+/// pipeline (one client connection), and how many the destination accepted.
+async fn connections_for_20_requests(
+    forwarder: fuseway::forwarding::Forwarder<fuseway::body::Incoming>,
+) -> (u64, usize) {
     use std::sync::atomic::Ordering;
     let (url, _stop, accepted) = counting_backend().await;
     let config: fuseway::config::ProxyConfig =
         serde_json::from_str(&simple_config(&[("d1", &url)], "")).unwrap();
     let state = Arc::new(fuseway::state::ProxyState::new(config).unwrap());
-    let forwarder = fuseway::forwarding::Forwarder::new();
     let service = fuseway::server::ProxyService::new(fuseway::pipeline::layered_default_with(
         state,
         forwarder.clone(),
@@ -723,15 +725,64 @@ async fn the_forwarder_counts_the_connections_it_opens() {
     }));
     let client = h1_client();
     for i in 0..20 {
-        let r = client
-            .get(format!("http://{addr}/n/{i}"))
-            .send()
-            .await
-            .unwrap();
+        let r = within(
+            "a response",
+            client.get(format!("http://{addr}/n/{i}")).send(),
+        )
+        .await
+        .unwrap();
         assert_eq!(r.text().await.unwrap(), format!("/n/{i} 0"));
     }
-    assert_eq!(forwarder.connections_opened(), 1);
-    assert_eq!(accepted.load(Ordering::SeqCst), 1);
     let _ = stop.send(());
     within("the server to stop", served).await.unwrap().unwrap();
+    (
+        forwarder.connections_opened(),
+        accepted.load(Ordering::SeqCst),
+    )
+}
+
+#[tokio::test]
+async fn the_forwarder_counts_the_connections_it_opens() {
+    let forwarder = fuseway::forwarding::Forwarder::new();
+    assert_eq!(connections_for_20_requests(forwarder).await, (1, 1));
+}
+
+/// The pool settings a forwarder is built with are the ones its pools keep: no idle
+/// connection kept, or none fresh enough, means a connection per request.
+#[tokio::test]
+async fn the_forwarder_builder_sets_what_its_pools_keep() {
+    use fuseway::forwarding::Forwarder;
+    for engine in [
+        fuseway::server::Http1Engine::Native,
+        fuseway::server::Http1Engine::Hyper,
+    ] {
+        let none_kept = Forwarder::builder()
+            .http1_engine(engine)
+            .max_idle_per_pool(0)
+            .build();
+        assert_eq!(
+            connections_for_20_requests(none_kept).await,
+            (20, 20),
+            "{engine:?}, max_idle_per_pool(0)"
+        );
+        let none_fresh = Forwarder::builder()
+            .http1_engine(engine)
+            .idle_timeout(Duration::ZERO)
+            .build();
+        assert_eq!(
+            connections_for_20_requests(none_fresh).await,
+            (20, 20),
+            "{engine:?}, idle_timeout(0)"
+        );
+        let kept = Forwarder::builder()
+            .http1_engine(engine)
+            .idle_timeout(Duration::from_secs(60))
+            .max_idle_per_pool(1)
+            .build();
+        assert_eq!(
+            connections_for_20_requests(kept).await,
+            (1, 1),
+            "{engine:?}, one kept for 60 s"
+        );
+    }
 }

@@ -13,9 +13,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
-use super::{shutdown_signal, BoxError, DEFAULT_LISTEN};
+use super::{BoxError, DEFAULT_LISTEN};
 use crate::config::{parse, Format};
 use crate::pipeline;
+use crate::server::shutdown_signal;
 use crate::server::Server;
 use crate::state::ProxyState;
 

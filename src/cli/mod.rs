@@ -9,13 +9,14 @@ use std::sync::Arc;
 
 use clap::Parser;
 
+pub use crate::config::DEFAULT_LISTEN;
 pub use reload::{ConfigWatcher, Reloader, DEBOUNCE};
 
 use crate::admin::Admin;
 use crate::config::{self, ProxyConfig};
 use crate::health::ActiveHealthChecker;
 use crate::pipeline;
-use crate::server::{Http1Engine, Server};
+use crate::server::{shutdown_signal, Http1Engine, Server};
 use crate::state::ProxyState;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -59,9 +60,6 @@ pub struct Args {
     #[arg(long, value_name = "native|hyper")]
     pub http1_engine: Option<Http1Engine>,
 }
-
-/// The listen address used when neither the command line nor the config names one.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Run the binary with these arguments until Ctrl-C / SIGTERM.
 pub async fn run(args: Args) -> Result<(), BoxError> {
@@ -194,23 +192,13 @@ pub(crate) async fn spawn_admin(
     Ok(AdminTask(Some((stop, task)), addrs))
 }
 
-/// Addresses to listen on: the command line's, else the config's, else the default.
+/// Addresses to listen on: the command line's, else the config's
+/// ([`ProxyConfig::listen_addrs`]: its `Listen`, else [`DEFAULT_LISTEN`]).
 pub fn listen_addrs(cli: &[SocketAddr], config: &ProxyConfig) -> Result<Vec<SocketAddr>, BoxError> {
     if !cli.is_empty() {
         return Ok(cli.to_vec());
     }
-    if config.listen.is_empty() {
-        return Ok(vec![DEFAULT_LISTEN.parse()?]);
-    }
-    config
-        .listen
-        .iter()
-        .map(|l| {
-            l.address()
-                .parse()
-                .map_err(|e| format!("Listen: `{}`: {e}", l.address()).into())
-        })
-        .collect()
+    Ok(config.listen_addrs()?)
 }
 
 /// `SIGHUP`: reload the configuration file and the listeners' certificate files.
@@ -245,25 +233,3 @@ fn spawn_reload_on_sighup(reloader: Arc<Reloader>, tls: crate::server::TlsReload
 
 #[cfg(not(unix))]
 fn spawn_reload_on_sighup(_reloader: Arc<Reloader>, _tls: crate::server::TlsReloader) {}
-
-/// Completes on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-}

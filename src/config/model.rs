@@ -15,6 +15,7 @@ use super::duration::ConfigDuration;
 /// A whole proxy configuration: listeners, routes and clusters.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ProxyConfig {
     /// Addresses the server listens on (`"127.0.0.1:8080"`); the command line may add more.
     #[serde(default)]
@@ -25,6 +26,39 @@ pub struct ProxyConfig {
     /// Clusters by id.
     #[serde(default)]
     pub clusters: BTreeMap<String, ClusterConfig>,
+}
+
+/// Where a server listens when neither the configuration nor the command line says.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+impl ProxyConfig {
+    /// The addresses its `Listen` names, or [`DEFAULT_LISTEN`] when it names none.
+    ///
+    /// ```
+    /// use fuseway::config::{parse, Format};
+    ///
+    /// let config = parse(r#"{ "Listen": ["127.0.0.1:9000"] }"#, Format::Json).unwrap();
+    /// assert_eq!(config.listen_addrs().unwrap(), ["127.0.0.1:9000".parse().unwrap()]);
+    /// let none = parse("{}", Format::Json).unwrap();
+    /// assert_eq!(none.listen_addrs().unwrap(), ["127.0.0.1:8080".parse().unwrap()]);
+    /// ```
+    pub fn listen_addrs(&self) -> Result<Vec<std::net::SocketAddr>, super::ConfigError> {
+        if self.listen.is_empty() {
+            return Ok(vec![DEFAULT_LISTEN.parse().expect("a socket address")]);
+        }
+        self.listen
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                l.address().parse().map_err(|e| {
+                    super::ConfigError::new(
+                        format!("Listen[{i}]"),
+                        format!("`{}`: {e}", l.address()),
+                    )
+                })
+            })
+            .collect()
+    }
 }
 
 /// One listening socket.
@@ -40,6 +74,7 @@ pub enum ListenConfig {
 /// The long form of a listener.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ListenEntry {
     /// `ip:port` to bind.
     pub address: String,
@@ -111,6 +146,7 @@ impl ListenConfig {
 /// A route: which requests it matches and which cluster serves them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RouteConfig {
     /// The cluster that serves this route.
     #[serde(default)]
@@ -164,6 +200,7 @@ pub struct RouteConfig {
 /// A token-bucket rate limit.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RateLimitConfig {
     /// Tokens added per second.
     pub permits_per_second: f64,
@@ -175,6 +212,7 @@ pub struct RateLimitConfig {
 /// The match criteria of a route. All given criteria must match.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RouteMatch {
     /// Path template: literals, `{param}`, `{param?}`, `{*rest}`, `{**rest}`.
     #[serde(default)]
@@ -214,6 +252,7 @@ pub enum HeaderMatchMode {
 /// A header rule.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct HeaderMatch {
     /// Header name.
     pub name: String,
@@ -247,6 +286,7 @@ pub enum QueryParameterMatchMode {
 /// A query parameter rule.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct QueryParameterMatch {
     /// Parameter name.
     pub name: String,
@@ -264,6 +304,7 @@ pub struct QueryParameterMatch {
 /// A cluster: a set of destinations and how requests are spread over them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ClusterConfig {
     /// `PowerOfTwoChoices` (default), `RoundRobin`, `Random`, `LeastRequests`, `FirstAlphabetical`.
     #[serde(default)]
@@ -291,6 +332,7 @@ pub struct ClusterConfig {
 /// Session affinity settings of a cluster.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SessionAffinityConfig {
     /// Turn affinity on.
     #[serde(default)]
@@ -317,6 +359,7 @@ pub struct SessionAffinityConfig {
 /// Attributes of the affinity cookie.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct AffinityCookieConfig {
     /// Cookie `Path` (default `/`).
     #[serde(default)]
@@ -348,6 +391,7 @@ pub struct AffinityCookieConfig {
 /// Health check settings of a cluster.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct HealthCheckConfig {
     /// Passive (traffic-based) health.
     #[serde(default)]
@@ -363,6 +407,7 @@ pub struct HealthCheckConfig {
 /// Passive health settings.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PassiveHealthConfig {
     /// Turn passive health on.
     #[serde(default)]
@@ -382,6 +427,7 @@ pub struct PassiveHealthConfig {
 /// Active health settings.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ActiveHealthConfig {
     /// Turn probing on.
     #[serde(default)]
@@ -410,6 +456,7 @@ pub struct ActiveHealthConfig {
 /// Outgoing request settings of a cluster.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct HttpRequestConfig {
     /// Idle time allowed while waiting for the destination (default 100 s).
     #[serde(default)]
@@ -429,6 +476,7 @@ pub struct HttpRequestConfig {
 /// Outgoing connection settings of a cluster.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct HttpClientConfig {
     /// Most connections to one destination.
     #[serde(default)]
@@ -456,6 +504,7 @@ pub struct HttpClientConfig {
 /// One destination of a cluster.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct DestinationConfig {
     /// Base address, e.g. `http://127.0.0.1:5000/prefix`.
     pub address: String,

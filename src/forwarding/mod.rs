@@ -26,6 +26,7 @@ pub mod headers;
 pub(crate) mod path;
 pub(crate) mod pool;
 pub(crate) mod progress;
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod replay;
 mod request_body;
 mod tls;
@@ -262,6 +263,64 @@ impl<B> std::fmt::Debug for Forwarder<B> {
     }
 }
 
+/// Builds a [`Forwarder`] ([`Forwarder::builder`]): the settings of its connection
+/// pools. A destination's pool shared by every forwarder (its cluster sets
+/// `MaxConnectionsPerServer`) takes the settings of the forwarder that opened it first.
+#[must_use]
+pub struct ForwarderBuilder<B> {
+    engine: Option<crate::server::Http1Engine>,
+    keep: pool::Keep,
+    body: std::marker::PhantomData<fn(B)>,
+}
+
+impl<B> std::fmt::Debug for ForwarderBuilder<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwarderBuilder")
+            .field("engine", &self.engine)
+            .field("idle_timeout", &self.keep.idle_timeout)
+            .field("max_idle_per_pool", &self.keep.max_idle)
+            .finish()
+    }
+}
+
+impl<B> ForwarderBuilder<B>
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    /// The engine of its HTTP/1.1 connections to destinations (default:
+    /// [`Http1Engine::from_env`](crate::server::Http1Engine::from_env)).
+    pub fn http1_engine(mut self, engine: crate::server::Http1Engine) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// How long an idle HTTP/1.1 connection is kept for reuse (default
+    /// [`IDLE_TIMEOUT`], 90 s).
+    pub fn idle_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.keep.idle_timeout = timeout;
+        self
+    }
+
+    /// Idle HTTP/1.1 connections kept per pool (per destination, version and
+    /// certificate policy; default [`MAX_IDLE_PER_POOL`]); more are closed when they come
+    /// back. `0` keeps none: every request opens a connection.
+    pub fn max_idle_per_pool(mut self, max: usize) -> Self {
+        self.keep.max_idle = max;
+        self
+    }
+
+    /// The forwarder.
+    pub fn build(self) -> Forwarder<B> {
+        let engine = self
+            .engine
+            .unwrap_or_else(crate::server::Http1Engine::from_env);
+        Forwarder {
+            pools: Arc::new(Pools::new(engine, self.keep)),
+        }
+    }
+}
+
 impl<B> Default for Forwarder<B>
 where
     B: Body<Data = Bytes> + Send + Unpin + 'static,
@@ -293,8 +352,28 @@ where
     /// assert_eq!(forwarder.connections_opened(), 0);
     /// ```
     pub fn with_http1_engine(engine: crate::server::Http1Engine) -> Self {
-        Forwarder {
-            pools: Arc::new(Pools::new(engine)),
+        Self::builder().http1_engine(engine).build()
+    }
+
+    /// A builder for a forwarder whose pools are set otherwise than
+    /// [`new`](Self::new)'s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fuseway::{body::Incoming, forwarding::Forwarder, server::Http1Engine};
+    ///
+    /// let forwarder = Forwarder::<Incoming>::builder()
+    ///     .http1_engine(Http1Engine::Native)
+    ///     .idle_timeout(Duration::from_secs(30))
+    ///     .max_idle_per_pool(64)
+    ///     .build();
+    /// assert_eq!(forwarder.connections_opened(), 0);
+    /// ```
+    pub fn builder() -> ForwarderBuilder<B> {
+        ForwarderBuilder {
+            engine: None,
+            keep: pool::Keep::default(),
+            body: std::marker::PhantomData,
         }
     }
 
@@ -325,7 +404,6 @@ where
             },
             accept_any_certificate: http.accept_any_certificate,
             tls: http.tls_versions,
-            upgrade: upgrade.is_some(),
             limit: http
                 .max_connections_per_server
                 .map(|max| (&**dest.state(), max)),

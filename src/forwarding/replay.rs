@@ -58,25 +58,22 @@ pub async fn replay_response(
         let _ = socket.shutdown().await;
         let _ = socket.read_to_end(&mut Vec::new()).await;
     });
-    let pools = Pools::<Empty<Bytes>>::new(engine);
+    let pools = Pools::<Empty<Bytes>>::new(engine, Default::default());
     let request = Request::builder()
         .method(method)
         .uri("/")
         .header(http::header::HOST, "destination")
         .body(Empty::new())
         .ok()?;
-    let mut exchange = pools.send(
-        request,
-        pool::Target {
-            scheme: &Scheme::HTTP,
-            authority: &authority,
-            version: UpstreamVersion::Http1,
-            accept_any_certificate: false,
-            tls: TlsVersions::Both,
-            upgrade: false,
-            limit: None,
-        },
-    );
+    let target = pool::Target {
+        scheme: &Scheme::HTTP,
+        authority: &authority,
+        version: UpstreamVersion::Http1,
+        accept_any_certificate: false,
+        tls: TlsVersions::Both,
+        limit: None,
+    };
+    let mut exchange = pools.pool_for(&target).send(request, false);
     let read = async {
         let response = std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx))
             .await

@@ -317,7 +317,7 @@ struct Prober {
 impl Prober {
     fn new() -> Self {
         Prober {
-            pools: Pools::new(crate::server::Http1Engine::from_env()),
+            pools: Pools::new(crate::server::Http1Engine::from_env(), Default::default()),
         }
     }
 
@@ -344,7 +344,6 @@ impl Prober {
             version: plan.http.version,
             accept_any_certificate: plan.http.accept_any_certificate,
             tls: plan.http.tls_versions,
-            upgrade: false,
             // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
             // where they go through a client of their own).
             limit: None,

@@ -7,6 +7,7 @@ mod drain;
 mod idle;
 pub(crate) mod native;
 mod options;
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod replay;
 mod service;
 mod tls;
@@ -407,4 +408,27 @@ fn listener_tls(
         };
         crate::config::ConfigError::new(format!("Listen[{i}].{part}"), e.message)
     })
+}
+
+/// Completes on Ctrl-C or SIGTERM: the `shutdown` future to give
+/// [`Server::serve`] in a program that stops on those signals.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
 }

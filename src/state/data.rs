@@ -52,7 +52,7 @@ use std::fmt;
 
 use crate::config::{ClusterConfig, ConfigError, ConfigErrors, RouteConfig};
 
-/// Data a stage compiles from each cluster's configuration (see the [module](self)).
+/// Data a stage compiles from each cluster's configuration (read back with [`Cluster::data`](super::Cluster::data) and [`Route::data`](super::Route::data)).
 pub trait ClusterData: Send + Sync + Sized + 'static {
     /// The data for the cluster `config` (at config path `path`, `Clusters.<id>`), or
     /// `None` when it has none. `previous`: this type's data for the same cluster id in
@@ -65,7 +65,7 @@ pub trait ClusterData: Send + Sync + Sized + 'static {
     ) -> Result<Option<Self>, ConfigError>;
 }
 
-/// Data a stage compiles from each route's configuration (see the [module](self)).
+/// Data a stage compiles from each route's configuration (read back with [`Cluster::data`](super::Cluster::data) and [`Route::data`](super::Route::data)).
 pub trait RouteData: Send + Sync + Sized + 'static {
     /// The data for the route `config` (at config path `path`, `Routes.<id>`), or `None`
     /// when it has none. `previous`: this type's data for the same route id in the

@@ -10,16 +10,16 @@ pub(super) struct Idle<B> {
 }
 
 impl<B> Idle<B> {
-    /// It has been idle for [`IDLE_TIMEOUT`] at `now`.
-    pub(super) fn expired_at(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.since) >= IDLE_TIMEOUT
+    /// It has been idle for `timeout` at `now`.
+    pub(super) fn expired_at(&self, now: Instant, timeout: Duration) -> bool {
+        now.saturating_duration_since(self.since) >= timeout
     }
 }
 
-/// Close the connections of `idle` (oldest first) that have been idle for
-/// [`IDLE_TIMEOUT`] at `now`. Nothing expired (the common case) costs one comparison.
-pub(super) fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant) {
-    let expired = |i: &Idle<B>| i.expired_at(now);
+/// Close the connections of `idle` (oldest first) that have been idle for `timeout` at
+/// `now`. Nothing expired (the common case) costs one comparison.
+pub(super) fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant, timeout: Duration) {
+    let expired = |i: &Idle<B>| i.expired_at(now, timeout);
     if idle.first().is_some_and(expired) {
         let expired = idle.partition_point(expired);
         idle.drain(..expired);
@@ -87,7 +87,7 @@ impl<B: SendBody> Pool<B> {
     pub(super) fn take_idle(&self) -> Option<Pin<Box<dyn H1Slot<B>>>> {
         let mut idle = self.idle.lock().expect("pool lock");
         let fresh = idle.pop()?;
-        if !fresh.expired_at(crate::clock::now()) {
+        if !fresh.expired_at(crate::clock::now(), self.keep.idle_timeout) {
             return Some(fresh.connection);
         }
         // Everything below it is older still.
@@ -98,8 +98,8 @@ impl<B: SendBody> Pool<B> {
     pub(super) fn put_idle(&self, connection: Pin<Box<dyn H1Slot<B>>>) {
         let now = crate::clock::now();
         let mut idle = self.idle.lock().expect("pool lock");
-        drop_expired(&mut idle, now);
-        if idle.len() < MAX_IDLE_PER_POOL {
+        drop_expired(&mut idle, now, self.keep.idle_timeout);
+        if idle.len() < self.keep.max_idle {
             idle.push(Idle {
                 connection,
                 since: now,

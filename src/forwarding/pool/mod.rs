@@ -93,11 +93,30 @@ type Connecting<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
 /// An HTTP/1.1 connection's future, boxed once when the connection is opened.
 type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;
 
-/// How long an idle HTTP/1.1 connection is kept for reuse.
+/// How long an idle HTTP/1.1 connection is kept for reuse, unless the forwarder was
+/// built with another ([`ForwarderBuilder::idle_timeout`](super::ForwarderBuilder::idle_timeout)).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// Idle HTTP/1.1 connections kept per pool; more are closed when they come back.
+/// Idle HTTP/1.1 connections kept per pool, unless the forwarder was built with another
+/// number ([`ForwarderBuilder::max_idle_per_pool`](super::ForwarderBuilder::max_idle_per_pool));
+/// more are closed when they come back.
 pub const MAX_IDLE_PER_POOL: usize = 1024;
+
+/// What a forwarder's pools keep idle, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keep {
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_idle: usize,
+}
+
+impl Default for Keep {
+    fn default() -> Self {
+        Keep {
+            idle_timeout: IDLE_TIMEOUT,
+            max_idle: MAX_IDLE_PER_POOL,
+        }
+    }
+}
 
 /// A request body the pooled connections can send (`Default`: the empty body of a
 /// request sent again, see [`Replay`]).
@@ -253,7 +272,7 @@ impl std::hash::Hash for Key {
     }
 }
 
-/// Where [`Pools::send`] sends a request, and how.
+/// Where a request goes ([`Pools::pool_for`]), and how.
 pub(crate) struct Target<'a> {
     pub(crate) scheme: &'a Scheme,
     pub(crate) authority: &'a Authority,
@@ -261,8 +280,6 @@ pub(crate) struct Target<'a> {
     pub(crate) accept_any_certificate: bool,
     /// The TLS versions offered to an `https://` destination (`SslProtocols`).
     pub(crate) tls: TlsVersions,
-    /// An upgrade (WebSocket): a connection of its own, outside the pool.
-    pub(crate) upgrade: bool,
     /// The destination and its cluster's `MaxConnectionsPerServer`: the request goes
     /// through the destination's pool, shared by every forwarder, and waits for a
     /// connection at the limit.
@@ -276,6 +293,7 @@ pub(crate) struct Pools<B> {
     opened: Arc<AtomicU64>,
     /// HTTP/1.1 on fuseway's own codec (else hyper's).
     native: bool,
+    keep: Keep,
 }
 
 struct PoolMap<B> {
@@ -288,8 +306,9 @@ struct PoolMap<B> {
 const SWEEP_EVERY: u32 = 4096;
 
 impl<B: SendBody> Pools<B> {
-    /// Pools whose HTTP/1.1 connections run on `engine`.
-    pub(crate) fn new(engine: crate::server::Http1Engine) -> Self {
+    /// Pools whose HTTP/1.1 connections run on `engine` and are kept idle as `keep`
+    /// says.
+    pub(crate) fn new(engine: crate::server::Http1Engine, keep: Keep) -> Self {
         Pools {
             connectors: super::client::Connectors::new(),
             pools: Mutex::new(PoolMap {
@@ -298,19 +317,13 @@ impl<B: SendBody> Pools<B> {
             }),
             opened: Arc::new(AtomicU64::new(0)),
             native: engine == crate::server::Http1Engine::Native,
+            keep,
         }
     }
 
     /// Connections opened so far, over all pools.
     pub(crate) fn connections_opened(&self) -> u64 {
         self.opened.load(Ordering::Relaxed)
-    }
-
-    /// Start sending `request` to `to` (an upgrade on a connection of its own). The
-    /// request's URI is sent as it is: origin-form for HTTP/1.1, absolute for HTTP/2
-    /// (see [`Pool::version`] for the pools that negotiate it).
-    pub(crate) fn send(&self, request: Request<B>, to: Target<'_>) -> BoxExchange {
-        self.pool_for(&to).send(request, to.upgrade)
     }
 
     /// The pool `to` goes to (made when first asked for).
@@ -382,6 +395,7 @@ impl<B: SendBody> Pools<B> {
             opened: self.opened.clone(),
             limit,
             native: self.native,
+            keep: self.keep,
         }
     }
 }
@@ -414,14 +428,14 @@ pub(crate) async fn status_of(
     Ok(status)
 }
 
-/// Close idle connections past [`IDLE_TIMEOUT`] in every pool, and forget pools that
+/// Close idle connections past their idle timeout in every pool, and forget pools that
 /// nothing uses any more (destinations removed by a reload): without it they would
 /// keep their idle sockets, since nobody takes from them.
 fn sweep<B>(pools: &mut HashMap<Key, Arc<Pool<B>>, FxBuild>) {
     let now = Instant::now();
     pools.retain(|_, pool| {
         let mut idle = pool.idle.lock().expect("pool lock");
-        drop_expired(&mut idle, now);
+        drop_expired(&mut idle, now, pool.keep.idle_timeout);
         let shared = pool
             .shared
             .lock()
@@ -456,6 +470,7 @@ pub(crate) struct Pool<B> {
     limit: Option<Arc<Limit>>,
     /// HTTP/1.1 on fuseway's own codec (else hyper's).
     native: bool,
+    keep: Keep,
 }
 
 /// [`Pool::learned`]: the destination has not chosen a version yet.

@@ -127,7 +127,7 @@ fn key(authority: &'static str) -> Key {
 
 #[test]
 fn sweeps_forget_pools_nothing_uses() {
-    let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper);
+    let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper, Default::default());
     let kept = pools.pool(key("127.0.0.1:1"));
     drop(pools.pool(key("127.0.0.1:2")));
     assert!(
@@ -143,7 +143,7 @@ fn sweeps_forget_pools_nothing_uses() {
 
 #[tokio::test]
 async fn idle_connections_past_the_timeout_are_closed_oldest_first() {
-    let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper);
+    let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper, Default::default());
     let pool = pools.pool(key("127.0.0.1:1"));
     let slot = || -> Pin<Box<dyn H1Slot<Empty<Bytes>>>> {
         Box::pin(H1 {
@@ -166,12 +166,12 @@ async fn idle_connections_past_the_timeout_are_closed_oldest_first() {
             since,
         })
         .collect();
-    drop_expired(&mut idle, t0 + IDLE_TIMEOUT - second);
+    drop_expired(&mut idle, t0 + IDLE_TIMEOUT - second, IDLE_TIMEOUT);
     assert_eq!(idle.len(), 3, "nothing has been idle for the timeout yet");
-    drop_expired(&mut idle, t0 + IDLE_TIMEOUT);
+    drop_expired(&mut idle, t0 + IDLE_TIMEOUT, IDLE_TIMEOUT);
     assert_eq!(idle.len(), 1, "the two oldest are closed");
     assert_eq!(idle[0].since, t0 + 60 * second, "the youngest is kept");
-    drop_expired(&mut idle, t0 + 60 * second + IDLE_TIMEOUT);
+    drop_expired(&mut idle, t0 + 60 * second + IDLE_TIMEOUT, IDLE_TIMEOUT);
     assert!(idle.is_empty());
 }
 
