@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use fuseway::server::ServerOptions;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
@@ -31,10 +30,7 @@ async fn connections_over_the_cap_wait_for_a_free_slot() {
     let b = echo_backend().await;
     let p = start(
         &simple_config(&[("d", &b.url())], ""),
-        ServerOptions {
-            max_connections: 2,
-            ..options()
-        },
+        options().max_connections(2),
     )
     .await;
     let mut first = TcpStream::connect(p.addr).await.unwrap();
@@ -91,10 +87,7 @@ async fn http2_streams_over_the_cap_are_not_served_concurrently() {
     .await;
     let p = start(
         &simple_config(&[("d", &b.url())], ""),
-        ServerOptions {
-            max_concurrent_streams: 2,
-            ..options()
-        },
+        options().max_concurrent_streams(2),
     )
     .await;
 
@@ -192,10 +185,7 @@ async fn memory_stays_bounded_under_1000_slow_clients() {
     .await;
     let p = start(
         &simple_config(&[("d", &b.url())], ""),
-        ServerOptions {
-            header_read_timeout: Duration::from_secs(60),
-            ..options()
-        },
+        options().header_read_timeout(Duration::from_secs(60)),
     )
     .await;
     // Warm up: pools, buffers, the allocator's arenas.

@@ -486,11 +486,11 @@ async fn invalid_header_bytes_are_400_and_never_forwarded() {
 
 #[tokio::test]
 async fn heads_over_the_limit_are_431() {
-    let f = Recorded::new(ServerOptions {
-        max_header_size: 8 * 1024,
-        max_header_list_size: 8 * 1024,
-        ..options()
-    })
+    let f = Recorded::new(
+        options()
+            .max_header_size(8 * 1024)
+            .max_header_list_size(8 * 1024),
+    )
     .await;
     let big = "v".repeat(16 * 1024);
     // HTTP/1.1: one huge header, and very many small ones.
@@ -530,10 +530,7 @@ async fn heads_over_the_limit_are_431() {
 // ===== slow clients =====
 
 fn slow_options() -> ServerOptions {
-    ServerOptions {
-        header_read_timeout: Duration::from_millis(300),
-        ..options()
-    }
+    options().header_read_timeout(Duration::from_millis(300))
 }
 
 /// Wait (bounded) until the proxy closes `s`; returns how long that took.
@@ -651,10 +648,7 @@ async fn parked_keep_alive_connections_resume_and_keep_their_deadlines() {
         Response::new(full(req.uri().path().to_string()))
     })
     .await;
-    let options = ServerOptions {
-        header_read_timeout: TIMEOUT,
-        ..options()
-    };
+    let options = options().header_read_timeout(TIMEOUT);
     let proxy = start(&simple_config(&[("d", &b.url())], ""), options).await;
 
     // Idle past the park time, twice: every request is answered on the same connection.

@@ -21,12 +21,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 fn engine(engine: Http1Engine) -> ServerOptions {
-    ServerOptions {
-        http1_engine: engine,
-        max_request_line: 1024,
-        max_header_size: 8 * 1024,
-        ..options()
-    }
+    options()
+        .http1_engine(engine)
+        .max_request_line(1024)
+        .max_header_size(8 * 1024)
 }
 
 /// A destination that answers with what it saw: method, target, version, framing
@@ -379,10 +377,7 @@ async fn shutdown_closes_a_connection_waiting_for_an_unread_body() {
         backend(|_req: Request<Incoming>| async move { Response::new(full("early")) }).await;
     let p = start(
         &CONFIG.replace("BACKEND", &early.url()),
-        ServerOptions {
-            graceful_timeout: std::time::Duration::from_secs(60),
-            ..engine(Http1Engine::Native)
-        },
+        engine(Http1Engine::Native).graceful_timeout(std::time::Duration::from_secs(60)),
     )
     .await;
     let mut uploading = TcpStream::connect(p.addr).await.unwrap();

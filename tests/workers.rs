@@ -108,11 +108,7 @@ async fn a_burst_of_connections_is_spread_over_the_workers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_up_to_the_limit_are_served_whichever_worker_they_reach() {
     const LIMIT: usize = 8;
-    let (addr, stop, serving) = serve(ServerOptions {
-        max_connections: LIMIT,
-        ..ServerOptions::default()
-    })
-    .await;
+    let (addr, stop, serving) = serve(ServerOptions::default().max_connections(LIMIT)).await;
     let mut streams = connect_all(addr, LIMIT).await;
     for stream in &mut streams {
         within(

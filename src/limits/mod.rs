@@ -36,6 +36,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_SIZE: u64 = 30_000_000;
 
 /// A route's limits, resolved from its configuration.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RouteLimits {
     /// Largest request body in bytes (`None`: unlimited).
     pub max_request_body_size: Option<u64>,

@@ -119,6 +119,7 @@ pub struct RouteContext {
 
 /// Limits the forwarder applies to one exchange; set by the limits stage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExchangeLimits {
     /// Largest request body sent to the destination; past it the exchange fails with 413.
     pub max_request_body_size: Option<u64>,

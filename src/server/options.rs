@@ -4,6 +4,7 @@ use super::*;
 
 /// Limits of the listening side, applied to every connection.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServerOptions {
     /// Most client connections open at once across all listeners; further accepts wait
     /// until one closes (default 10,000).
@@ -84,5 +85,68 @@ impl Default for ServerOptions {
             max_header_list_size: 64 * 1024,
             graceful_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// Each setting can be set in a chain from the defaults (the struct is
+/// `#[non_exhaustive]`: settings may be added without breaking callers).
+///
+/// ```
+/// use std::time::Duration;
+/// use fuseway::server::{Http1Engine, ServerOptions};
+///
+/// let options = ServerOptions::default()
+///     .max_connections(50_000)
+///     .header_read_timeout(Duration::from_secs(10))
+///     .http1_engine(Http1Engine::Native);
+/// assert_eq!(options.max_connections, 50_000);
+/// ```
+impl ServerOptions {
+    /// Sets `max_connections`.
+    pub fn max_connections(mut self, value: usize) -> Self {
+        self.max_connections = value;
+        self
+    }
+
+    /// Sets `max_concurrent_streams`.
+    pub fn max_concurrent_streams(mut self, value: u32) -> Self {
+        self.max_concurrent_streams = value;
+        self
+    }
+
+    /// Sets `header_read_timeout`.
+    pub fn header_read_timeout(mut self, value: Duration) -> Self {
+        self.header_read_timeout = value;
+        self
+    }
+
+    /// Sets `max_header_size`.
+    pub fn max_header_size(mut self, value: usize) -> Self {
+        self.max_header_size = value;
+        self
+    }
+
+    /// Sets `max_request_line`.
+    pub fn max_request_line(mut self, value: usize) -> Self {
+        self.max_request_line = value;
+        self
+    }
+
+    /// Sets `http1_engine`.
+    pub fn http1_engine(mut self, value: Http1Engine) -> Self {
+        self.http1_engine = value;
+        self
+    }
+
+    /// Sets `max_header_list_size`.
+    pub fn max_header_list_size(mut self, value: u32) -> Self {
+        self.max_header_list_size = value;
+        self
+    }
+
+    /// Sets `graceful_timeout`.
+    pub fn graceful_timeout(mut self, value: Duration) -> Self {
+        self.graceful_timeout = value;
+        self
     }
 }

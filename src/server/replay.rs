@@ -73,10 +73,7 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
             }
         })
     };
-    let options = ServerOptions {
-        header_read_timeout: Duration::from_secs(2),
-        ..ServerOptions::default()
-    };
+    let options = ServerOptions::default().header_read_timeout(Duration::from_secs(2));
     let info = ConnectionInfo {
         remote: ([127, 0, 0, 1], 1).into(),
         local: ([127, 0, 0, 1], 2).into(),

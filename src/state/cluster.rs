@@ -66,6 +66,7 @@ impl UpstreamVersion {
 
 /// Outgoing HTTP settings of a cluster, resolved from its configuration.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HttpSettings {
     /// HTTP version towards destinations (`HttpRequest.Version` and `VersionPolicy`,
     /// see [`UpstreamVersion::resolve`]).

@@ -160,6 +160,7 @@ impl Drop for ConcurrencyGuard {
 
 /// A destination's parsed address: `scheme://authority/prefix`.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DestinationAddress {
     /// `http` or `https`.
     pub scheme: Scheme,

@@ -34,10 +34,7 @@ pub struct TestProxy {
 
 /// Options for tests: defaults, a short graceful timeout.
 pub fn options() -> ServerOptions {
-    ServerOptions {
-        graceful_timeout: Duration::from_secs(2),
-        ..ServerOptions::default()
-    }
+    ServerOptions::default().graceful_timeout(Duration::from_secs(2))
 }
 
 /// Start the fused default pipeline with this JSON config and these options (its

@@ -92,6 +92,7 @@ named_enum! {
 
 /// The `X-Forwarded` transform: one action per `X-Forwarded-*` header.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct XForwardedTransform {
     /// Action for `X-Forwarded-For` (`For`, else the transform's value).
     pub for_action: ForwardedAction,
@@ -107,6 +108,7 @@ pub struct XForwardedTransform {
 
 /// The `Forwarded` (RFC 7239) transform.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ForwardedTransform {
     /// Write `for=`.
     pub include_for: bool,
