@@ -26,8 +26,7 @@
 //! subtracted, median of the rounds), and allocations and bytes per request beyond the
 //! stub (a counting global allocator). Then a two-thread run on one cluster.
 
-#[path = "support/alloc_count.rs"]
-mod alloc_count;
+use fuseway_alloc_count as alloc_count;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -57,7 +56,7 @@ use http_body_util::Empty;
 use tower::util::BoxCloneService;
 
 #[global_allocator]
-static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
+static ALLOCATOR: alloc_count::Counting = alloc_count::Counting::new(std::alloc::System);
 
 type Body = Empty<Bytes>;
 type Req = Request<Body>;
@@ -380,11 +379,11 @@ fn allocations<T: Target>(target: &T, n: usize) -> alloc_count::Counted {
     let mut total = alloc_count::Counted::default();
     for _ in 0..n.div_ceil(CHUNK) {
         inputs.extend((0..CHUNK).map(|_| target.make()));
-        alloc_count::start();
-        for input in inputs.drain(..) {
-            target.run(input);
-        }
-        let c = alloc_count::stop();
+        let ((), c) = alloc_count::this_thread(|| {
+            for input in inputs.drain(..) {
+                target.run(input);
+            }
+        });
         total.allocs += c.allocs;
         total.bytes += c.bytes;
     }

@@ -14,8 +14,7 @@
 //! ns per `find` (criterion's median sample, and the median of an interleaved loop over
 //! every table), the ratio to one route, and allocations per `find`.
 
-#[path = "support/alloc_count.rs"]
-mod alloc_count;
+use fuseway_alloc_count as alloc_count;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,7 +27,7 @@ use fuseway::routing::RouteTable;
 use http::{HeaderMap, HeaderValue, Method, Uri};
 
 #[global_allocator]
-static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
+static ALLOCATOR: alloc_count::Counting = alloc_count::Counting::new(std::alloc::System);
 
 const SIZES: [usize; 4] = [1, 100, 1_000, 10_000];
 
@@ -268,11 +267,11 @@ fn main() {
                 _ => medians.get(&(1, "first")),
             };
             let ratio = base.map(|b| format!("{:.2}x", m / b)).unwrap_or_default();
-            alloc_count::start();
-            for _ in 0..1000 {
-                black_box(find(t, p));
-            }
-            let a = alloc_count::stop();
+            let ((), a) = alloc_count::this_thread(|| {
+                for _ in 0..1000 {
+                    black_box(find(t, p));
+                }
+            });
             println!(
                 "{:<8} {:<12} {:>8.1} [{:>6.1}] {:>16} {:>12.3}",
                 n,

@@ -62,83 +62,22 @@ fn purge_freed_pages_at_once() {
 /// window.
 #[cfg(feature = "count-allocs")]
 mod count_allocs {
-    use std::alloc::{GlobalAlloc, Layout};
-    use std::cell::Cell;
     use std::io::Write;
-    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    use fuseway_alloc_count::{Counting, Window};
 
     use super::Heap;
 
-    /// One counter pair per cache line; each thread counts in its own slot, so counting
-    /// adds no cache-line traffic between the runtime's worker threads.
-    #[repr(align(128))]
-    struct Slot {
-        allocations: AtomicU64,
-        bytes: AtomicU64,
-    }
-
-    const SLOTS: usize = 64;
-
-    static COUNTS: [Slot; SLOTS] = [const {
-        Slot {
-            allocations: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-        }
-    }; SLOTS];
-    static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
-
-    thread_local! {
-        static MY_SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-
-    fn count(bytes: usize) {
-        let slot = MY_SLOT
-            .try_with(|s| {
-                if s.get() == usize::MAX {
-                    s.set(NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SLOTS);
-                }
-                s.get()
-            })
-            .unwrap_or(0);
-        let slot = &COUNTS[slot];
-        slot.allocations.fetch_add(1, Ordering::Relaxed);
-        slot.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-    }
-
-    struct Counting(Heap);
-
-    // SAFETY: every call is forwarded unchanged to the binary's allocator.
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            count(layout.size());
-            unsafe { self.0.alloc(layout) }
-        }
-
-        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-            count(layout.size());
-            unsafe { self.0.alloc_zeroed(layout) }
-        }
-
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            unsafe { self.0.dealloc(ptr, layout) }
-        }
-
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            count(new_size);
-            unsafe { self.0.realloc(ptr, layout, new_size) }
-        }
-    }
+    /// Every thread's allocations since the process started.
+    static TOTALS: Window = Window::opened();
 
     #[global_allocator]
-    static ALLOCATOR: Counting = Counting(Heap);
+    static ALLOCATOR: Counting<Heap> = Counting::every_thread(Heap, &TOTALS);
 
     /// Print the totals so far.
     pub(crate) fn report(at: &str) {
-        let (mut allocations, mut bytes) = (0, 0);
-        for slot in &COUNTS {
-            allocations += slot.allocations.load(Ordering::Relaxed);
-            bytes += slot.bytes.load(Ordering::Relaxed);
-        }
+        let counted = TOTALS.peek();
+        let (allocations, bytes) = (counted.allocs, counted.bytes);
         let _ = writeln!(
             std::io::stderr(),
             "fuseway-allocs: allocations={allocations} bytes={bytes} at={at}"

@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use common::*;
@@ -251,46 +249,14 @@ async fn custom_header_sticks_with_sealed_ids() {
 
 // ---- The hit path does not allocate ----
 
-/// Counts this thread's allocations while `COUNTING` is set.
-struct CountingAllocator;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count() {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        let _ = ALLOCATIONS.try_with(|a| a.set(a.get() + 1));
-    }
-}
-
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        System.alloc(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        System.realloc(ptr, layout, new_size)
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
+static ALLOCATOR: fuseway_alloc_count::Counting =
+    fuseway_alloc_count::Counting::new(std::alloc::System);
 
 /// Allocations made by `f` on this thread.
 fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    ALLOCATIONS.with(|a| a.set(0));
-    COUNTING.with(|c| c.set(true));
-    let out = f();
-    COUNTING.with(|c| c.set(false));
-    (out, ALLOCATIONS.with(Cell::get))
+    let (out, counted) = fuseway_alloc_count::this_thread(f);
+    (out, counted.allocs as usize)
 }
 
 #[test]

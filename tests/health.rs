@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -375,26 +373,9 @@ async fn active_checker_follows_reloads() {
     p.shutdown().await;
 }
 
-/// Counts the allocations of the current thread.
-struct CountingAllocator;
-
-thread_local! {
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|a| a.set(a.get() + 1));
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
+static ALLOCATOR: fuseway_alloc_count::Counting =
+    fuseway_alloc_count::Counting::new(std::alloc::System);
 
 #[test]
 fn available_does_not_allocate_for_128_destinations() {
@@ -417,9 +398,13 @@ fn available_does_not_allocate_for_128_destinations() {
     let snapshot = state.snapshot();
     let cluster = snapshot.cluster("c").unwrap();
     assert_eq!(available(cluster).len(), 128);
-    let before = ALLOCATIONS.with(Cell::get);
-    for _ in 0..1000 {
-        std::hint::black_box(available(cluster));
-    }
-    assert_eq!(ALLOCATIONS.with(Cell::get), before);
+    let ((), counted) = fuseway_alloc_count::this_thread(|| {
+        for _ in 0..1000 {
+            std::hint::black_box(available(cluster));
+        }
+    });
+    assert_eq!(counted.allocs, 0);
+    // The counter sees allocations at all.
+    let (v, counted) = fuseway_alloc_count::this_thread(|| vec![0u8; 8]);
+    assert_eq!((v.len(), counted.allocs), (8, 1));
 }

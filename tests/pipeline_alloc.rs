@@ -4,8 +4,6 @@
 //! measures the pipeline itself. Allocation counts are deterministic, so they are
 //! asserted; time is measured by the benches, never here.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -21,51 +19,14 @@ use tower::ServiceExt;
 
 // ===== counting allocator =====
 
-struct Counting;
-
-thread_local! {
-    static ENABLED: Cell<bool> = const { Cell::new(false) };
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-    static BYTES: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ENABLED.try_with(|on| {
-            if on.get() {
-                ALLOCS.with(|a| a.set(a.get() + 1));
-                BYTES.with(|b| b.set(b.get() + layout.size() as u64));
-            }
-        });
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ENABLED.try_with(|on| {
-            if on.get() {
-                ALLOCS.with(|a| a.set(a.get() + 1));
-                BYTES.with(|b| b.set(b.get() + new_size as u64));
-            }
-        });
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: fuseway_alloc_count::Counting =
+    fuseway_alloc_count::Counting::new(std::alloc::System);
 
 /// (allocations, bytes) made by `f` on this thread.
 fn count<T>(f: impl FnOnce() -> T) -> (T, u64, u64) {
-    ALLOCS.with(|a| a.set(0));
-    BYTES.with(|b| b.set(0));
-    ENABLED.with(|e| e.set(true));
-    let out = f();
-    ENABLED.with(|e| e.set(false));
-    (out, ALLOCS.with(Cell::get), BYTES.with(Cell::get))
+    let (out, counted) = fuseway_alloc_count::this_thread(f);
+    (out, counted.allocs, counted.bytes)
 }
 
 // ===== the pipelines =====

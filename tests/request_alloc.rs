@@ -11,9 +11,6 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,62 +23,12 @@ use tokio::net::TcpStream;
 
 // ===== counting allocator: the proxy's thread, inside the window =====
 
-struct Counting;
-
-thread_local! {
-    static PROXY_THREAD: Cell<bool> = const { Cell::new(false) };
-}
-
-static MEASURING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
-/// Bytes allocated and not yet freed on the proxy's thread inside the window.
-static LIVE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-/// The sizes of the window's first allocations (for a failure's message).
-static SIZES: [AtomicUsize; 32] = [const { AtomicUsize::new(0) }; 32];
-
-fn counted() -> bool {
-    MEASURING.load(Ordering::Relaxed) && PROXY_THREAD.try_with(Cell::get).unwrap_or(false)
-}
-
-fn record(size: usize) {
-    if !counted() {
-        return;
-    }
-    let n = ALLOCS.fetch_add(1, Ordering::Relaxed) as usize;
-    BYTES.fetch_add(size as u64, Ordering::Relaxed);
-    if let Some(slot) = SIZES.get(n) {
-        slot.store(size, Ordering::Relaxed);
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        if counted() {
-            LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        }
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if counted() {
-            LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        }
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        record(new_size);
-        if counted() {
-            LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: fuseway_alloc_count::Counting =
+    fuseway_alloc_count::Counting::new(std::alloc::System);
+
+/// What the proxy's worker thread (which joins it) allocates while it is open.
+static WINDOW: fuseway_alloc_count::Window = fuseway_alloc_count::Window::new();
 
 /// `n` keep-alive requests on `stream`, each answered before the next is sent.
 async fn requests(stream: &mut TcpStream, n: usize) {
@@ -184,7 +131,7 @@ where
     let serving = tokio::spawn(server.serve_workers(
         1,
         move || {
-            PROXY_THREAD.with(|p| p.set(true));
+            WINDOW.join_this_thread();
             make_service()
         },
         async {
@@ -194,21 +141,18 @@ where
     let mut stream = TcpStream::connect(addr).await.unwrap();
     within("the warm-up", requests(&mut stream, 300)).await;
     const N: u64 = 1000;
-    ALLOCS.store(0, Ordering::SeqCst);
-    BYTES.store(0, Ordering::SeqCst);
-    MEASURING.store(true, Ordering::SeqCst);
+    WINDOW.open();
     within("the measured requests", requests(&mut stream, N as usize)).await;
-    MEASURING.store(false, Ordering::SeqCst);
-    let sizes = SIZES.iter().map(|s| s.swap(0, Ordering::Relaxed)).collect();
+    let counted = WINDOW.close();
+    let sizes = counted.first_sizes.to_vec();
     let (allocs, bytes) = (
-        ALLOCS.load(Ordering::SeqCst) as f64 / N as f64,
-        BYTES.load(Ordering::SeqCst) as f64 / N as f64,
+        counted.allocs as f64 / N as f64,
+        counted.bytes as f64 / N as f64,
     );
 
     // Idle keep-alive connections: one request each, then held open.
     const IDLE: usize = 500;
-    LIVE.store(0, Ordering::SeqCst);
-    MEASURING.store(true, Ordering::SeqCst);
+    WINDOW.open();
     let mut held = Vec::with_capacity(IDLE);
     for _ in 0..IDLE {
         let mut idle = TcpStream::connect(addr).await.unwrap();
@@ -218,7 +162,7 @@ where
     // One more request on the first connection: every connection before it has gone
     // back to waiting by the time it is answered.
     within("a request on a held connection", requests(&mut stream, 1)).await;
-    let idle_bytes = LIVE.load(Ordering::SeqCst) as f64 / IDLE as f64;
+    let idle_bytes = WINDOW.peek().live as f64 / IDLE as f64;
     // Waiting past the park time (1 s), the native engine's connections give their
     // tasks back and wait in the listener's lot; then every one answers another request.
     let mut parked_bytes = idle_bytes;
@@ -226,13 +170,13 @@ where
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while parked_bytes > PARKED_MAX && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            parked_bytes = LIVE.load(Ordering::SeqCst) as f64 / IDLE as f64;
+            parked_bytes = WINDOW.peek().live as f64 / IDLE as f64;
         }
         for idle in &mut held {
             within("a request on a parked connection", requests(idle, 1)).await;
         }
     }
-    MEASURING.store(false, Ordering::SeqCst);
+    WINDOW.close();
     drop(held);
     drop(stream);
     let _ = stop_tx.send(());
