@@ -8,38 +8,43 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fuseway::config::{ConfigError, RouteConfig};
+use fuseway::config::{ConfigError, ConfigErrors};
 use fuseway::policy::Policies;
 use fuseway::request::{ProxyResponse, Routed};
 use fuseway::server::{ProxyService, Server};
 use fuseway::stage::{Stage, StageLayer};
-use fuseway::state::{ProxyState, RouteData};
+use fuseway::state::{ClusterData, ClusterSource, ProxyState};
 use http::{HeaderValue, StatusCode};
 
-/// A route whose metadata says `"RequiresKey": "true"`: compiled once per configuration
-/// load (a typo is refused with its path), read per request without parsing or
-/// allocating.
+/// A cluster whose metadata says `"RequiresKey": "true"`: compiled once per
+/// configuration load (a typo is refused with its path), read per request without
+/// parsing or allocating.
 #[derive(Debug)]
 pub struct RequiresKey;
 
-impl RouteData for RequiresKey {
+impl ClusterData for RequiresKey {
     fn compile(
-        route: &RouteConfig,
-        path: &str,
+        cluster: &ClusterSource<'_>,
         _previous: Option<&Self>,
-    ) -> Result<Option<Self>, ConfigError> {
-        match route.metadata.get("RequiresKey").map(String::as_str) {
+    ) -> Result<Option<Self>, ConfigErrors> {
+        match cluster
+            .config
+            .metadata
+            .get("RequiresKey")
+            .map(String::as_str)
+        {
             Some("true") => Ok(Some(RequiresKey)),
             None | Some("false") => Ok(None),
             Some(other) => Err(ConfigError::new(
-                format!("{path}.Metadata.RequiresKey"),
+                format!("{}.Metadata.RequiresKey", cluster.path),
                 format!("`{other}` is not true or false"),
-            )),
+            )
+            .into()),
         }
     }
 }
 
-/// Blocks requests without `x-api-key` on routes that require a key, and counts what it
+/// Blocks requests without `x-api-key` to clusters that require a key, and counts what it
 /// let through.
 #[derive(Debug, Default)]
 pub struct ApiKey {
@@ -48,11 +53,11 @@ pub struct ApiKey {
 
 impl<B> Stage<Routed<B>> for ApiKey {
     type Out = Routed<B>;
-    /// Whether the route needed a key: read on the way back.
+    /// Whether the cluster needed a key: read on the way back.
     type State = bool;
 
     fn on_request(&self, req: Routed<B>) -> Result<(Routed<B>, bool), ProxyResponse> {
-        let needs_key = req.context.route().data::<RequiresKey>().is_some();
+        let needs_key = req.context.cluster().data::<RequiresKey>().is_some();
         if needs_key && !req.request.headers().contains_key("x-api-key") {
             return Err(ProxyResponse::status(StatusCode::UNAUTHORIZED));
         }
@@ -82,8 +87,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let path = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "proxy.json".into());
-    // The stage's route data is compiled with the state, and again on every reload.
-    let policies = Policies::new().route_data::<RequiresKey>();
+    // The stage's cluster data is compiled with the state, and again on every reload.
+    let policies = Policies::new().cluster_data::<RequiresKey>();
     let config = fuseway::config::load_file(path.as_ref())?;
     let state = Arc::new(ProxyState::with_policies(config, policies)?);
 

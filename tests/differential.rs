@@ -32,26 +32,27 @@ use tokio::sync::{mpsc, oneshot};
 #[derive(Debug, Default)]
 pub struct Chaos;
 
-/// Route data compiled from `"Metadata": { "Note": ... }`: `Chaos` answers with it in
-/// `x-note`.
+/// Cluster data compiled from `"Metadata": { "Note": ... }`: `Chaos` answers with it
+/// in `x-note`.
 #[derive(Debug)]
 pub struct Note(http::HeaderValue);
 
-impl fuseway::state::RouteData for Note {
+impl fuseway::state::ClusterData for Note {
     fn compile(
-        config: &fuseway::config::RouteConfig,
-        path: &str,
+        cluster: &fuseway::state::ClusterSource<'_>,
         _previous: Option<&Self>,
-    ) -> Result<Option<Self>, fuseway::config::ConfigError> {
-        config
+    ) -> Result<Option<Self>, fuseway::config::ConfigErrors> {
+        cluster
+            .config
             .metadata
             .get("Note")
             .map(|note| {
                 http::HeaderValue::from_str(note).map(Note).map_err(|_| {
                     fuseway::config::ConfigError::new(
-                        format!("{path}.Metadata.Note"),
+                        format!("{}.Metadata.Note", cluster.path),
                         "not a header value",
                     )
+                    .into()
                 })
             })
             .transpose()
@@ -77,7 +78,7 @@ impl<B> Stage<Balanced<B>> for Chaos {
             let to = to.to_str().unwrap().to_owned();
             assert!(req.context.reassign_cluster(&to), "no cluster {to}");
         }
-        let note = req.context.route().data::<Note>().map(|n| n.0.clone());
+        let note = req.context.cluster().data::<Note>().map(|n| n.0.clone());
         Ok((req, note))
     }
 
@@ -185,8 +186,7 @@ async fn world(fused: bool) -> World {
     let config = format!(
         r#"{{
   "Routes": {{
-    "main": {{ "ClusterId": "main", "Match": {{ "Path": "/a/{{**rest}}" }},
-               "Metadata": {{ "Note": "compiled at load" }} }},
+    "main": {{ "ClusterId": "main", "Match": {{ "Path": "/a/{{**rest}}" }} }},
     "limited": {{ "ClusterId": "main", "Match": {{ "Path": "/limited" }},
                  "MaxRequestBodySize": 10, "RateLimit": {{ "PermitsPerSecond": 0.001, "Burst": 1 }} }},
     "dead": {{ "ClusterId": "dead", "Match": {{ "Path": "/dead" }} }},
@@ -197,7 +197,7 @@ async fn world(fused: bool) -> World {
     "main": {{
       "LoadBalancingPolicy": "FirstAlphabetical",
       "SessionAffinity": {{ "Enabled": true, "AffinityKeyName": "aff" }},
-      {passive},
+      {passive}, "Metadata": {{ "Note": "compiled at load" }},
       "Destinations": {{ "d1": {{ "Address": "{}" }}, "d2": {{ "Address": "{}" }} }}
     }},
     "dead": {{ {passive}, "Destinations": {{ "x": {{ "Address": "http://{dead}" }} }} }},
@@ -209,7 +209,7 @@ async fn world(fused: bool) -> World {
         d2.url(),
         slow.url()
     );
-    let policies = fuseway::policy::Policies::new().route_data::<Note>();
+    let policies = fuseway::policy::Policies::new().cluster_data::<Note>();
     let state = Arc::new(
         ProxyState::with_policies(parse(&config, Format::Json).unwrap(), policies).unwrap(),
     );
@@ -364,7 +364,7 @@ async fn success_and_affinity_miss_hit_redistribute() {
     assert_eq!((first.0, first.2.as_str()), (200, "d1 /a/x"));
     assert_eq!(
         first.1["x-note"], "compiled at load",
-        "the route's compiled data"
+        "the cluster's compiled data"
     );
     assert!(first.1.contains_key("set-cookie"), "miss: key written");
     assert_eq!(hit.0, 200);

@@ -207,28 +207,27 @@ fn future_sizes() {
 
 // ===== a user stage reading compiled data =====
 
-/// Route data compiled from `"Metadata": { "Tier": ... }`: the tier and a count of the
-/// requests the stage saw on the route.
+/// Cluster data compiled from `"Metadata": { "Tier": ... }`: the tier and a count of
+/// the requests the stage saw on the cluster, carried across reloads.
 #[derive(Debug)]
 pub struct Tier {
     name: String,
-    seen: std::sync::atomic::AtomicU64,
+    seen: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl fuseway::state::RouteData for Tier {
+impl fuseway::state::ClusterData for Tier {
     fn compile(
-        config: &fuseway::config::RouteConfig,
-        _path: &str,
-        _previous: Option<&Self>,
-    ) -> Result<Option<Self>, fuseway::config::ConfigError> {
-        Ok(config.metadata.get("Tier").map(|name| Tier {
+        cluster: &fuseway::state::ClusterSource<'_>,
+        previous: Option<&Self>,
+    ) -> Result<Option<Self>, fuseway::config::ConfigErrors> {
+        Ok(cluster.config.metadata.get("Tier").map(|name| Tier {
             name: name.clone(),
-            seen: Default::default(),
+            seen: previous.map_or_else(Default::default, |p| p.seen.clone()),
         }))
     }
 }
 
-/// Counts requests on routes with a tier, reading the compiled data (no parsing of
+/// Counts requests on clusters with a tier, reading the compiled data (no parsing of
 /// `Metadata` per request); in place, as the built-in stages that keep the request's
 /// type are.
 #[derive(Debug, Default)]
@@ -239,7 +238,7 @@ impl<B> fuseway::stage::InPlace<fuseway::request::Routed<B>> for TierStage {
         &self,
         req: &mut fuseway::request::Routed<B>,
     ) -> Result<(), ProxyResponse> {
-        if let Some(tier) = req.context.route().data::<Tier>() {
+        if let Some(tier) = req.context.cluster().data::<Tier>() {
             tier.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
@@ -269,13 +268,13 @@ fuseway::default_pipeline! {
 }
 
 #[test]
-fn a_user_stage_reads_compiled_route_data_without_allocating() {
+fn a_user_stage_reads_compiled_cluster_data_without_allocating() {
     let config = CONFIG.replace(
-        r#""Timeout": "30s""#,
-        r#""Timeout": "30s", "Metadata": { "Tier": "gold" }"#,
+        r#""LoadBalancingPolicy": "PowerOfTwoChoices","#,
+        r#""LoadBalancingPolicy": "PowerOfTwoChoices", "Metadata": { "Tier": "gold" },"#,
     );
     assert!(config.contains("gold"));
-    let policies = fuseway::policy::Policies::new().route_data::<Tier>();
+    let policies = fuseway::policy::Policies::new().cluster_data::<Tier>();
     let state = Arc::new(
         ProxyState::with_policies(parse(&config, Format::Json).unwrap(), policies).unwrap(),
     );
@@ -285,20 +284,24 @@ fn a_user_stage_reads_compiled_route_data_without_allocating() {
     let counted = requests_through(None, |r| block_on(p.call_fused(r)).unwrap());
     assert_eq!(
         counted, stub,
-        "the stage reading route data allocated beyond the stub"
+        "the stage reading cluster data allocated beyond the stub"
     );
-    let snapshot = state.snapshot();
-    let route = snapshot.routes().iter().find(|r| r.id() == "api").unwrap();
-    let tier = route.data::<Tier>().expect("compiled");
-    assert_eq!(tier.name, "gold");
-    assert_eq!(
-        tier.seen.load(std::sync::atomic::Ordering::Relaxed),
-        100 + N as u64
-    );
-    let other = snapshot
-        .routes()
-        .iter()
-        .find(|r| r.id() == "other")
-        .unwrap();
-    assert!(other.data::<Tier>().is_none(), "no Tier in its metadata");
+    let seen = |state: &ProxyState| {
+        let snapshot = state.snapshot();
+        let tier = snapshot
+            .cluster("c")
+            .unwrap()
+            .data::<Tier>()
+            .expect("compiled");
+        assert_eq!(tier.name, "gold");
+        tier.seen.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(seen(&state), 100 + N as u64);
+    // A reload compiles it again, handed the previous value: the count carries over,
+    // and requests keep counting without allocating.
+    state.update(parse(&config, Format::Json).unwrap()).unwrap();
+    assert_eq!(seen(&state), 100 + N as u64);
+    let counted = requests_through(None, |r| block_on(p.call_fused(r)).unwrap());
+    assert_eq!(counted, stub, "after a reload");
+    assert_eq!(seen(&state), 2 * (100 + N as u64));
 }

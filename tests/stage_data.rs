@@ -6,9 +6,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fuseway::config::{parse, ClusterConfig, ConfigError, Format, RouteConfig};
+use fuseway::config::{parse, ConfigError, ConfigErrors, Format};
 use fuseway::policy::Policies;
-use fuseway::state::{ClusterData, ProxyState, RouteData};
+use fuseway::state::{ClusterData, ClusterSource, ProxyState, RouteData, RouteSource};
 
 /// `"Metadata": { "Quota": "<n>" }` on a cluster, and the requests counted against it:
 /// the count survives reloads that keep the cluster.
@@ -20,16 +20,15 @@ struct Quota {
 
 impl ClusterData for Quota {
     fn compile(
-        config: &ClusterConfig,
-        path: &str,
+        cluster: &ClusterSource<'_>,
         previous: Option<&Self>,
-    ) -> Result<Option<Self>, ConfigError> {
-        let Some(value) = config.metadata.get("Quota") else {
+    ) -> Result<Option<Self>, ConfigErrors> {
+        let Some(value) = cluster.config.metadata.get("Quota") else {
             return Ok(None);
         };
         let limit = value.parse().map_err(|_| {
             ConfigError::new(
-                format!("{path}.Metadata.Quota"),
+                format!("{}.Metadata.Quota", cluster.path),
                 format!("`{value}` is not a number"),
             )
         })?;
@@ -44,11 +43,10 @@ struct Label(String);
 
 impl RouteData for Label {
     fn compile(
-        config: &RouteConfig,
-        _path: &str,
+        route: &RouteSource<'_>,
         _previous: Option<&Self>,
-    ) -> Result<Option<Self>, ConfigError> {
-        Ok(config.metadata.get("Label").cloned().map(Label))
+    ) -> Result<Option<Self>, ConfigErrors> {
+        Ok(route.config.metadata.get("Label").cloned().map(Label))
     }
 }
 

@@ -419,6 +419,29 @@ impl<B: 'static> Stage<Routed<B>> for SessionAffinity {
     }
 }
 
+/// Compiled for every cluster when a state is built (the session-affinity stage's
+/// [`ClusterData`](crate::state::ClusterData)): none where affinity is not enabled.
+impl crate::state::ClusterData for AffinitySettings {
+    fn compile(
+        source: &crate::state::ClusterSource<'_>,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, crate::config::ConfigErrors> {
+        Ok(AffinitySettings::from_config(
+            source.config.session_affinity.as_ref(),
+            source.id,
+            source.destinations,
+            source.path,
+        )?)
+    }
+}
+
+impl Cluster {
+    /// Its session-affinity settings, when enabled (compiled by the affinity stage).
+    pub fn affinity(&self) -> Option<&AffinitySettings> {
+        self.data::<AffinitySettings>()
+    }
+}
+
 #[cfg(test)]
 mod tests;
 

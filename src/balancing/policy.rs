@@ -284,3 +284,32 @@ impl WeightedRandom {
         None
     }
 }
+
+/// Compiled for every cluster when a state is built (the load-balancing stage's
+/// [`ClusterData`](crate::state::ClusterData)).
+impl crate::state::ClusterData for ClusterBalancing {
+    fn compile(
+        source: &crate::state::ClusterSource<'_>,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, crate::config::ConfigErrors> {
+        let balancing = ClusterBalancing::from_config(
+            source.config,
+            source.destinations,
+            source.path,
+            source.policies,
+        )?;
+        Ok(Some(balancing))
+    }
+}
+
+impl crate::state::Cluster {
+    /// Its load-balancing policy (compiled by the load-balancing stage).
+    pub fn balancing(&self) -> &ClusterBalancing {
+        static NONE_COMPILED: std::sync::LazyLock<ClusterBalancing> =
+            std::sync::LazyLock::new(|| {
+                ClusterBalancing::from_config(&ClusterConfig::default(), &[], "", &Policies::new())
+                    .expect("the default policy")
+            });
+        self.data::<ClusterBalancing>().unwrap_or(&NONE_COMPILED)
+    }
+}

@@ -300,6 +300,29 @@ fn cluster_path(path: &str) -> &str {
     path.find(".HealthCheck").map_or(path, |i| &path[..i])
 }
 
+/// Compiled for every cluster when a state is built (the health stages'
+/// [`ClusterData`](crate::state::ClusterData)).
+impl crate::state::ClusterData for ClusterHealth {
+    fn compile(
+        source: &crate::state::ClusterSource<'_>,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, crate::config::ConfigErrors> {
+        Ok(Some(ClusterHealth::from_config(
+            source.config,
+            source.path,
+        )?))
+    }
+}
+
+impl crate::state::Cluster {
+    /// Its health settings (compiled by the health stages).
+    pub fn health(&self) -> &ClusterHealth {
+        static NONE_COMPILED: std::sync::LazyLock<ClusterHealth> =
+            std::sync::LazyLock::new(ClusterHealth::default);
+        self.data::<ClusterHealth>().unwrap_or(&NONE_COMPILED)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -194,3 +194,42 @@ impl<B> Stage<Routed<B>> for Limits {
         }
     }
 }
+
+/// Compiled for every route when a state is built (the limits stage's
+/// [`RouteData`](crate::state::RouteData)).
+impl crate::state::RouteData for RouteLimits {
+    fn compile(
+        source: &crate::state::RouteSource<'_>,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, crate::config::ConfigErrors> {
+        Ok(Some(RouteLimits::from_config(source.config, source.path)?))
+    }
+}
+
+/// A route's runtime state, carried from the snapshot it replaces (same route id) or
+/// new: its in-flight count and rate limiter survive reloads.
+impl crate::state::RouteData for Arc<RouteState> {
+    fn compile(
+        _source: &crate::state::RouteSource<'_>,
+        previous: Option<&Self>,
+    ) -> Result<Option<Self>, crate::config::ConfigErrors> {
+        Ok(Some(previous.cloned().unwrap_or_default()))
+    }
+}
+
+impl crate::state::Route {
+    /// Its limits (body size, timeout, concurrency, rate), compiled by the limits stage.
+    pub fn limits(&self) -> &RouteLimits {
+        static NONE_COMPILED: std::sync::LazyLock<RouteLimits> = std::sync::LazyLock::new(|| {
+            RouteLimits::from_config(&RouteConfig::default(), "").expect("the defaults")
+        });
+        self.data::<RouteLimits>().unwrap_or(&NONE_COMPILED)
+    }
+
+    /// Its runtime state (in-flight counter, rate-limit bucket); survives reloads.
+    pub fn state(&self) -> &Arc<RouteState> {
+        static NONE_COMPILED: std::sync::LazyLock<Arc<RouteState>> =
+            std::sync::LazyLock::new(Default::default);
+        self.data::<Arc<RouteState>>().unwrap_or(&NONE_COMPILED)
+    }
+}

@@ -35,6 +35,7 @@
 //! # let _ = svc; }
 //! ```
 
+mod builtins;
 mod fused;
 mod fused_future;
 

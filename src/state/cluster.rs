@@ -4,13 +4,8 @@ use super::{ClusterData, RouteData};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::affinity::AffinitySettings;
-use crate::balancing::ClusterBalancing;
 use crate::config::{ClusterConfig, HttpVersion, HttpVersionPolicy, RouteConfig, TlsVersions};
-use crate::health::ClusterHealth;
-use crate::limits::{RouteLimits, RouteState};
 use crate::telemetry::RouteTelemetry;
-use crate::transforms::RouteTransforms;
 
 use super::destination::{ClusterState, Destination};
 
@@ -118,7 +113,9 @@ impl HttpSettings {
     }
 }
 
-/// A cluster: its destinations, settings and runtime state.
+/// A cluster: its destinations, settings and runtime state. What a stage keeps per
+/// cluster is its compiled [data](Self::data); the built-in stages read theirs with
+/// methods of their own (`balancing()`, `affinity()`, `health()`).
 #[derive(Debug)]
 pub struct Cluster {
     pub(crate) id: Arc<str>,
@@ -126,9 +123,6 @@ pub struct Cluster {
     pub(crate) destinations: Vec<Destination>,
     pub(crate) state: Arc<ClusterState>,
     pub(crate) http: HttpSettings,
-    pub(crate) balancing: ClusterBalancing,
-    pub(crate) affinity: Option<AffinitySettings>,
-    pub(crate) health: ClusterHealth,
     /// What stages compiled from its configuration ([`ClusterData`]).
     pub(crate) data: super::DataSet,
 }
@@ -172,32 +166,16 @@ impl Cluster {
     pub fn http(&self) -> &HttpSettings {
         &self.http
     }
-
-    /// Its load-balancing policy.
-    pub fn balancing(&self) -> &ClusterBalancing {
-        &self.balancing
-    }
-
-    /// Its session-affinity settings, when enabled.
-    pub fn affinity(&self) -> Option<&AffinitySettings> {
-        self.affinity.as_ref()
-    }
-
-    /// Its health settings.
-    pub fn health(&self) -> &ClusterHealth {
-        &self.health
-    }
 }
 
-/// A route as the snapshot holds it.
+/// A route as the snapshot holds it. What a stage keeps per route is its compiled
+/// [data](Self::data); the built-in stages read theirs with methods of their own
+/// (`limits()`, `state()`, `transforms()`).
 #[derive(Debug)]
 pub struct Route {
     pub(crate) id: Arc<str>,
     pub(crate) config: RouteConfig,
     pub(crate) cluster: Option<usize>,
-    pub(crate) limits: RouteLimits,
-    pub(crate) state: Arc<RouteState>,
-    pub(crate) transforms: Arc<RouteTransforms>,
     pub(crate) telemetry: RouteTelemetry,
     pub(crate) policies: crate::policy::RoutePolicies,
     /// What stages compiled from its configuration ([`RouteData`]).
@@ -224,21 +202,6 @@ impl Route {
     /// Its configuration.
     pub fn config(&self) -> &RouteConfig {
         &self.config
-    }
-
-    /// Its limits (body size, timeout, concurrency, rate).
-    pub fn limits(&self) -> &RouteLimits {
-        &self.limits
-    }
-
-    /// Its runtime state (in-flight counter, rate-limit bucket); survives reloads.
-    pub fn state(&self) -> &Arc<RouteState> {
-        &self.state
-    }
-
-    /// Its transforms, compiled at configuration load.
-    pub fn transforms(&self) -> &Arc<RouteTransforms> {
-        &self.transforms
     }
 
     /// Its metric handles, created at configuration load.

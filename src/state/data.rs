@@ -6,15 +6,17 @@
 //! a type of its own, registers it in the [`Policies`](crate::policy::Policies) the
 //! state is built with, and reads it with [`Route::data`](super::Route::data) or
 //! [`Cluster::data`](super::Cluster::data) — a scan of a few type ids and a downcast:
-//! no lock, no allocation. A reload compiles it again for the new configuration,
+//! no lock, no allocation. The built-in stages keep their settings the same way (load
+//! balancing, session affinity and health per cluster; limits and transforms per
+//! route): the state itself knows no stage. A reload compiles it again for the new configuration,
 //! handing over the value of the same route or cluster id in the snapshot it replaces,
 //! so runtime state (counters, caches) can be carried across. A compile error names the
 //! field and refuses the configuration, as the built-in settings do.
 //!
 //! ```
-//! use fuseway::config::{parse, ClusterConfig, ConfigError, Format};
+//! use fuseway::config::{parse, ConfigError, ConfigErrors, Format};
 //! use fuseway::policy::Policies;
-//! use fuseway::state::{ClusterData, ProxyState};
+//! use fuseway::state::{ClusterData, ClusterSource, ProxyState};
 //!
 //! /// `"Metadata": { "Tier": "gold" }` on a cluster.
 //! #[derive(Debug, PartialEq)]
@@ -22,17 +24,17 @@
 //!
 //! impl ClusterData for Gold {
 //!     fn compile(
-//!         cluster: &ClusterConfig,
-//!         path: &str,
+//!         cluster: &ClusterSource<'_>,
 //!         _previous: Option<&Self>,
-//!     ) -> Result<Option<Self>, ConfigError> {
-//!         match cluster.metadata.get("Tier").map(String::as_str) {
+//!     ) -> Result<Option<Self>, ConfigErrors> {
+//!         match cluster.config.metadata.get("Tier").map(String::as_str) {
 //!             Some("gold") => Ok(Some(Gold)),
 //!             None | Some("standard") => Ok(None),
 //!             Some(other) => Err(ConfigError::new(
-//!                 format!("{path}.Metadata.Tier"),
+//!                 format!("{}.Metadata.Tier", cluster.path),
 //!                 format!("`{other}` is not gold or standard"),
-//!             )),
+//!             )
+//!             .into()),
 //!         }
 //!     }
 //! }
@@ -50,61 +52,96 @@
 use std::any::{Any, TypeId};
 use std::fmt;
 
-use crate::config::{ClusterConfig, ConfigError, ConfigErrors, RouteConfig};
+use super::Destination;
+use crate::config::{ClusterConfig, ConfigErrors, RouteConfig};
+use crate::policy::Policies;
 
-/// Data a stage compiles from each cluster's configuration (read back with [`Cluster::data`](super::Cluster::data) and [`Route::data`](super::Route::data)).
-pub trait ClusterData: Send + Sync + Sized + 'static {
-    /// The data for the cluster `config` (at config path `path`, `Clusters.<id>`), or
-    /// `None` when it has none. `previous`: this type's data for the same cluster id in
-    /// the snapshot being replaced (a reload), if it had some. An error refuses the
-    /// configuration.
-    fn compile(
-        config: &ClusterConfig,
-        path: &str,
-        previous: Option<&Self>,
-    ) -> Result<Option<Self>, ConfigError>;
+/// What a cluster's data is compiled from.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ClusterSource<'a> {
+    /// The cluster's id.
+    pub id: &'a str,
+    /// Its configuration.
+    pub config: &'a ClusterConfig,
+    /// Its path in the configuration, `Clusters.<id>`, for errors.
+    pub path: &'a str,
+    /// Its destinations, ordered by id (a destination's index is its position here).
+    pub destinations: &'a [Destination],
+    /// The policies the state is built with (custom load-balancing policies, ...).
+    pub policies: &'a Policies,
 }
 
-/// Data a stage compiles from each route's configuration (read back with [`Cluster::data`](super::Cluster::data) and [`Route::data`](super::Route::data)).
-pub trait RouteData: Send + Sync + Sized + 'static {
-    /// The data for the route `config` (at config path `path`, `Routes.<id>`), or `None`
-    /// when it has none. `previous`: this type's data for the same route id in the
-    /// snapshot being replaced (a reload), if it had some. An error refuses the
-    /// configuration.
+/// What a route's data is compiled from.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RouteSource<'a> {
+    /// The route's id.
+    pub id: &'a str,
+    /// Its configuration (a `TimeoutPolicy` it names already turned into its
+    /// `Timeout`).
+    pub config: &'a RouteConfig,
+    /// Its path in the configuration, `Routes.<id>`, for errors.
+    pub path: &'a str,
+    /// The policies the state is built with.
+    pub policies: &'a Policies,
+}
+
+/// Data a stage compiles from each cluster's configuration (see
+/// [`Cluster::data`](super::Cluster::data)).
+pub trait ClusterData: Send + Sync + Sized + 'static {
+    /// The data for the cluster `source`, or `None` when it has none. `previous`: this
+    /// type's data for the same cluster id in the snapshot being replaced (a reload),
+    /// if it had some. An error refuses the configuration.
     fn compile(
-        config: &RouteConfig,
-        path: &str,
+        source: &ClusterSource<'_>,
         previous: Option<&Self>,
-    ) -> Result<Option<Self>, ConfigError>;
+    ) -> Result<Option<Self>, ConfigErrors>;
+}
+
+/// Data a stage compiles from each route's configuration (see
+/// [`Route::data`](super::Route::data)).
+pub trait RouteData: Send + Sync + Sized + 'static {
+    /// The data for the route `source`, or `None` when it has none. `previous`: this
+    /// type's data for the same route id in the snapshot being replaced (a reload), if
+    /// it had some. An error refuses the configuration.
+    fn compile(
+        source: &RouteSource<'_>,
+        previous: Option<&Self>,
+    ) -> Result<Option<Self>, ConfigErrors>;
 }
 
 type AnyData = Box<dyn Any + Send + Sync>;
-type Compile<C> =
-    fn(&C, &str, Option<&(dyn Any + Send + Sync)>) -> Result<Option<AnyData>, ConfigError>;
-
 fn compile_cluster<T: ClusterData>(
-    config: &ClusterConfig,
-    path: &str,
+    source: &ClusterSource<'_>,
     previous: Option<&(dyn Any + Send + Sync)>,
-) -> Result<Option<AnyData>, ConfigError> {
+) -> Result<Option<AnyData>, ConfigErrors> {
     let previous = previous.and_then(|p| p.downcast_ref::<T>());
-    Ok(T::compile(config, path, previous)?.map(|data| Box::new(data) as AnyData))
+    Ok(T::compile(source, previous)?.map(|data| Box::new(data) as AnyData))
 }
 
 fn compile_route<T: RouteData>(
-    config: &RouteConfig,
-    path: &str,
+    source: &RouteSource<'_>,
     previous: Option<&(dyn Any + Send + Sync)>,
-) -> Result<Option<AnyData>, ConfigError> {
+) -> Result<Option<AnyData>, ConfigErrors> {
     let previous = previous.and_then(|p| p.downcast_ref::<T>());
-    Ok(T::compile(config, path, previous)?.map(|data| Box::new(data) as AnyData))
+    Ok(T::compile(source, previous)?.map(|data| Box::new(data) as AnyData))
 }
+
+type ClusterCompile = for<'a> fn(
+    &ClusterSource<'a>,
+    Option<&(dyn Any + Send + Sync)>,
+) -> Result<Option<AnyData>, ConfigErrors>;
+type RouteCompile = for<'a> fn(
+    &RouteSource<'a>,
+    Option<&(dyn Any + Send + Sync)>,
+) -> Result<Option<AnyData>, ConfigErrors>;
 
 /// The data types a state compiles, in registration order.
 #[derive(Clone, Default)]
 pub(crate) struct Compilers {
-    clusters: Vec<(TypeId, Compile<ClusterConfig>)>,
-    routes: Vec<(TypeId, Compile<RouteConfig>)>,
+    clusters: Vec<(TypeId, ClusterCompile)>,
+    routes: Vec<(TypeId, RouteCompile)>,
 }
 
 impl Compilers {
@@ -122,55 +159,71 @@ impl Compilers {
         }
     }
 
+    /// These, then `other`'s types that are not among them.
+    pub(crate) fn then(mut self, other: &Compilers) -> Compilers {
+        for entry in &other.clusters {
+            if !self.clusters.iter().any(|(t, _)| *t == entry.0) {
+                self.clusters.push(*entry);
+            }
+        }
+        for entry in &other.routes {
+            if !self.routes.iter().any(|(t, _)| *t == entry.0) {
+                self.routes.push(*entry);
+            }
+        }
+        self
+    }
+
     /// Whether any route data type is registered.
     pub(crate) fn has_route_data(&self) -> bool {
         !self.routes.is_empty()
     }
 
-    /// The data of the cluster `config`, given the same cluster's in the snapshot being
-    /// replaced.
+    /// The data of the cluster `source`, given the same cluster's in the snapshot being
+    /// replaced; `None` when one of them did not compile (its errors added to `errors`).
     pub(crate) fn cluster(
         &self,
-        config: &ClusterConfig,
-        path: &str,
+        source: &ClusterSource<'_>,
         previous: Option<&DataSet>,
         errors: &mut ConfigErrors,
-    ) -> DataSet {
-        compile_all(&self.clusters, config, path, previous, errors)
+    ) -> Option<DataSet> {
+        let mut set = Vec::with_capacity(self.clusters.len());
+        let mut failed = false;
+        for (id, compile) in &self.clusters {
+            match compile(source, previous.and_then(|p| p.get_any(*id))) {
+                Ok(Some(data)) => set.push((*id, data)),
+                Ok(None) => {}
+                Err(e) => {
+                    errors.0.extend(e.0);
+                    failed = true;
+                }
+            }
+        }
+        (!failed).then(|| DataSet(set.into_boxed_slice()))
     }
 
-    /// The data of the route `config`, given the same route's in the snapshot being
-    /// replaced.
+    /// The data of the route `source`, given the same route's in the snapshot being
+    /// replaced; `None` when one of them did not compile (its errors added to `errors`).
     pub(crate) fn route(
         &self,
-        config: &RouteConfig,
-        path: &str,
+        source: &RouteSource<'_>,
         previous: Option<&DataSet>,
         errors: &mut ConfigErrors,
-    ) -> DataSet {
-        compile_all(&self.routes, config, path, previous, errors)
-    }
-}
-
-fn compile_all<C>(
-    compilers: &[(TypeId, Compile<C>)],
-    config: &C,
-    path: &str,
-    previous: Option<&DataSet>,
-    errors: &mut ConfigErrors,
-) -> DataSet {
-    if compilers.is_empty() {
-        return DataSet::default();
-    }
-    let mut set = Vec::new();
-    for (id, compile) in compilers {
-        match compile(config, path, previous.and_then(|p| p.get_any(*id))) {
-            Ok(Some(data)) => set.push((*id, data)),
-            Ok(None) => {}
-            Err(e) => errors.0.push(e),
+    ) -> Option<DataSet> {
+        let mut set = Vec::with_capacity(self.routes.len());
+        let mut failed = false;
+        for (id, compile) in &self.routes {
+            match compile(source, previous.and_then(|p| p.get_any(*id))) {
+                Ok(Some(data)) => set.push((*id, data)),
+                Ok(None) => {}
+                Err(e) => {
+                    errors.0.extend(e.0);
+                    failed = true;
+                }
+            }
         }
+        (!failed).then(|| DataSet(set.into_boxed_slice()))
     }
-    DataSet(set.into_boxed_slice())
 }
 
 impl fmt::Debug for Compilers {

@@ -26,21 +26,16 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 pub use cluster::{Cluster, HttpSettings, Route, UpstreamVersion, DEFAULT_ACTIVITY_TIMEOUT};
-pub use data::{ClusterData, RouteData};
+pub use data::{ClusterData, ClusterSource, RouteData, RouteSource};
 pub(crate) use data::{Compilers, DataSet};
 pub use destination::{
     ClusterState, ConcurrencyGuard, Destination, DestinationAddress, DestinationState,
 };
 
-use crate::affinity::AffinitySettings;
-use crate::balancing::ClusterBalancing;
 use crate::config::{ConfigDuration, ConfigErrors, ProxyConfig, RouteConfig};
-use crate::health::ClusterHealth;
-use crate::limits::{RouteLimits, RouteState};
 use crate::policy::Policies;
 use crate::routing::RouteTable;
 use crate::telemetry::Metrics;
-use crate::transforms::RouteTransforms;
 
 /// An immutable view of the whole configuration, compiled for request handling.
 #[derive(Debug)]
@@ -86,7 +81,6 @@ impl Snapshot {
 
 #[derive(Debug, Default)]
 struct Registry {
-    routes: HashMap<Arc<str>, Arc<RouteState>>,
     clusters: HashMap<Arc<str>, Arc<ClusterState>>,
     destinations: HashMap<(Arc<str>, Arc<str>), Arc<DestinationState>>,
 }
@@ -100,28 +94,30 @@ pub struct ProxyState {
     generation: watch::Sender<u64>,
     metrics: Arc<Metrics>,
     policies: Policies,
+    /// The data types every snapshot compiles: the built-in stages', then those of
+    /// `policies`.
+    compilers: Compilers,
 }
 
 impl ProxyState {
-    /// Validate `config` and build the first snapshot. A route naming a
-    /// [policy](crate::policy) other than `Anonymous` / `Disable` is refused: use
-    /// [`with_policies`](Self::with_policies) to register them.
-    pub fn new(config: ProxyConfig) -> Result<Self, ConfigErrors> {
-        Self::with_policies(config, Policies::new())
-    }
-
-    /// [`new`](Self::new), with the named policies routes may name; they serve every
-    /// later [`update`](Self::update) too.
-    pub fn with_policies(config: ProxyConfig, policies: Policies) -> Result<Self, ConfigErrors> {
+    /// The state of `config` with `policies`, its stages' data compiled by `compilers`
+    /// (the built-in stages' first: see [`ProxyState::with_policies`]).
+    pub(crate) fn assemble(
+        config: ProxyConfig,
+        policies: Policies,
+        compilers: Compilers,
+    ) -> Result<Self, ConfigErrors> {
+        let compilers = compilers.then(policies.compilers());
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new());
-        let snapshot = build(config, &mut registry, &metrics, &policies, None)?;
+        let snapshot = build(config, &mut registry, &metrics, &policies, &compilers, None)?;
         Ok(ProxyState {
             current: ArcSwap::from_pointee(snapshot),
             registry: Mutex::new(registry),
             generation: watch::Sender::new(0),
             metrics,
             policies,
+            compilers,
         })
     }
 
@@ -132,7 +128,6 @@ impl ProxyState {
         let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         let mut next = Registry::default();
         // Seed `next` with the existing states so they are reused, then keep only the used ones.
-        next.routes.clone_from(&registry.routes);
         next.clusters.clone_from(&registry.clusters);
         next.destinations.clone_from(&registry.destinations);
         let previous = self.current.load();
@@ -141,10 +136,9 @@ impl ProxyState {
             &mut next,
             &self.metrics,
             &self.policies,
+            &self.compilers,
             Some(&previous),
         )?;
-        next.routes
-            .retain(|id, _| snapshot.routes.iter().any(|r| r.id == *id));
         next.clusters
             .retain(|id, _| snapshot.cluster_index.contains_key(id));
         next.destinations.retain(|(c, d), _| {
@@ -190,6 +184,7 @@ fn build(
     registry: &mut Registry,
     metrics: &Metrics,
     policies: &Policies,
+    compilers: &Compilers,
     previous: Option<&Snapshot>,
 ) -> Result<Snapshot, ConfigErrors> {
     // The model's checks and routing's compilation of the routes' match criteria,
@@ -206,7 +201,6 @@ fn build(
             return Err(errors);
         }
     };
-    let compilers = policies.compilers();
     let mut errors = ConfigErrors::default();
     let mut clusters = Vec::with_capacity(config.clusters.len());
     let mut cluster_index = HashMap::with_capacity(config.clusters.len());
@@ -230,29 +224,20 @@ fn build(
             }
         }
         let path = format!("Clusters.{cid}");
-        let balancing = ClusterBalancing::from_config(ccfg, &destinations, &path, policies);
-        let affinity = AffinitySettings::from_config(
-            ccfg.session_affinity.as_ref(),
-            &cid,
-            &destinations,
-            &path,
-        );
-        let health = ClusterHealth::from_config(ccfg, &path);
-        let (balancing, affinity, health) = match (balancing, affinity, health) {
-            (Ok(b), Ok(a), Ok(h)) => (b, a, h),
-            (b, a, h) => {
-                errors
-                    .0
-                    .extend(b.err().into_iter().chain(a.err()).chain(h.err()));
-                continue;
-            }
+        let source = ClusterSource {
+            id: &cid,
+            config: ccfg,
+            path: &path,
+            destinations: &destinations,
+            policies,
         };
-        let data = compilers.cluster(
-            ccfg,
-            &path,
+        let Some(data) = compilers.cluster(
+            &source,
             previous.and_then(|p| p.cluster(&cid)).map(|c| &c.data),
             &mut errors,
-        );
+        ) else {
+            continue;
+        };
         cluster_index.insert(cid.clone(), clusters.len());
         clusters.push(Cluster {
             id: cid,
@@ -260,23 +245,21 @@ fn build(
             config: ccfg.clone(),
             destinations,
             state,
-            balancing,
-            affinity,
-            health,
             data,
         });
     }
     // The routes of the snapshot being replaced, by id (only when stages compile route
-    // data, which is handed the previous value).
+    // data, which is handed the previous value: the built-in ones do).
     let previous_routes: HashMap<&str, &Route> = match previous {
         Some(p) if compilers.has_route_data() => p.routes.iter().map(|r| (&*r.id, r)).collect(),
         _ => HashMap::new(),
     };
+    let all_policies = policies;
     let mut routes = Vec::with_capacity(config.routes.len());
     for (id, r) in &config.routes {
         let id: Arc<str> = Arc::from(id.as_str());
         let path = format!("Routes.{id}");
-        let (policies, policy_timeout) = policies.resolve(r, &path, &mut errors);
+        let (policies, policy_timeout) = all_policies.resolve(r, &path, &mut errors);
         // A `TimeoutPolicy` stands for the duration it was registered with.
         let timed;
         let r = match policy_timeout {
@@ -289,39 +272,28 @@ fn build(
             }
             None => r,
         };
-        let limits = match RouteLimits::from_config(r, &path) {
-            Ok(l) => l,
-            Err(e) => {
-                errors.0.push(e);
-                continue;
-            }
-        };
-        let transforms = match RouteTransforms::from_config(r, &path) {
-            Ok(t) => Arc::new(t),
-            Err(e) => {
-                errors.0.extend(e.0);
-                continue;
-            }
-        };
-        let state = registry.routes.entry(id.clone()).or_default().clone();
         let cluster = r
             .cluster_id
             .as_deref()
             .and_then(|c| cluster_index.get(c).copied());
         let telemetry = metrics.route(&id, cluster.map(|c| &clusters[c]));
-        let data = compilers.route(
-            r,
-            &path,
+        let source = RouteSource {
+            id: &id,
+            config: r,
+            path: &path,
+            policies: all_policies,
+        };
+        let Some(data) = compilers.route(
+            &source,
             previous_routes.get(&*id).map(|r| &r.data),
             &mut errors,
-        );
+        ) else {
+            continue;
+        };
         routes.push(Route {
             cluster,
             config: r.clone(),
             id,
-            limits,
-            state,
-            transforms,
             telemetry,
             policies,
             data,

@@ -492,5 +492,30 @@ fn parse_pattern(pattern: &str) -> Result<Vec<PatternSegment>, String> {
     Ok(segments)
 }
 
+/// Compiled for every route when a state is built (the forwarder's
+/// [`RouteData`](crate::state::RouteData)): a route without `Transforms` gets the
+/// defaults (`X-Forwarded-*`).
+impl crate::state::RouteData for Arc<RouteTransforms> {
+    fn compile(
+        source: &crate::state::RouteSource<'_>,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, ConfigErrors> {
+        Ok(Some(Arc::new(RouteTransforms::from_config(
+            source.config,
+            source.path,
+        )?)))
+    }
+}
+
+impl crate::state::Route {
+    /// Its transforms, compiled at configuration load.
+    pub fn transforms(&self) -> &Arc<RouteTransforms> {
+        static NONE_COMPILED: std::sync::LazyLock<Arc<RouteTransforms>> =
+            std::sync::LazyLock::new(Default::default);
+        self.data::<Arc<RouteTransforms>>()
+            .unwrap_or(&NONE_COMPILED)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,41 @@
+//! The built-in stages' part in building a [`ProxyState`]: the data they compile for
+//! every route and cluster. The state knows no stage; this is where the built-in ones
+//! are handed to it (a user's stage registers its own data on the [`Policies`]).
+
+use std::sync::Arc;
+
+use crate::affinity::AffinitySettings;
+use crate::balancing::ClusterBalancing;
+use crate::config::{ConfigErrors, ProxyConfig};
+use crate::health::ClusterHealth;
+use crate::limits::{RouteLimits, RouteState};
+use crate::policy::Policies;
+use crate::state::{Compilers, ProxyState};
+use crate::transforms::RouteTransforms;
+
+/// What the built-in stages compile, in the order they are compiled.
+fn compilers() -> Compilers {
+    let mut compilers = Compilers::default();
+    compilers.add_cluster::<ClusterBalancing>();
+    compilers.add_cluster::<AffinitySettings>();
+    compilers.add_cluster::<ClusterHealth>();
+    compilers.add_route::<RouteLimits>();
+    compilers.add_route::<Arc<RouteState>>();
+    compilers.add_route::<Arc<RouteTransforms>>();
+    compilers
+}
+
+impl ProxyState {
+    /// Validate `config` and build the first snapshot. A route naming a
+    /// [policy](crate::policy) other than `Anonymous` / `Disable` is refused: use
+    /// [`with_policies`](Self::with_policies) to register them.
+    pub fn new(config: ProxyConfig) -> Result<Self, ConfigErrors> {
+        Self::with_policies(config, Policies::new())
+    }
+
+    /// [`new`](Self::new), with the named policies routes may name and the data user
+    /// stages compile; they serve every later [`update`](Self::update) too.
+    pub fn with_policies(config: ProxyConfig, policies: Policies) -> Result<Self, ConfigErrors> {
+        ProxyState::assemble(config, policies, compilers())
+    }
+}
