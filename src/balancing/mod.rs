@@ -91,6 +91,7 @@
 //! }
 //! ```
 
+mod reassign;
 mod policy;
 mod smooth;
 #[cfg(test)]

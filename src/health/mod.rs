@@ -343,7 +343,27 @@ impl PassiveHealth {
                 && outcome.error.is_none()
                 && response.response.status().is_server_error(),
         };
-        response.on_complete(record);
+        record_when_over(response, record);
+    }
+}
+
+/// Record `record` once the exchange is over: when the streamed body ends or fails,
+/// after the counters are released (as a non-failure if the client abandons it); at
+/// once when there is no streamed body; for the outcome's destination (nothing without
+/// one).
+fn record_when_over(response: &mut ProxyResponse, record: PassiveRecord) {
+    let ProxyResponse { response, outcome } = response;
+    match response.body_mut().exchange_mut() {
+        Some(exchange) => exchange.on_complete(record),
+        None => {
+            if let Some(destination) = outcome.destination_state() {
+                let result = match &outcome.error {
+                    Some(e) => Err(e.kind()),
+                    None => Ok(()),
+                };
+                record.complete(destination, result);
+            }
+        }
     }
 }
 

@@ -211,26 +211,25 @@ impl RouteContext {
         (self.snapshot, self.route, self.cluster)
     }
 
-    /// Move the request to another cluster of the same snapshot: its candidates become
-    /// that cluster's available destinations, and once a destination has been chosen
-    /// (after load balancing), the new cluster's policy chooses one of them. Returns
-    /// false (and changes nothing) if no cluster has that id, or if a destination was
-    /// chosen and the new cluster has none available.
-    pub fn reassign_cluster(&mut self, cluster_id: &str) -> bool {
-        let Some(i) = self.snapshot.cluster_index(cluster_id) else {
-            return false;
-        };
-        let cluster = &self.snapshot.clusters()[i];
-        let candidates = crate::health::available(cluster);
-        if self.destination != NO_PICK {
-            match cluster.balancing().pick(cluster, &candidates) {
-                Some(pick) => self.destination = pick as u32,
-                None => return false,
-            }
-        }
-        self.cluster = i;
+    /// Move the decision to cluster `cluster` (an index into the snapshot's) with these
+    /// candidates, and destination `destination` when one was chosen (see
+    /// `balancing::reassign`, which defines [`RouteContext::reassign_cluster`]).
+    pub(crate) fn retarget(
+        &mut self,
+        cluster: usize,
+        candidates: Candidates,
+        destination: Option<usize>,
+    ) {
+        self.cluster = cluster;
         self.candidates = candidates;
-        true
+        if let Some(destination) = destination {
+            self.destination = destination as u32;
+        }
+    }
+
+    /// Whether load balancing has chosen a destination.
+    pub(crate) fn has_destination(&self) -> bool {
+        self.destination != NO_PICK
     }
 }
 
@@ -305,21 +304,6 @@ impl<B> Balanced<B> {
         }
     }
 
-    /// Move the request to destination `destination_id` of cluster `cluster_id`.
-    /// Returns false (and changes nothing) if either does not exist.
-    pub fn reassign(&mut self, cluster_id: &str, destination_id: &str) -> bool {
-        let Some(ci) = self.context.snapshot.cluster_index(cluster_id) else {
-            return false;
-        };
-        let cluster = &self.context.snapshot.clusters()[ci];
-        let Some((di, _)) = cluster.destination(destination_id) else {
-            return false;
-        };
-        self.context.candidates = crate::health::available(cluster);
-        self.context.cluster = ci;
-        self.context.destination = di as u32;
-        true
-    }
 }
 
 #[cfg(test)]

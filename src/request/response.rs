@@ -8,7 +8,6 @@ use http::{Response, StatusCode};
 
 use super::RouteContext;
 use crate::body::ProxyBody;
-use crate::health::PassiveRecord;
 use crate::state::{Cluster, ConcurrencyGuard, Destination, DestinationState, Route, Snapshot};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -292,25 +291,6 @@ impl ProxyResponse {
         }
     }
 
-    /// Record `record` once the exchange is over: when the streamed body ends or fails,
-    /// after the counters are released (as a non-failure if the client abandons it); at
-    /// once when there is no streamed body; for the outcome's destination (nothing
-    /// without one).
-    pub(crate) fn on_complete(&mut self, record: PassiveRecord) {
-        let ProxyResponse { response, outcome } = self;
-        match response.body_mut().exchange_mut() {
-            Some(exchange) => exchange.on_complete(record),
-            None => {
-                if let Some(destination) = outcome.destination_state() {
-                    let result = match &outcome.error {
-                        Some(e) => Err(e.kind()),
-                        None => Ok(()),
-                    };
-                    record.complete(destination, result);
-                }
-            }
-        }
-    }
 }
 
 impl From<ProxyResponse> for Response<ProxyBody> {
