@@ -63,7 +63,7 @@ use http::{Extensions, HeaderMap, Method, Uri, Version};
 use crate::balancing::LoadBalancingPolicy;
 use crate::config::{ConfigErrors, LoadBalancingPolicyName, RouteConfig};
 use crate::request::ProxyResponse;
-use crate::state::{ClusterData, Compilers, RouteData};
+use crate::state::{ClusterData, Compilers, RouteData, SnapshotData};
 
 /// The kinds of named policy a YARP route may name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -250,6 +250,13 @@ impl Policies {
         );
         self.balancing
             .insert(name.to_ascii_lowercase(), Arc::new(policy));
+        self
+    }
+
+    /// Compile a [`SnapshotData`] `T` from the whole configuration when the state is
+    /// built or reloaded: stages read it with [`Snapshot::data`](crate::state::Snapshot::data).
+    pub fn snapshot_data<T: SnapshotData>(mut self) -> Self {
+        self.data.add_snapshot::<T>();
         self
     }
 

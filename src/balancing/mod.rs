@@ -91,8 +91,8 @@
 //! }
 //! ```
 
-mod reassign;
 mod policy;
+mod reassign;
 mod smooth;
 #[cfg(test)]
 mod tests;

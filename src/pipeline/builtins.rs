@@ -10,12 +10,14 @@ use crate::config::{ConfigErrors, ProxyConfig};
 use crate::health::ClusterHealth;
 use crate::limits::{RouteLimits, RouteState};
 use crate::policy::Policies;
+use crate::routing::RouteTable;
 use crate::state::{Compilers, ProxyState};
 use crate::transforms::RouteTransforms;
 
 /// What the built-in stages compile, in the order they are compiled.
 fn compilers() -> Compilers {
     let mut compilers = Compilers::default();
+    compilers.add_snapshot::<RouteTable>();
     compilers.add_cluster::<ClusterBalancing>();
     compilers.add_cluster::<AffinitySettings>();
     compilers.add_cluster::<ClusterHealth>();

@@ -303,7 +303,6 @@ impl<B> Balanced<B> {
             None => false,
         }
     }
-
 }
 
 #[cfg(test)]

@@ -290,7 +290,6 @@ impl ProxyResponse {
             }),
         }
     }
-
 }
 
 impl From<ProxyResponse> for Response<ProxyBody> {

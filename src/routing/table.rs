@@ -174,3 +174,27 @@ impl RouteTable {
         best.route()
     }
 }
+
+/// Compiled once per snapshot when a state is built (routing's
+/// [`SnapshotData`](crate::state::SnapshotData)): the routes' match criteria, their
+/// errors refusing the configuration with their paths.
+impl crate::state::SnapshotData for RouteTable {
+    fn compile(
+        source: &crate::state::SnapshotSource<'_>,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, ConfigErrors> {
+        let routes = source.config.routes.iter();
+        Ok(Some(RouteTable::build(
+            routes.map(|(id, route)| (id.as_str(), route)),
+        )?))
+    }
+}
+
+impl crate::state::Snapshot {
+    /// The compiled route matcher (routing's).
+    pub fn route_table(&self) -> &RouteTable {
+        static NONE_COMPILED: std::sync::LazyLock<RouteTable> =
+            std::sync::LazyLock::new(|| RouteTable::build(std::iter::empty()).expect("no routes"));
+        self.data::<RouteTable>().unwrap_or(&NONE_COMPILED)
+    }
+}

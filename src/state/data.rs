@@ -53,7 +53,7 @@ use std::any::{Any, TypeId};
 use std::fmt;
 
 use super::Destination;
-use crate::config::{ClusterConfig, ConfigErrors, RouteConfig};
+use crate::config::{ClusterConfig, ConfigErrors, ProxyConfig, RouteConfig};
 use crate::policy::Policies;
 
 /// What a cluster's data is compiled from.
@@ -70,6 +70,27 @@ pub struct ClusterSource<'a> {
     pub destinations: &'a [Destination],
     /// The policies the state is built with (custom load-balancing policies, ...).
     pub policies: &'a Policies,
+}
+
+/// What a snapshot's data is compiled from: the whole configuration.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct SnapshotSource<'a> {
+    /// The configuration.
+    pub config: &'a ProxyConfig,
+    /// The policies the state is built with.
+    pub policies: &'a Policies,
+}
+
+/// Data a stage compiles from the whole configuration once per snapshot (routing's
+/// route table, say), read back with [`Snapshot::data`](super::Snapshot::data).
+pub trait SnapshotData: Send + Sync + Sized + 'static {
+    /// The data for the configuration `source`, or `None`. `previous`: this type's data
+    /// in the snapshot being replaced (a reload). An error refuses the configuration.
+    fn compile(
+        source: &SnapshotSource<'_>,
+        previous: Option<&Self>,
+    ) -> Result<Option<Self>, ConfigErrors>;
 }
 
 /// What a route's data is compiled from.
@@ -128,6 +149,18 @@ fn compile_route<T: RouteData>(
     Ok(T::compile(source, previous)?.map(|data| Box::new(data) as AnyData))
 }
 
+fn compile_snapshot<T: SnapshotData>(
+    source: &SnapshotSource<'_>,
+    previous: Option<&(dyn Any + Send + Sync)>,
+) -> Result<Option<AnyData>, ConfigErrors> {
+    let previous = previous.and_then(|p| p.downcast_ref::<T>());
+    Ok(T::compile(source, previous)?.map(|data| Box::new(data) as AnyData))
+}
+
+type SnapshotCompile = for<'a> fn(
+    &SnapshotSource<'a>,
+    Option<&(dyn Any + Send + Sync)>,
+) -> Result<Option<AnyData>, ConfigErrors>;
 type ClusterCompile = for<'a> fn(
     &ClusterSource<'a>,
     Option<&(dyn Any + Send + Sync)>,
@@ -140,11 +173,19 @@ type RouteCompile = for<'a> fn(
 /// The data types a state compiles, in registration order.
 #[derive(Clone, Default)]
 pub(crate) struct Compilers {
+    snapshots: Vec<(TypeId, SnapshotCompile)>,
     clusters: Vec<(TypeId, ClusterCompile)>,
     routes: Vec<(TypeId, RouteCompile)>,
 }
 
 impl Compilers {
+    pub(crate) fn add_snapshot<T: SnapshotData>(&mut self) {
+        let id = TypeId::of::<T>();
+        if !self.snapshots.iter().any(|(t, _)| *t == id) {
+            self.snapshots.push((id, compile_snapshot::<T>));
+        }
+    }
+
     pub(crate) fn add_cluster<T: ClusterData>(&mut self) {
         let id = TypeId::of::<T>();
         if !self.clusters.iter().any(|(t, _)| *t == id) {
@@ -161,6 +202,11 @@ impl Compilers {
 
     /// These, then `other`'s types that are not among them.
     pub(crate) fn then(mut self, other: &Compilers) -> Compilers {
+        for entry in &other.snapshots {
+            if !self.snapshots.iter().any(|(t, _)| *t == entry.0) {
+                self.snapshots.push(*entry);
+            }
+        }
         for entry in &other.clusters {
             if !self.clusters.iter().any(|(t, _)| *t == entry.0) {
                 self.clusters.push(*entry);
@@ -179,6 +225,22 @@ impl Compilers {
         !self.routes.is_empty()
     }
 
+    /// The snapshot data of `source`, given the replaced snapshot's; `None` when one of
+    /// them did not compile (its errors added to `errors`).
+    pub(crate) fn snapshot(
+        &self,
+        source: &SnapshotSource<'_>,
+        previous: Option<&DataSet>,
+        errors: &mut ConfigErrors,
+    ) -> Option<DataSet> {
+        compile_all(
+            self.snapshots.iter().copied(),
+            |f: SnapshotCompile, previous| f(source, previous),
+            previous,
+            errors,
+        )
+    }
+
     /// The data of the cluster `source`, given the same cluster's in the snapshot being
     /// replaced; `None` when one of them did not compile (its errors added to `errors`).
     pub(crate) fn cluster(
@@ -187,19 +249,12 @@ impl Compilers {
         previous: Option<&DataSet>,
         errors: &mut ConfigErrors,
     ) -> Option<DataSet> {
-        let mut set = Vec::with_capacity(self.clusters.len());
-        let mut failed = false;
-        for (id, compile) in &self.clusters {
-            match compile(source, previous.and_then(|p| p.get_any(*id))) {
-                Ok(Some(data)) => set.push((*id, data)),
-                Ok(None) => {}
-                Err(e) => {
-                    errors.0.extend(e.0);
-                    failed = true;
-                }
-            }
-        }
-        (!failed).then(|| DataSet(set.into_boxed_slice()))
+        compile_all(
+            self.clusters.iter().copied(),
+            |f: ClusterCompile, previous| f(source, previous),
+            previous,
+            errors,
+        )
     }
 
     /// The data of the route `source`, given the same route's in the snapshot being
@@ -210,25 +265,45 @@ impl Compilers {
         previous: Option<&DataSet>,
         errors: &mut ConfigErrors,
     ) -> Option<DataSet> {
-        let mut set = Vec::with_capacity(self.routes.len());
-        let mut failed = false;
-        for (id, compile) in &self.routes {
-            match compile(source, previous.and_then(|p| p.get_any(*id))) {
-                Ok(Some(data)) => set.push((*id, data)),
-                Ok(None) => {}
-                Err(e) => {
-                    errors.0.extend(e.0);
-                    failed = true;
-                }
+        compile_all(
+            self.routes.iter().copied(),
+            |f: RouteCompile, previous| f(source, previous),
+            previous,
+            errors,
+        )
+    }
+}
+
+/// Each of `compilers` run (`run`: with the previous value of its type), the values in
+/// order; `None` when one of them failed (its errors added to `errors`).
+fn compile_all<F>(
+    compilers: impl Iterator<Item = (TypeId, F)>,
+    run: impl Fn(F, Option<&(dyn Any + Send + Sync)>) -> Result<Option<AnyData>, ConfigErrors>,
+    previous: Option<&DataSet>,
+    errors: &mut ConfigErrors,
+) -> Option<DataSet> {
+    let mut set = Vec::new();
+    let mut failed = false;
+    for (id, compile) in compilers {
+        match run(compile, previous.and_then(|p| p.get_any(id))) {
+            Ok(Some(data)) => set.push((id, data)),
+            Ok(None) => {}
+            Err(e) => {
+                errors.0.extend(e.0);
+                failed = true;
             }
         }
-        (!failed).then(|| DataSet(set.into_boxed_slice()))
     }
+    (!failed).then(|| DataSet(set.into_boxed_slice()))
 }
 
 impl fmt::Debug for Compilers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} data types", self.clusters.len() + self.routes.len())
+        write!(
+            f,
+            "{} data types",
+            self.snapshots.len() + self.clusters.len() + self.routes.len()
+        )
     }
 }
 

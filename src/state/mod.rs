@@ -26,7 +26,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 pub use cluster::{Cluster, HttpSettings, Route, UpstreamVersion, DEFAULT_ACTIVITY_TIMEOUT};
-pub use data::{ClusterData, ClusterSource, RouteData, RouteSource};
+pub use data::{ClusterData, ClusterSource, RouteData, RouteSource, SnapshotData, SnapshotSource};
 pub(crate) use data::{Compilers, DataSet};
 pub use destination::{
     ClusterState, ConcurrencyGuard, Destination, DestinationAddress, DestinationState,
@@ -34,7 +34,6 @@ pub use destination::{
 
 use crate::config::{ConfigDuration, ConfigErrors, ProxyConfig, RouteConfig};
 use crate::policy::Policies;
-use crate::routing::RouteTable;
 use crate::telemetry::Metrics;
 
 /// An immutable view of the whole configuration, compiled for request handling.
@@ -43,8 +42,9 @@ pub struct Snapshot {
     routes: Vec<Route>,
     clusters: Vec<Cluster>,
     cluster_index: HashMap<Arc<str>, usize>,
-    table: RouteTable,
     config: ProxyConfig,
+    /// What stages compiled from the whole configuration ([`SnapshotData`]).
+    data: DataSet,
 }
 
 impl Snapshot {
@@ -68,9 +68,10 @@ impl Snapshot {
         self.cluster_index.get(id).copied()
     }
 
-    /// The compiled route matcher.
-    pub fn route_table(&self) -> &RouteTable {
-        &self.table
+    /// The `T` a stage compiled from the whole configuration when the state was built
+    /// (see [`SnapshotData`]; routing's route table is one): no lock, no allocation.
+    pub fn data<T: SnapshotData>(&self) -> Option<&T> {
+        self.data.get::<T>()
     }
 
     /// The configuration this snapshot was built from.
@@ -187,21 +188,20 @@ fn build(
     compilers: &Compilers,
     previous: Option<&Snapshot>,
 ) -> Result<Snapshot, ConfigErrors> {
-    // The model's checks and routing's compilation of the routes' match criteria,
-    // reported together.
-    let validated = config.validate();
-    let table = RouteTable::build(config.routes.iter().map(|(id, r)| (id.as_str(), r)));
-    let table = match (validated, table) {
-        (Ok(()), Ok(table)) => table,
-        (validated, table) => {
-            let mut errors = validated.err().unwrap_or_default();
-            errors
-                .0
-                .extend(table.err().map(|e| e.0).unwrap_or_default());
-            return Err(errors);
-        }
+    // The model's checks and what stages compile from the whole configuration
+    // (routing's route table), reported together.
+    let mut errors = config.validate().err().unwrap_or_default();
+    let data = compilers.snapshot(
+        &SnapshotSource {
+            config: &config,
+            policies,
+        },
+        previous.map(|p| &p.data),
+        &mut errors,
+    );
+    let Some(data) = data.filter(|_| errors.0.is_empty()) else {
+        return Err(errors);
     };
-    let mut errors = ConfigErrors::default();
     let mut clusters = Vec::with_capacity(config.clusters.len());
     let mut cluster_index = HashMap::with_capacity(config.clusters.len());
     for (cid, ccfg) in &config.clusters {
@@ -304,7 +304,7 @@ fn build(
         routes,
         clusters,
         cluster_index,
-        table,
         config,
+        data,
     })
 }
