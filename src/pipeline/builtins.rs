@@ -1,5 +1,6 @@
 //! The built-in stages' part in building a [`ProxyState`]: the data they compile for
-//! every route and cluster. The state knows no stage; this is where the built-in ones
+//! the configuration, every route and every cluster, and what they keep for the
+//! state's life (the metrics). The state knows no stage; this is where the built-in ones
 //! are handed to it (a user's stage registers its own data on the [`Policies`]).
 
 use std::sync::Arc;
@@ -11,7 +12,8 @@ use crate::health::ClusterHealth;
 use crate::limits::{RouteLimits, RouteState};
 use crate::policy::Policies;
 use crate::routing::RouteTable;
-use crate::state::{Compilers, ProxyState};
+use crate::state::{Compilers, ProxyState, Shared};
+use crate::telemetry::{Metrics, RouteTelemetry};
 use crate::transforms::RouteTransforms;
 
 /// What the built-in stages compile, in the order they are compiled.
@@ -24,7 +26,16 @@ fn compilers() -> Compilers {
     compilers.add_route::<RouteLimits>();
     compilers.add_route::<Arc<RouteState>>();
     compilers.add_route::<Arc<RouteTransforms>>();
+    compilers.add_route::<RouteTelemetry>();
+    compilers.on_built(crate::telemetry::retain_destinations);
     compilers
+}
+
+/// What the built-in stages keep for the state's whole life: the metrics registry.
+fn shared() -> Shared {
+    let mut shared = Shared::default();
+    shared.insert(Arc::new(Metrics::new()));
+    shared
 }
 
 impl ProxyState {
@@ -38,6 +49,6 @@ impl ProxyState {
     /// [`new`](Self::new), with the named policies routes may name and the data user
     /// stages compile; they serve every later [`update`](Self::update) too.
     pub fn with_policies(config: ProxyConfig, policies: Policies) -> Result<Self, ConfigErrors> {
-        ProxyState::assemble(config, policies, compilers())
+        ProxyState::assemble(config, policies, compilers(), shared())
     }
 }

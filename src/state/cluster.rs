@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{ClusterConfig, HttpVersion, HttpVersionPolicy, RouteConfig, TlsVersions};
-use crate::telemetry::RouteTelemetry;
 
 use super::destination::{ClusterState, Destination};
 
@@ -170,13 +169,12 @@ impl Cluster {
 
 /// A route as the snapshot holds it. What a stage keeps per route is its compiled
 /// [data](Self::data); the built-in stages read theirs with methods of their own
-/// (`limits()`, `state()`, `transforms()`).
+/// (`limits()`, `state()`, `transforms()`, `telemetry()`).
 #[derive(Debug)]
 pub struct Route {
     pub(crate) id: Arc<str>,
     pub(crate) config: RouteConfig,
     pub(crate) cluster: Option<usize>,
-    pub(crate) telemetry: RouteTelemetry,
     pub(crate) policies: crate::policy::RoutePolicies,
     /// What stages compiled from its configuration ([`RouteData`]).
     pub(crate) data: super::DataSet,
@@ -202,11 +200,6 @@ impl Route {
     /// Its configuration.
     pub fn config(&self) -> &RouteConfig {
         &self.config
-    }
-
-    /// Its metric handles, created at configuration load.
-    pub fn telemetry(&self) -> &RouteTelemetry {
-        &self.telemetry
     }
 
     /// Index of its cluster in the snapshot, if that cluster exists.

@@ -70,6 +70,38 @@ pub struct ClusterSource<'a> {
     pub destinations: &'a [Destination],
     /// The policies the state is built with (custom load-balancing policies, ...).
     pub policies: &'a Policies,
+    /// The state's shared values.
+    pub shared: &'a Shared,
+}
+
+/// Values that live as long as the [`ProxyState`](super::ProxyState), across reloads
+/// (the telemetry stage's metrics registry, say), by type: a stage finds them while
+/// its data is compiled (the sources' `shared`) and through
+/// [`ProxyState::shared`](super::ProxyState::shared).
+#[derive(Default)]
+pub struct Shared(Vec<(TypeId, AnyData)>);
+
+impl Shared {
+    /// The value of type `T`, if there is one.
+    pub fn get<T: 'static>(&self) -> Option<&T> {
+        self.0
+            .iter()
+            .find(|(t, _)| *t == TypeId::of::<T>())
+            .and_then(|(_, v)| v.downcast_ref::<T>())
+    }
+
+    /// Keep `value` (replacing one of the same type).
+    pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        let id = TypeId::of::<T>();
+        self.0.retain(|(t, _)| *t != id);
+        self.0.push((id, Box::new(value)));
+    }
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} shared values", self.0.len())
+    }
 }
 
 /// What a snapshot's data is compiled from: the whole configuration.
@@ -80,6 +112,8 @@ pub struct SnapshotSource<'a> {
     pub config: &'a ProxyConfig,
     /// The policies the state is built with.
     pub policies: &'a Policies,
+    /// The state's shared values.
+    pub shared: &'a Shared,
 }
 
 /// Data a stage compiles from the whole configuration once per snapshot (routing's
@@ -104,8 +138,12 @@ pub struct RouteSource<'a> {
     pub config: &'a RouteConfig,
     /// Its path in the configuration, `Routes.<id>`, for errors.
     pub path: &'a str,
+    /// Its cluster, when the configuration has the one it names.
+    pub cluster: Option<&'a super::Cluster>,
     /// The policies the state is built with.
     pub policies: &'a Policies,
+    /// The state's shared values.
+    pub shared: &'a Shared,
 }
 
 /// Data a stage compiles from each cluster's configuration (see
@@ -173,12 +211,25 @@ type RouteCompile = for<'a> fn(
 /// The data types a state compiles, in registration order.
 #[derive(Clone, Default)]
 pub(crate) struct Compilers {
+    /// Run with every snapshot built (the first and each reload's), before it serves.
+    built: Vec<fn(&Shared, &super::Snapshot)>,
     snapshots: Vec<(TypeId, SnapshotCompile)>,
     clusters: Vec<(TypeId, ClusterCompile)>,
     routes: Vec<(TypeId, RouteCompile)>,
 }
 
 impl Compilers {
+    pub(crate) fn on_built(&mut self, hook: fn(&Shared, &super::Snapshot)) {
+        self.built.push(hook);
+    }
+
+    /// Run the [`on_built`](Self::on_built) hooks for `snapshot`.
+    pub(crate) fn built(&self, shared: &Shared, snapshot: &super::Snapshot) {
+        for hook in &self.built {
+            hook(shared, snapshot);
+        }
+    }
+
     pub(crate) fn add_snapshot<T: SnapshotData>(&mut self) {
         let id = TypeId::of::<T>();
         if !self.snapshots.iter().any(|(t, _)| *t == id) {
@@ -202,6 +253,7 @@ impl Compilers {
 
     /// These, then `other`'s types that are not among them.
     pub(crate) fn then(mut self, other: &Compilers) -> Compilers {
+        self.built.extend(other.built.iter().copied());
         for entry in &other.snapshots {
             if !self.snapshots.iter().any(|(t, _)| *t == entry.0) {
                 self.snapshots.push(*entry);

@@ -26,7 +26,9 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 pub use cluster::{Cluster, HttpSettings, Route, UpstreamVersion, DEFAULT_ACTIVITY_TIMEOUT};
-pub use data::{ClusterData, ClusterSource, RouteData, RouteSource, SnapshotData, SnapshotSource};
+pub use data::{
+    ClusterData, ClusterSource, RouteData, RouteSource, Shared, SnapshotData, SnapshotSource,
+};
 pub(crate) use data::{Compilers, DataSet};
 pub use destination::{
     ClusterState, ConcurrencyGuard, Destination, DestinationAddress, DestinationState,
@@ -34,7 +36,6 @@ pub use destination::{
 
 use crate::config::{ConfigDuration, ConfigErrors, ProxyConfig, RouteConfig};
 use crate::policy::Policies;
-use crate::telemetry::Metrics;
 
 /// An immutable view of the whole configuration, compiled for request handling.
 #[derive(Debug)]
@@ -93,7 +94,8 @@ pub struct ProxyState {
     current: ArcSwap<Snapshot>,
     registry: Mutex<Registry>,
     generation: watch::Sender<u64>,
-    metrics: Arc<Metrics>,
+    /// Values that live as long as the state (the built-in stages' and users').
+    shared: Shared,
     policies: Policies,
     /// The data types every snapshot compiles: the built-in stages', then those of
     /// `policies`.
@@ -102,24 +104,30 @@ pub struct ProxyState {
 
 impl ProxyState {
     /// The state of `config` with `policies`, its stages' data compiled by `compilers`
-    /// (the built-in stages' first: see [`ProxyState::with_policies`]).
+    /// (the built-in stages' first: see [`ProxyState::with_policies`]) with `shared`.
     pub(crate) fn assemble(
         config: ProxyConfig,
         policies: Policies,
         compilers: Compilers,
+        shared: Shared,
     ) -> Result<Self, ConfigErrors> {
         let compilers = compilers.then(policies.compilers());
         let mut registry = Registry::default();
-        let metrics = Arc::new(Metrics::new());
-        let snapshot = build(config, &mut registry, &metrics, &policies, &compilers, None)?;
+        let snapshot = build(config, &mut registry, &shared, &policies, &compilers, None)?;
+        compilers.built(&shared, &snapshot);
         Ok(ProxyState {
             current: ArcSwap::from_pointee(snapshot),
             registry: Mutex::new(registry),
             generation: watch::Sender::new(0),
-            metrics,
+            shared,
             policies,
             compilers,
         })
+    }
+
+    /// The value of type `T` the state keeps for as long as it lives (see [`Shared`]).
+    pub fn shared<T: 'static>(&self) -> Option<&T> {
+        self.shared.get::<T>()
     }
 
     /// Validate `config` and swap it in atomically. On error the current snapshot keeps
@@ -135,7 +143,7 @@ impl ProxyState {
         let snapshot = build(
             config,
             &mut next,
-            &self.metrics,
+            &self.shared,
             &self.policies,
             &self.compilers,
             Some(&previous),
@@ -147,7 +155,7 @@ impl ProxyState {
                 .cluster(c)
                 .is_some_and(|cl| cl.destination(d).is_some())
         });
-        self.metrics.retain_destinations(&snapshot);
+        self.compilers.built(&self.shared, &snapshot);
         // Destinations of clusters that no longer limit connections let their shared
         // pools (and the idle connections in them) go.
         for cluster in snapshot.clusters() {
@@ -172,18 +180,12 @@ impl ProxyState {
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.current.load_full()
     }
-
-    /// Its metrics (see [`telemetry`](crate::telemetry)); they live as long as the
-    /// state and count across reloads.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
 }
 
 fn build(
     config: ProxyConfig,
     registry: &mut Registry,
-    metrics: &Metrics,
+    shared: &Shared,
     policies: &Policies,
     compilers: &Compilers,
     previous: Option<&Snapshot>,
@@ -195,6 +197,7 @@ fn build(
         &SnapshotSource {
             config: &config,
             policies,
+            shared,
         },
         previous.map(|p| &p.data),
         &mut errors,
@@ -230,6 +233,7 @@ fn build(
             path: &path,
             destinations: &destinations,
             policies,
+            shared,
         };
         let Some(data) = compilers.cluster(
             &source,
@@ -276,12 +280,13 @@ fn build(
             .cluster_id
             .as_deref()
             .and_then(|c| cluster_index.get(c).copied());
-        let telemetry = metrics.route(&id, cluster.map(|c| &clusters[c]));
         let source = RouteSource {
             id: &id,
             config: r,
             path: &path,
+            cluster: cluster.map(|c| &clusters[c]),
             policies: all_policies,
+            shared,
         };
         let Some(data) = compilers.route(
             &source,
@@ -294,7 +299,6 @@ fn build(
             cluster,
             config: r.clone(),
             id,
-            telemetry,
             policies,
             data,
         });

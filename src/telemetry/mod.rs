@@ -148,6 +148,51 @@ impl<B> Stage<http::Request<B>> for Telemetry {
     }
 }
 
+impl ProxyState {
+    /// Its metrics (see [`telemetry`](crate::telemetry)): they live as long as the
+    /// state and count across reloads.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        static NONE_KEPT: std::sync::LazyLock<Arc<Metrics>> =
+            std::sync::LazyLock::new(Default::default);
+        self.shared::<Arc<Metrics>>().unwrap_or(&NONE_KEPT)
+    }
+}
+
+/// Compiled for every route when a state is built (the telemetry stage's
+/// [`RouteData`](crate::state::RouteData)): the metric handles of each destination of
+/// the route's cluster, from the state's metrics.
+impl crate::state::RouteData for RouteTelemetry {
+    fn compile(
+        source: &crate::state::RouteSource<'_>,
+        _previous: Option<&Self>,
+    ) -> Result<Option<Self>, crate::config::ConfigErrors> {
+        Ok(source
+            .shared
+            .get::<Arc<Metrics>>()
+            .map(|metrics| metrics.route(&Arc::from(source.id), source.cluster)))
+    }
+}
+
+impl crate::state::Route {
+    /// Its metric handles, created at configuration load.
+    pub fn telemetry(&self) -> &RouteTelemetry {
+        static NONE_COMPILED: std::sync::LazyLock<RouteTelemetry> =
+            std::sync::LazyLock::new(Default::default);
+        self.data::<RouteTelemetry>().unwrap_or(&NONE_COMPILED)
+    }
+}
+
+/// Forget the per-destination series of destinations `snapshot` no longer has (run
+/// with every snapshot built).
+pub(crate) fn retain_destinations(
+    shared: &crate::state::Shared,
+    snapshot: &crate::state::Snapshot,
+) {
+    if let Some(metrics) = shared.get::<Arc<Metrics>>() {
+        metrics.retain_destinations(snapshot);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
