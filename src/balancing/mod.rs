@@ -100,6 +100,7 @@ mod tests;
 use crate::request::{Balanced, ForwardError, ForwardErrorKind, ProxyResponse, Routed};
 use crate::stage::{ByRef, Stage};
 
+pub(crate) use policy::fill_cluster_state;
 pub use policy::{BalancerState, ClusterBalancing, LoadBalancingPolicy};
 
 /// Picks the destination among the request's candidates with the cluster's

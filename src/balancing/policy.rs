@@ -313,3 +313,17 @@ impl crate::state::Cluster {
         self.data::<ClusterBalancing>().unwrap_or(&NONE_COMPILED)
     }
 }
+
+impl crate::state::ClusterState {
+    /// The balancer's runtime state (kept by the load-balancing stage).
+    pub fn balancer(&self) -> &BalancerState {
+        static NONE_KEPT: std::sync::LazyLock<BalancerState> =
+            std::sync::LazyLock::new(Default::default);
+        self.data::<BalancerState>().unwrap_or(&NONE_KEPT)
+    }
+}
+
+/// What the load-balancing stage keeps for every new cluster: its position.
+pub(crate) fn fill_cluster_state(data: &mut crate::state::Shared) {
+    data.insert(BalancerState::default());
+}

@@ -400,11 +400,7 @@ mod tests {
     use crate::config::{parse, Format};
 
     fn dest() -> DestinationState {
-        DestinationState::new(
-            &crate::state::ClusterState::default(),
-            "c".into(),
-            "d".into(),
-        )
+        crate::pipeline::builtins::destination_state()
     }
 
     #[test]

@@ -392,5 +392,42 @@ impl<B> Stage<Balanced<B>> for PassiveHealth {
     }
 }
 
+impl crate::state::ClusterState {
+    /// How many of its destinations are unhealthy (kept by the health stages).
+    pub(crate) fn unhealthy(&self) -> &UnhealthyCount {
+        static NONE_KEPT: std::sync::LazyLock<Arc<UnhealthyCount>> =
+            std::sync::LazyLock::new(Default::default);
+        self.data::<Arc<UnhealthyCount>>().unwrap_or(&NONE_KEPT)
+    }
+}
+
+impl DestinationState {
+    /// Its health, active and passive (kept by the health stages).
+    pub fn health(&self) -> &DestinationHealth {
+        static NONE_KEPT: std::sync::LazyLock<DestinationHealth> =
+            std::sync::LazyLock::new(|| DestinationHealth::counted_in(Default::default()));
+        self.data::<DestinationHealth>().unwrap_or(&NONE_KEPT)
+    }
+}
+
+/// What the health stages keep for every new cluster: the count of its unhealthy
+/// destinations.
+pub(crate) fn fill_cluster_state(data: &mut crate::state::Shared) {
+    data.insert(Arc::new(UnhealthyCount::default()));
+}
+
+/// What the health stages keep for every new destination: its health, counted in its
+/// cluster's unhealthy destinations.
+pub(crate) fn fill_destination_state(
+    cluster: &crate::state::ClusterState,
+    data: &mut crate::state::Shared,
+) {
+    let count = cluster
+        .data::<Arc<UnhealthyCount>>()
+        .cloned()
+        .unwrap_or_default();
+    data.insert(DestinationHealth::counted_in(count));
+}
+
 #[cfg(test)]
 mod tests;

@@ -227,11 +227,7 @@ mod tests {
     use super::*;
 
     fn dest() -> DestinationState {
-        DestinationState::new(
-            &crate::state::ClusterState::default(),
-            "c".into(),
-            "d".into(),
-        )
+        crate::pipeline::builtins::destination_state()
     }
 
     fn secs(s: f64) -> Duration {

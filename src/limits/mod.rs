@@ -72,7 +72,8 @@ impl RouteLimits {
 /// for routes whose id is unchanged.
 #[derive(Debug, Default)]
 pub struct RouteState {
-    pub(crate) concurrent: AtomicUsize,
+    /// In a shared allocation of its own: a concurrency guard holds it, not the state.
+    concurrent: Arc<AtomicUsize>,
     rate: RateLimiter,
 }
 
@@ -94,7 +95,7 @@ impl RouteState {
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Some(ConcurrencyGuard::route(self.clone())),
+                Ok(_) => return Some(ConcurrencyGuard::holding(self.concurrent.clone())),
                 Err(now) => current = now,
             }
         }

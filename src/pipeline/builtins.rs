@@ -28,7 +28,19 @@ fn compilers() -> Compilers {
     compilers.add_route::<Arc<RouteTransforms>>();
     compilers.add_route::<RouteTelemetry>();
     compilers.on_built(crate::telemetry::retain_destinations);
+    compilers.on_cluster_state(crate::balancing::fill_cluster_state);
+    compilers.on_cluster_state(crate::health::fill_cluster_state);
+    compilers.on_destination_state(crate::health::fill_destination_state);
     compilers
+}
+
+/// The runtime state of a destination `d` of a cluster `c` with the built-in stages'
+/// parts, outside any snapshot (for unit tests).
+#[cfg(test)]
+pub(crate) fn destination_state() -> crate::state::DestinationState {
+    let compilers = compilers();
+    let cluster = compilers.new_cluster_state();
+    compilers.new_destination_state(&cluster, "c".into(), "d".into())
 }
 
 /// What the built-in stages keep for the state's whole life: the metrics registry.

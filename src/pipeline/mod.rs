@@ -35,7 +35,7 @@
 //! # let _ = svc; }
 //! ```
 
-mod builtins;
+pub(crate) mod builtins;
 mod fused;
 mod fused_future;
 

@@ -213,6 +213,10 @@ type RouteCompile = for<'a> fn(
 pub(crate) struct Compilers {
     /// Run with every snapshot built (the first and each reload's), before it serves.
     built: Vec<fn(&Shared, &super::Snapshot)>,
+    /// Fill a new cluster's runtime state (see [`ClusterState::data`](super::ClusterState::data)).
+    cluster_state: Vec<fn(&mut Shared)>,
+    /// Fill a new destination's runtime state, given its cluster's.
+    destination_state: Vec<fn(&super::ClusterState, &mut Shared)>,
     snapshots: Vec<(TypeId, SnapshotCompile)>,
     clusters: Vec<(TypeId, ClusterCompile)>,
     routes: Vec<(TypeId, RouteCompile)>,
@@ -221,6 +225,40 @@ pub(crate) struct Compilers {
 impl Compilers {
     pub(crate) fn on_built(&mut self, hook: fn(&Shared, &super::Snapshot)) {
         self.built.push(hook);
+    }
+
+    /// `fill` adds a stage's values to every new cluster's runtime state.
+    pub(crate) fn on_cluster_state(&mut self, fill: fn(&mut Shared)) {
+        self.cluster_state.push(fill);
+    }
+
+    /// `fill` adds a stage's values to every new destination's runtime state.
+    pub(crate) fn on_destination_state(&mut self, fill: fn(&super::ClusterState, &mut Shared)) {
+        self.destination_state.push(fill);
+    }
+
+    /// The runtime state of a new cluster.
+    pub(crate) fn new_cluster_state(&self) -> super::ClusterState {
+        let mut data = Shared::default();
+        for fill in &self.cluster_state {
+            fill(&mut data);
+        }
+        super::ClusterState::new(data)
+    }
+
+    /// The runtime state of a new destination `id` of the cluster `cluster_id` whose
+    /// runtime state is `cluster`.
+    pub(crate) fn new_destination_state(
+        &self,
+        cluster: &super::ClusterState,
+        cluster_id: std::sync::Arc<str>,
+        id: std::sync::Arc<str>,
+    ) -> super::DestinationState {
+        let mut data = Shared::default();
+        for fill in &self.destination_state {
+            fill(cluster, &mut data);
+        }
+        super::DestinationState::new(cluster_id, id, data)
     }
 
     /// Run the [`on_built`](Self::on_built) hooks for `snapshot`.
@@ -254,6 +292,10 @@ impl Compilers {
     /// These, then `other`'s types that are not among them.
     pub(crate) fn then(mut self, other: &Compilers) -> Compilers {
         self.built.extend(other.built.iter().copied());
+        self.cluster_state
+            .extend(other.cluster_state.iter().copied());
+        self.destination_state
+            .extend(other.destination_state.iter().copied());
         for entry in &other.snapshots {
             if !self.snapshots.iter().any(|(t, _)| *t == entry.0) {
                 self.snapshots.push(*entry);

@@ -8,10 +8,8 @@ use std::sync::{Arc, Mutex};
 use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 
-use crate::balancing::BalancerState;
+use super::Shared;
 use crate::config::{ConfigError, DestinationConfig};
-use crate::health::{DestinationHealth, UnhealthyCount};
-use crate::limits::RouteState;
 
 /// Runtime state of one destination that outlives configuration reloads for as long
 /// as the destination keeps its id within its cluster.
@@ -20,7 +18,8 @@ pub struct DestinationState {
     cluster_id: Arc<str>,
     id: Arc<str>,
     concurrent: AtomicUsize,
-    health: DestinationHealth,
+    /// What stages keep per destination (passive and active health, ...).
+    data: Shared,
     /// The connection pool of this destination while its cluster limits connections
     /// per server: one for every forwarder (each worker's), so that the limit holds
     /// for the process. Type-erased: the forwarder's pool type.
@@ -28,15 +27,22 @@ pub struct DestinationState {
 }
 
 impl DestinationState {
-    /// The state of destination `id` of `cluster`, whose id is `cluster_id`.
-    pub(crate) fn new(cluster: &ClusterState, cluster_id: Arc<str>, id: Arc<str>) -> Self {
+    /// The state of destination `id` of the cluster `cluster_id`, with what stages keep
+    /// for it (made by `Compilers::new_destination_state`).
+    pub(crate) fn new(cluster_id: Arc<str>, id: Arc<str>, data: Shared) -> Self {
         DestinationState {
             cluster_id,
             id,
             concurrent: AtomicUsize::new(0),
-            health: DestinationHealth::counted_in(cluster.unhealthy.clone()),
+            data,
             shared_pool: Mutex::new(None),
         }
+    }
+
+    /// The `T` a stage keeps for this destination for as long as it keeps its id (its
+    /// health, for the health stages): no lock, no allocation.
+    pub fn data<T: 'static>(&self) -> Option<&T> {
+        self.data.get::<T>()
     }
 
     /// The destination's shared connection pool: the one kept if it is a `T` that
@@ -61,11 +67,6 @@ impl DestinationState {
     pub(crate) fn drop_shared_pool(&self) {
         let pool = self.shared_pool.lock().expect("shared pool lock").take();
         drop(pool);
-    }
-
-    /// Its health (active and passive).
-    pub fn health(&self) -> &DestinationHealth {
-        &self.health
     }
 
     /// The destination's id.
@@ -96,19 +97,24 @@ impl DestinationState {
 #[derive(Debug, Default)]
 pub struct ClusterState {
     concurrent: AtomicUsize,
-    balancer: BalancerState,
-    unhealthy: Arc<UnhealthyCount>,
+    /// What stages keep per cluster (the balancer's position, the unhealthy count ...).
+    data: Shared,
 }
 
 impl ClusterState {
-    /// How many of its destinations are unhealthy.
-    pub(crate) fn unhealthy(&self) -> &UnhealthyCount {
-        &self.unhealthy
+    /// The state of a cluster, with what stages keep for it (made by
+    /// `Compilers::new_cluster_state`).
+    pub(crate) fn new(data: Shared) -> Self {
+        ClusterState {
+            concurrent: AtomicUsize::new(0),
+            data,
+        }
     }
 
-    /// The balancer's runtime state.
-    pub fn balancer(&self) -> &BalancerState {
-        &self.balancer
+    /// The `T` a stage keeps for this cluster for as long as it keeps its id: no lock,
+    /// no allocation.
+    pub fn data<T: 'static>(&self) -> Option<&T> {
+        self.data.get::<T>()
     }
 
     /// Requests being forwarded to this cluster right now.
@@ -129,7 +135,8 @@ impl ClusterState {
 enum Counter {
     Destination(Arc<DestinationState>),
     Cluster(Arc<ClusterState>),
-    Route(Arc<RouteState>),
+    /// A stage's own counter (the limits stage's per route).
+    Other(Arc<AtomicUsize>),
 }
 
 /// Holds one unit of a concurrency counter; dropping it gives the unit back, on
@@ -140,10 +147,10 @@ pub struct ConcurrencyGuard {
 }
 
 impl ConcurrencyGuard {
-    /// A guard for a unit the caller already added to `route`'s counter.
-    pub(crate) fn route(route: Arc<RouteState>) -> Self {
+    /// A guard for a unit the caller already added to `count`.
+    pub(crate) fn holding(count: Arc<AtomicUsize>) -> Self {
         ConcurrencyGuard {
-            counter: Counter::Route(route),
+            counter: Counter::Other(count),
         }
     }
 }
@@ -153,7 +160,7 @@ impl Drop for ConcurrencyGuard {
         match &self.counter {
             Counter::Destination(d) => d.concurrent.fetch_sub(1, Ordering::Relaxed),
             Counter::Cluster(c) => c.concurrent.fetch_sub(1, Ordering::Relaxed),
-            Counter::Route(r) => r.concurrent.fetch_sub(1, Ordering::Relaxed),
+            Counter::Other(count) => count.fetch_sub(1, Ordering::Relaxed),
         };
     }
 }
@@ -299,9 +306,9 @@ mod tests {
     #[test]
     fn guards_release_on_drop() {
         let d = Arc::new(DestinationState::new(
-            &ClusterState::default(),
             "c".into(),
             "d".into(),
+            Shared::default(),
         ));
         let g1 = d.enter();
         let g2 = d.enter();

@@ -209,7 +209,11 @@ fn build(
     let mut cluster_index = HashMap::with_capacity(config.clusters.len());
     for (cid, ccfg) in &config.clusters {
         let cid: Arc<str> = Arc::from(cid.as_str());
-        let state = registry.clusters.entry(cid.clone()).or_default().clone();
+        let state = registry
+            .clusters
+            .entry(cid.clone())
+            .or_insert_with(|| Arc::new(compilers.new_cluster_state()))
+            .clone();
         let mut destinations = Vec::with_capacity(ccfg.destinations.len());
         for (did, dcfg) in &ccfg.destinations {
             let did: Arc<str> = Arc::from(did.as_str());
@@ -217,7 +221,7 @@ fn build(
                 .destinations
                 .entry((cid.clone(), did.clone()))
                 .or_insert_with(|| {
-                    Arc::new(DestinationState::new(&state, cid.clone(), did.clone()))
+                    Arc::new(compilers.new_destination_state(&state, cid.clone(), did.clone()))
                 })
                 .clone();
             let path = format!("Clusters.{cid}.Destinations.{did}");
