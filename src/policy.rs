@@ -60,10 +60,9 @@ use std::time::Duration;
 
 use http::{Extensions, HeaderMap, Method, Uri, Version};
 
-use crate::balancing::LoadBalancingPolicy;
 use crate::config::{ConfigErrors, LoadBalancingPolicyName, RouteConfig};
-use crate::request::ProxyResponse;
-use crate::state::{ClusterData, Compilers, RouteData, SnapshotData};
+use crate::request::{Candidates, ProxyResponse};
+use crate::state::{Cluster, ClusterData, Compilers, RouteData, SnapshotData};
 
 /// The kinds of named policy a YARP route may name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -156,6 +155,28 @@ impl<'a> PolicyRequest<'a> {
             extensions: request.extensions(),
             route,
         }
+    }
+}
+
+/// A load-balancing policy: picks one destination among at least two candidates.
+///
+/// Implement it and register it under a name in the [`Policies`] a state is built with
+/// ([`Policies::load_balancing`]); clusters select it with
+/// `"LoadBalancingPolicy": "<name>"`. It is called on the request path, so it should
+/// be quick and must not block; state it needs across requests lives in the
+/// implementing type (one instance serves every cluster that names it).
+pub trait LoadBalancingPolicy: Send + Sync + 'static {
+    /// The index (into `cluster.destinations()`) of the chosen candidate, or `None` to
+    /// answer 503. `candidates` holds at least two destinations. Returning an index
+    /// that is not among `candidates` is a bug in the policy: the request is answered
+    /// 503 and an error is logged.
+    fn pick(&self, cluster: &Cluster, candidates: &Candidates) -> Option<usize>;
+}
+
+/// A shared policy (the program keeps a handle to it, to read its state).
+impl<P: LoadBalancingPolicy + ?Sized> LoadBalancingPolicy for Arc<P> {
+    fn pick(&self, cluster: &Cluster, candidates: &Candidates) -> Option<usize> {
+        (**self).pick(cluster, candidates)
     }
 }
 

@@ -100,8 +100,9 @@ mod tests;
 use crate::request::{Balanced, ForwardError, ForwardErrorKind, ProxyResponse, Routed};
 use crate::stage::{ByRef, Stage};
 
+pub use crate::policy::LoadBalancingPolicy;
 pub(crate) use policy::fill_cluster_state;
-pub use policy::{BalancerState, ClusterBalancing, LoadBalancingPolicy};
+pub use policy::{BalancerState, ClusterBalancing};
 
 /// Picks the destination among the request's candidates with the cluster's
 /// `LoadBalancingPolicy`. One candidate: taken without consulting the policy. None:

@@ -6,33 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::config::{ClusterConfig, ConfigError, LoadBalancingPolicyName};
-use crate::policy::Policies;
+use crate::policy::{LoadBalancingPolicy, Policies};
 use crate::request::Candidates;
 use crate::state::{Cluster, Destination};
 
 use super::smooth::SmoothRoundRobin;
-
-/// A load-balancing policy: picks one destination among at least two candidates.
-///
-/// Implement it and register it under a name in the [`Policies`] a state is built with
-/// ([`Policies::load_balancing`]); clusters select it with
-/// `"LoadBalancingPolicy": "<name>"`. It is called on the request path, so it should
-/// be quick and must not block; state it needs across requests lives in the
-/// implementing type (one instance serves every cluster that names it).
-pub trait LoadBalancingPolicy: Send + Sync + 'static {
-    /// The index (into `cluster.destinations()`) of the chosen candidate, or `None` to
-    /// answer 503. `candidates` holds at least two destinations. Returning an index
-    /// that is not among `candidates` is a bug in the policy: the request is answered
-    /// 503 and an error is logged.
-    fn pick(&self, cluster: &Cluster, candidates: &Candidates) -> Option<usize>;
-}
-
-/// A shared policy (the program keeps a handle to it, to read its state).
-impl<P: LoadBalancingPolicy + ?Sized> LoadBalancingPolicy for Arc<P> {
-    fn pick(&self, cluster: &Cluster, candidates: &Candidates) -> Option<usize> {
-        (**self).pick(cluster, candidates)
-    }
-}
 
 /// Runtime state of a cluster's balancer; lives in the cluster's
 /// [`ClusterState`](crate::state::ClusterState) and survives reloads.
