@@ -7,10 +7,11 @@
 //! state is built with, and reads it with [`Route::data`](super::Route::data) or
 //! [`Cluster::data`](super::Cluster::data) — a scan of a few type ids and a downcast:
 //! no lock, no allocation. The built-in stages keep their settings the same way (load
-//! balancing, session affinity and health per cluster; limits and transforms per
-//! route): the state itself knows no stage. A reload compiles it again for the new configuration,
-//! handing over the value of the same route or cluster id in the snapshot it replaces,
-//! so runtime state (counters, caches) can be carried across. A compile error names the
+//! balancing, session affinity and health per cluster; limits, transforms and metric
+//! handles per route; routing's table per snapshot): the state itself knows no stage.
+//! A reload compiles it again for the new configuration, handing over the value of the
+//! same route or cluster id in the snapshot it replaces, so runtime state (counters,
+//! caches) can be carried across. A compile error names the
 //! field and refuses the configuration, as the built-in settings do.
 //!
 //! ```
@@ -84,10 +85,7 @@ pub struct Shared(Vec<(TypeId, AnyData)>);
 impl Shared {
     /// The value of type `T`, if there is one.
     pub fn get<T: 'static>(&self) -> Option<&T> {
-        self.0
-            .iter()
-            .find(|(t, _)| *t == TypeId::of::<T>())
-            .and_then(|(_, v)| v.downcast_ref::<T>())
+        find(&self.0, TypeId::of::<T>()).and_then(|v| v.downcast_ref::<T>())
     }
 
     /// Keep `value` (replacing one of the same type).
@@ -401,6 +399,11 @@ impl fmt::Debug for Compilers {
     }
 }
 
+/// The value of type `id` among `values`.
+fn find(values: &[(TypeId, AnyData)], id: TypeId) -> Option<&(dyn Any + Send + Sync)> {
+    values.iter().find(|(t, _)| *t == id).map(|(_, v)| &**v)
+}
+
 /// The compiled data of one route or cluster, by type.
 #[derive(Default)]
 pub(crate) struct DataSet(Box<[(TypeId, AnyData)]>);
@@ -413,7 +416,7 @@ impl DataSet {
     }
 
     fn get_any(&self, id: TypeId) -> Option<&(dyn Any + Send + Sync)> {
-        self.0.iter().find(|(t, _)| *t == id).map(|(_, d)| &**d)
+        find(&self.0, id)
     }
 }
 
