@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use arbitrary::{Result, Unstructured};
-use fuseway::__private::{forwarded_path, prepare_request_headers, remove_hop_by_hop};
-use fuseway::config::{parse, parse_transforms, Format, RouteConfig};
+use fuseway::__private::{forwarded_path, remove_hop_by_hop, rewrite_for_destination};
+use fuseway::config::{parse, parse_transforms, Format, RouteConfig, TRANSFORM_KINDS};
 use fuseway::request::ConnectionInfo;
 use fuseway::routing::RouteTable;
 use fuseway::state::ProxyState;
@@ -203,32 +203,9 @@ const HEADER_VALUE_PIECES: &[&str] = &[
     "é",
 ];
 
-const TRANSFORM_KEYS: &[&str] = &[
-    "PathPrefix",
-    "PathRemovePrefix",
-    "PathSet",
-    "PathPattern",
-    "QueryValueParameter",
-    "QueryRouteParameter",
-    "QueryRemoveParameter",
-    "HttpMethodChange",
-    "RequestHeadersCopy",
-    "RequestHeaderOriginalHost",
-    "RequestHeader",
-    "RequestHeaderRouteValue",
-    "RequestHeaderRemove",
-    "RequestHeadersAllowed",
-    "X-Forwarded",
-    "Forwarded",
-    "ClientCert",
-    "ResponseHeader",
-    "ResponseHeaderRemove",
-    "ResponseHeadersAllowed",
-    "ResponseHeadersCopy",
-    "ResponseTrailer",
-    "ResponseTrailerRemove",
-    "ResponseTrailersAllowed",
-    "ResponseTrailersCopy",
+/// Keys that go with a transform's kind (`Set`, `When`, ...), and some that go with
+/// none: mixed with `TRANSFORM_KINDS` for generated transform entries.
+const TRANSFORM_COMPANION_KEYS: &[&str] = &[
     "Set",
     "Append",
     "Append",
@@ -521,10 +498,12 @@ fn transform_list(u: &mut Unstructured) -> Result<Vec<Value>> {
             let k = u.int_in_range(0..=3)?;
             let mut map = Map::new();
             for _ in 0..k {
-                map.insert(
-                    pick(u, TRANSFORM_KEYS)?.to_owned(),
-                    json_text(u, TRANSFORM_VALUES, 3)?,
-                );
+                let key = if u.ratio(1, 2)? {
+                    pick(u, TRANSFORM_KINDS)?
+                } else {
+                    pick(u, TRANSFORM_COMPANION_KEYS)?
+                };
+                map.insert(key.to_owned(), json_text(u, TRANSFORM_VALUES, 3)?);
             }
             Ok(Value::Object(map))
         })
@@ -788,9 +767,25 @@ pub fn routes(u: &mut Unstructured) -> Result<()> {
     Ok(())
 }
 
-/// The forwarder's header rules on generated header lists, and route transforms: no
-/// panic; no hop-by-hop header or header named by `Connection` survives (but the ones
-/// the proxy sets itself), and the forwarding headers are the proxy's own.
+/// The proxy a generated request is rewritten for: one catch-all route to one
+/// destination, with the route's `Transforms` given (as JSON); `None` when they do not
+/// compile.
+fn rewrite_state(transforms: &[Value]) -> Option<std::sync::Arc<fuseway::state::Snapshot>> {
+    let config = json!({
+        "Routes": { "r": { "ClusterId": "c", "Match": { "Path": "/{**rest}" },
+                           "Transforms": transforms } },
+        "Clusters": { "c": { "Destinations": { "d": { "Address": "http://backend.test:8080" } } } }
+    });
+    let config = parse(&config.to_string(), Format::Json).ok()?;
+    Some(ProxyState::new(config).ok()?.snapshot())
+}
+
+/// The forwarder's real request rewrite (`outgoing`: hop-by-hop rules, the route's
+/// transforms — the default `X-Forwarded-*` — then the destination's `Host`) on
+/// generated requests, and the response's hop-by-hop rule: no panic; no hop-by-hop
+/// header or header named by `Connection` survives (but the ones the proxy sets
+/// itself), the forwarding headers are the proxy's own, `Host` is the destination's.
+/// Then generated route transforms on the same request: no panic, one `Host` at most.
 pub fn headers(u: &mut Unstructured) -> Result<()> {
     let mut headers = HeaderMap::new();
     for _ in 0..u.int_in_range(0..=12)? {
@@ -822,9 +817,26 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
     } else {
         None
     };
-    let https = u.arbitrary::<bool>()?;
-    let host = HeaderValue::from_str(&text(u, HOST_PIECES, 2)?).ok();
-    let original = HeaderValue::from_str(&text(u, HOST_PIECES, 2)?).ok();
+    // The target: origin form, or absolute (HTTP/2's `:scheme` and `:authority`, or an
+    // HTTP/1.1 absolute form) naming a generated host.
+    let scheme = pick(u, &["", "", "http", "https"])?;
+    let authority = text(u, HOST_PIECES, 2)?;
+    let uri: Uri = match scheme {
+        "" => Uri::from_static("/x"),
+        scheme => format!("{scheme}://{authority}/x")
+            .parse()
+            .unwrap_or(Uri::from_static("/x")),
+    };
+    let https = uri.scheme_str() == Some("https");
+    // The host the request was routed on: the URI's authority (less user info), else
+    // the first `Host`; what `X-Forwarded-Host` carries.
+    let original = match uri.authority() {
+        Some(a) => {
+            let all = a.as_str();
+            HeaderValue::from_str(all.rsplit_once('@').map_or(all, |(_, host)| host)).ok()
+        }
+        None => headers.get(http::header::HOST).cloned(),
+    };
     let named: Vec<HeaderName> = headers
         .get_all(http::header::CONNECTION)
         .iter()
@@ -844,16 +856,22 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
             .get_all(http::header::TE)
             .iter()
             .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+    let client_request = || {
+        let mut request = http::Request::new(());
+        *request.uri_mut() = uri.clone();
+        *request.version_mut() = version;
+        *request.headers_mut() = headers.clone();
+        if let Some(c) = conn {
+            request.extensions_mut().insert(c);
+        }
+        request
+    };
 
-    let mut request = headers.clone();
-    prepare_request_headers(
-        &mut request,
-        version,
-        conn.as_ref(),
-        https,
-        host.as_ref(),
-        original.clone(),
-    );
+    // The default transforms.
+    let snapshot = rewrite_state(&[]).expect("the default route compiles");
+    let mut rewritten = client_request();
+    rewrite_for_destination(&mut rewritten, snapshot).expect("a GET /x is rewritten");
+    let request = rewritten.headers();
     let set_by_proxy = [
         "host",
         "x-forwarded-for",
@@ -922,10 +940,7 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
         assert!(all.len() <= 1, "{name} repeated: {all:?}");
         all.first().map(|v| v.to_str().unwrap_or("").to_owned())
     };
-    assert_eq!(
-        one("host"),
-        host.map(|h| h.to_str().unwrap_or("").to_owned())
-    );
+    assert_eq!(one("host").as_deref(), Some("backend.test:8080"));
     match &conn {
         Some(c) => {
             let xff = one("x-forwarded-for").expect("X-Forwarded-For");
@@ -947,7 +962,7 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
     );
 
     // The response direction.
-    let mut response = headers;
+    let mut response = headers.clone();
     remove_hop_by_hop(&mut response);
     for name in &named {
         assert!(
@@ -965,14 +980,31 @@ pub fn headers(u: &mut Unstructured) -> Result<()> {
         assert!(!response.contains_key(hop));
     }
 
-    // Route transforms, as config gives them.
-    let list: Vec<BTreeMap<String, String>> = transform_list(u)?
-        .into_iter()
-        .map(|v| serde_json::from_value(v).expect("string map"))
+    // Route transforms, as config gives them: refused with their path, or applied by
+    // the same rewrite.
+    let transforms = transform_list(u)?;
+    let list: Vec<BTreeMap<String, String>> = transforms
+        .iter()
+        .map(|v| serde_json::from_value(v.clone()).expect("string map"))
         .collect();
-    if let Err(errors) = parse_transforms(&list, "Routes.r.Transforms") {
-        let text = errors.to_string();
-        assert!(text.contains("Routes.r.Transforms["), "{text}");
+    match parse_transforms(&list, "Routes.r.Transforms") {
+        Err(errors) => {
+            let text = errors.to_string();
+            assert!(text.contains("Routes.r.Transforms["), "{text}");
+        }
+        Ok(_) => {
+            if let Some(snapshot) = rewrite_state(&transforms) {
+                let mut rewritten = client_request();
+                if rewrite_for_destination(&mut rewritten, snapshot).is_ok() {
+                    let hosts = rewritten
+                        .headers()
+                        .get_all(http::header::HOST)
+                        .iter()
+                        .count();
+                    assert!(hosts <= 1, "Host repeated: {:?}", rewritten.headers());
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -118,32 +118,25 @@ pub mod __private {
         crate::forwarding::path::normalize(path)
     }
 
-    /// The forwarder's request-header preparation with a route's default transforms
-    /// (hop-by-hop removal, `X-Forwarded-*` set, `Forwarded` removed) and the `Host`
-    /// the destination gets. For the fuzz targets.
-    pub fn prepare_request_headers(
-        headers: &mut http::HeaderMap,
-        version: http::Version,
-        conn: Option<&crate::request::ConnectionInfo>,
-        scheme_https: bool,
-        host: Option<&http::HeaderValue>,
-        original_host: Option<http::HeaderValue>,
-    ) {
-        crate::forwarding::headers::prepare_request(headers, version);
-        // A client `Host` never reaches the destination: the forwarder replaces it.
-        headers.remove(http::header::HOST);
-        let client = crate::transforms::ClientRequest {
-            path: "/",
-            query: None,
-            host: original_host.as_ref(),
-            https: scheme_https || conn.is_some_and(|c| c.tls),
-            connection: conn,
-        };
-        let mut method = http::Method::GET;
-        crate::transforms::RouteTransforms::default().apply_request(&client, &mut method, headers);
-        if let Some(h) = host {
-            headers.insert(http::header::HOST, h.clone());
-        }
+    /// The forwarder's rewrite of `request` for the first destination of the cluster
+    /// of `snapshot`'s first route: hop-by-hop rules, the route's transforms, the
+    /// target and the destination's `Host`, as the forwarder does it before sending.
+    /// For the fuzz targets.
+    pub fn rewrite_for_destination<B: 'static>(
+        request: &mut http::Request<B>,
+        snapshot: std::sync::Arc<crate::state::Snapshot>,
+    ) -> Result<(), crate::request::ForwardError> {
+        let route = snapshot.routes().first().expect("a route");
+        let cluster = route.cluster_index().expect("the route's cluster");
+        let destinations = snapshot.clusters()[cluster].destinations().len();
+        let version = snapshot.clusters()[cluster].http().version;
+        let context = crate::request::RouteContext::new(
+            snapshot,
+            0,
+            cluster,
+            crate::request::Candidates::all(destinations),
+        );
+        crate::forwarding::outgoing(request, &context, 0, version)
     }
 
     /// The hop-by-hop removal applied to both directions. For the fuzz targets.

@@ -23,6 +23,6 @@ pub use names::{
 };
 pub use transforms::{
     parse_transforms, ForwardedAction, ForwardedTransform, NodeFormat, ResponseCondition,
-    Transform, ValueAction, XForwardedTransform,
+    Transform, ValueAction, XForwardedTransform, TRANSFORM_KINDS,
 };
 pub use validate::MAX_WEIGHT;

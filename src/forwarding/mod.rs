@@ -451,7 +451,7 @@ where
 
 /// Rewrite `request` for the destination: the route's transforms (method, path,
 /// query, headers, `X-Forwarded-*`), then the destination's address and `Host`.
-fn outgoing<B: 'static>(
+pub(crate) fn outgoing<B: 'static>(
     request: &mut Request<B>,
     context: &crate::request::RouteContext,
     destination: usize,

@@ -247,4 +247,4 @@ mod parse;
 mod tests;
 
 pub(crate) use parse::collect_transforms;
-pub use parse::parse_transforms;
+pub use parse::{parse_transforms, TRANSFORM_KINDS};

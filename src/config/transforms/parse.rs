@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::config::ConfigErrors;
 
-/// The keys that name a transform.
-pub(super) const KINDS: &[&str] = &[
+/// The keys that name a transform (YARP's), in the order the reference lists them.
+pub const TRANSFORM_KINDS: &[&str] = &[
     "PathPrefix",
     "PathRemovePrefix",
     "PathSet",
@@ -67,7 +67,7 @@ pub(super) fn parse_one(
     if map.is_empty() {
         errors.push(
             path,
-            "empty transform; expected one of ".to_string() + &KINDS.join(", "),
+            "empty transform; expected one of ".to_string() + &TRANSFORM_KINDS.join(", "),
         );
         return None;
     }
@@ -80,7 +80,14 @@ pub(super) fn parse_one(
     }
     let found: Vec<(&String, &'static str)> = keys
         .iter()
-        .filter_map(|k| Some((*k, *KINDS.iter().find(|kind| k.eq_ignore_ascii_case(kind))?)))
+        .filter_map(|k| {
+            Some((
+                *k,
+                *TRANSFORM_KINDS
+                    .iter()
+                    .find(|kind| k.eq_ignore_ascii_case(kind))?,
+            ))
+        })
         .collect();
     let (key, kind) = match found.as_slice() {
         [one] => *one,
@@ -91,7 +98,7 @@ pub(super) fn parse_one(
                 format!(
                     "unknown transform {}; expected one of {}",
                     keys.join(", "),
-                    KINDS.join(", ")
+                    TRANSFORM_KINDS.join(", ")
                 ),
             );
             return None;
