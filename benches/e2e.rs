@@ -1,13 +1,14 @@
-//! End-to-end bench (BENCHMARKS.md §3): a hyper backend (100-byte body), the release
-//! `fuseway` binary (built with `--features count-allocs`) and a load generator, each
-//! its own process on 127.0.0.1; HTTP/1.1 and h2c, 32 connections, alternating rounds
-//! direct -> fuseway -> fuseway-hyper (the binary with `--http1-engine hyper`; HTTP/1.1
-//! only) -> hyper-legacy -> hyper-pool -> hyper-pinned [-> nginx -> haproxy, when
-//! installed]. `hyper-legacy`, `hyper-pool` and `hyper-pinned` are
-//! `examples/bare_proxy.rs`: a bare hyper proxy (no routing, no transforms) over
-//! hyper-util's legacy client, its composable pool, or no pool at all (each client
-//! connection its own backend connection) — the floor of a proxy built on those pools,
-//! against which fuseway's own pool is measured, and the floor of any proxy on hyper.
+//! End-to-end bench (method and runs: docs/BENCHMARKS.md, "End to end"): a hyper
+//! backend (100-byte body), the release `fuseway` binary (built with `--features
+//! count-allocs`) and a load generator, each its own process on 127.0.0.1; HTTP/1.1 and
+//! h2c, 32 connections, alternating rounds direct -> fuseway -> fuseway-hyper (the
+//! binary with `--http1-engine hyper`; HTTP/1.1 only) -> hyper-legacy -> hyper-pool ->
+//! hyper-pinned [-> nginx -> haproxy, when installed]. `hyper-legacy`, `hyper-pool` and
+//! `hyper-pinned` are `examples/bare_proxy.rs`: a bare hyper proxy (no routing, no
+//! transforms) over hyper-util's legacy client, its composable pool, or no pool at all
+//! (each client connection its own backend connection) — the floor of a proxy built on
+//! those pools, against which fuseway's own pool is measured, and the floor of any
+//! proxy on hyper.
 //!
 //! ```text
 //! cargo bench --bench e2e                          # 3 rounds x (5 s warm-up + 10 s) per target and protocol

@@ -1,6 +1,7 @@
-//! In-process pipeline bench (BENCHMARKS.md §1): the default pipeline fused, as lean
-//! tower layers, and as the same layers each type-erased behind `BoxCloneService`, over
-//! an in-process stub forwarder (sync and async), served the way hyper serves them.
+//! In-process pipeline bench (method and runs: docs/BENCHMARKS.md, "In-process
+//! pipeline"): the default pipeline fused, as lean tower layers, and as the same layers
+//! each type-erased behind `BoxCloneService`, over an in-process stub forwarder (sync
+//! and async), served the way hyper serves them.
 //!
 //! ```text
 //! cargo bench --bench pipeline                      # full run (~4 min)

@@ -1,5 +1,6 @@
-//! Routing bench (BENCHMARKS.md §2): `RouteTable::find` over 1, 100, 1 000 and 10 000
-//! routes of mixed kinds, for a hit on the first route, late hits and a miss.
+//! Routing bench (method and runs: docs/BENCHMARKS.md, "Routing"): `RouteTable::find`
+//! over 1, 100, 1 000 and 10 000 routes of mixed kinds, for a hit on the first route,
+//! late hits and a miss.
 //!
 //! ```text
 //! cargo bench --bench routing                          # full run (~1 min)
