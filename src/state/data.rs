@@ -53,6 +53,8 @@
 use std::any::{Any, TypeId};
 use std::fmt;
 
+use fuseway_type_slots::TypeSlots;
+
 use super::Destination;
 use crate::config::{ClusterConfig, ConfigErrors, ProxyConfig, RouteConfig};
 use crate::policy::Policies;
@@ -80,19 +82,18 @@ pub struct ClusterSource<'a> {
 /// its data is compiled (the sources' `shared`) and through
 /// [`ProxyState::shared`](super::ProxyState::shared).
 #[derive(Default)]
-pub struct Shared(Vec<(TypeId, AnyData)>);
+pub struct Shared(TypeSlots);
 
 impl Shared {
     /// The value of type `T`, if there is one.
+    #[inline]
     pub fn get<T: 'static>(&self) -> Option<&T> {
-        find(&self.0, TypeId::of::<T>()).and_then(|v| v.downcast_ref::<T>())
+        self.0.get::<T>()
     }
 
     /// Keep `value` (replacing one of the same type).
     pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
-        let id = TypeId::of::<T>();
-        self.0.retain(|(t, _)| *t != id);
-        self.0.push((id, Box::new(value)));
+        self.0.insert(value);
     }
 }
 
@@ -168,7 +169,7 @@ pub trait RouteData: Send + Sync + Sized + 'static {
     ) -> Result<Option<Self>, ConfigErrors>;
 }
 
-type AnyData = Box<dyn Any + Send + Sync>;
+type AnyData = fuseway_type_slots::AnyValue;
 fn compile_cluster<T: ClusterData>(
     source: &ClusterSource<'_>,
     previous: Option<&(dyn Any + Send + Sync)>,
@@ -374,11 +375,11 @@ fn compile_all<F>(
     previous: Option<&DataSet>,
     errors: &mut ConfigErrors,
 ) -> Option<DataSet> {
-    let mut set = Vec::new();
+    let mut set = TypeSlots::default();
     let mut failed = false;
     for (id, compile) in compilers {
-        match run(compile, previous.and_then(|p| p.get_any(id))) {
-            Ok(Some(data)) => set.push((id, data)),
+        match run(compile, previous.and_then(|p| p.0.get_any(id))) {
+            Ok(Some(data)) => set.insert_boxed(data),
             Ok(None) => {}
             Err(e) => {
                 errors.0.extend(e.0);
@@ -386,7 +387,7 @@ fn compile_all<F>(
             }
         }
     }
-    (!failed).then(|| DataSet(set.into_boxed_slice()))
+    (!failed).then_some(DataSet(set))
 }
 
 impl fmt::Debug for Compilers {
@@ -399,24 +400,16 @@ impl fmt::Debug for Compilers {
     }
 }
 
-/// The value of type `id` among `values`.
-fn find(values: &[(TypeId, AnyData)], id: TypeId) -> Option<&(dyn Any + Send + Sync)> {
-    values.iter().find(|(t, _)| *t == id).map(|(_, v)| &**v)
-}
-
-/// The compiled data of one route or cluster, by type.
+/// The compiled data of one snapshot, route or cluster, by type: read with a scan of a
+/// few inline type ids and no virtual call ([`TypeSlots`]).
 #[derive(Default)]
-pub(crate) struct DataSet(Box<[(TypeId, AnyData)]>);
+pub(crate) struct DataSet(TypeSlots);
 
 impl DataSet {
     /// The value of type `T`, if compiled.
+    #[inline]
     pub(crate) fn get<T: 'static>(&self) -> Option<&T> {
-        self.get_any(TypeId::of::<T>())
-            .and_then(|d| d.downcast_ref::<T>())
-    }
-
-    fn get_any(&self, id: TypeId) -> Option<&(dyn Any + Send + Sync)> {
-        find(&self.0, id)
+        self.0.get::<T>()
     }
 }
 

@@ -1,5 +1,5 @@
-//! The fuzz targets, shared by `cargo fuzz` (`fuzz/fuzz_targets/*.rs`) and the in-tree
-//! smoke test (`tests/fuzz_smoke.rs`, seeded random inputs under `cargo test`).
+//! The fuzz targets, one crate for `cargo fuzz` (`fuzz/fuzz_targets/*.rs`) and the
+//! in-tree smoke test (`tests/fuzz_smoke.rs`, seeded random inputs under `cargo test`).
 //!
 //! Each target takes an [`Unstructured`] and must never panic; each also checks
 //! properties that must hold for every input.
