@@ -5,8 +5,7 @@
 //! `FUSEWAY_FUZZ_SEED` the seed (default fixed, so failures reproduce); a failure
 //! prints the seed and the input index.
 
-#[path = "../fuzz/targets.rs"]
-mod targets;
+use fuseway_fuzz_inputs as targets;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

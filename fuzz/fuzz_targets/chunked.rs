@@ -1,8 +1,7 @@
 //! The native HTTP/1.1 engine's chunked decoder, fed whole and in arbitrary pieces.
 #![no_main]
 
-#[path = "../targets.rs"]
-mod targets;
+use fuseway_fuzz_inputs as targets;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let _ = targets::chunked(&mut arbitrary::Unstructured::new(data));

@@ -1,8 +1,7 @@
 //! Generated, mostly valid configurations through the loader, validation and reloads.
 #![no_main]
 
-#[path = "../targets.rs"]
-mod targets;
+use fuseway_fuzz_inputs as targets;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let _ = targets::config_structured(&mut arbitrary::Unstructured::new(data));

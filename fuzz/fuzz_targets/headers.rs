@@ -1,8 +1,7 @@
 //! The forwarder's header rules and route transforms on generated headers.
 #![no_main]
 
-#[path = "../targets.rs"]
-mod targets;
+use fuseway_fuzz_inputs as targets;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let _ = targets::headers(&mut arbitrary::Unstructured::new(data));

@@ -3,8 +3,7 @@
 //! refuses.
 #![no_main]
 
-#[path = "../targets.rs"]
-mod targets;
+use fuseway_fuzz_inputs as targets;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let _ = targets::http1_responses(&mut arbitrary::Unstructured::new(data));

@@ -1,8 +1,7 @@
 //! Route tables from generated match criteria, and requests routed against them.
 #![no_main]
 
-#[path = "../targets.rs"]
-mod targets;
+use fuseway_fuzz_inputs as targets;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let _ = targets::routes(&mut arbitrary::Unstructured::new(data));
