@@ -10,7 +10,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::Router;
@@ -19,7 +18,7 @@ use fuseway::body::{Incoming, ProxyBody};
 use fuseway::config::{parse, Format};
 use fuseway::pipeline;
 use fuseway::request::ConnectionInfo;
-use fuseway::server::{ProxyService, Server};
+use fuseway::server::ProxyService;
 use fuseway::state::ProxyState;
 use http::{Request, Response};
 use tokio::sync::oneshot;
@@ -71,28 +70,6 @@ async fn forwarded_for(url: String) -> Vec<String> {
         .iter()
         .map(|v| v.to_str().unwrap().to_owned())
         .collect()
-}
-
-/// Serve `service` on 127.0.0.1:0 with fuseway's server until the returned sender is
-/// dropped or fired.
-async fn serve<S: fuseway::server::ServeService>(
-    service: S,
-) -> (SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
-    let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
-        .await
-        .unwrap()
-        .graceful_timeout(Duration::from_secs(5));
-    let addr = server.local_addrs()[0];
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done = tokio::spawn(async move {
-        server
-            .serve(service, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap()
-    });
-    (addr, stop, done)
 }
 
 #[tokio::test]

@@ -211,31 +211,38 @@ pub async fn proxy_with(config_json: &str, form: Form) -> Proxy {
 
 /// Start the default pipeline in `form` on 127.0.0.1:0 serving `state`.
 pub async fn proxy_on(state: Arc<ProxyState>, form: Form) -> Proxy {
+    let (addr, stop, done) = match form {
+        Form::Fused => serve(pipeline::FusedDefault::from_state(state.clone())).await,
+        Form::Layered => serve(ProxyService::new(pipeline::layered_default(state.clone()))).await,
+    };
+    Proxy {
+        addr,
+        state,
+        stop: Some(stop),
+        done: Some(done),
+    }
+}
+
+/// Serve `service` with fuseway's server on 127.0.0.1:0 (5 s graceful timeout) until
+/// the returned sender fires or is dropped; the task ends when the server has stopped.
+pub async fn serve<S: fuseway::server::ServeService>(
+    service: S,
+) -> (SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
     let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
         .await
         .unwrap()
         .graceful_timeout(Duration::from_secs(5));
     let addr = server.local_addrs()[0];
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let stop = async {
-        let _ = stop_rx.await;
-    };
-    let done = match form {
-        Form::Fused => {
-            let service = pipeline::FusedDefault::from_state(state.clone());
-            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
-        }
-        Form::Layered => {
-            let service = ProxyService::new(pipeline::layered_default(state.clone()));
-            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
-        }
-    };
-    Proxy {
-        addr,
-        state,
-        stop: Some(stop_tx),
-        done: Some(done),
-    }
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(async move {
+        server
+            .serve(service, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap()
+    });
+    (addr, stop, done)
 }
 
 /// A config with one catch-all route to one cluster of these destinations.
