@@ -302,6 +302,6 @@ impl crate::state::ClusterState {
 }
 
 /// What the load-balancing stage keeps for every new cluster: its position.
-pub(crate) fn fill_cluster_state(data: &mut crate::state::Shared) {
+pub(crate) fn fill_cluster_state(data: &mut crate::state::DataSet) {
     data.insert(BalancerState::default());
 }

@@ -412,7 +412,7 @@ impl DestinationState {
 
 /// What the health stages keep for every new cluster: the count of its unhealthy
 /// destinations.
-pub(crate) fn fill_cluster_state(data: &mut crate::state::Shared) {
+pub(crate) fn fill_cluster_state(data: &mut crate::state::DataSet) {
     data.insert(Arc::new(UnhealthyCount::default()));
 }
 
@@ -420,7 +420,7 @@ pub(crate) fn fill_cluster_state(data: &mut crate::state::Shared) {
 /// cluster's unhealthy destinations.
 pub(crate) fn fill_destination_state(
     cluster: &crate::state::ClusterState,
-    data: &mut crate::state::Shared,
+    data: &mut crate::state::DataSet,
 ) {
     let count = cluster
         .data::<Arc<UnhealthyCount>>()

@@ -213,9 +213,9 @@ pub(crate) struct Compilers {
     /// Run with every snapshot built (the first and each reload's), before it serves.
     built: Vec<fn(&Shared, &super::Snapshot)>,
     /// Fill a new cluster's runtime state (see [`ClusterState::data`](super::ClusterState::data)).
-    cluster_state: Vec<fn(&mut Shared)>,
+    cluster_state: Vec<fn(&mut DataSet)>,
     /// Fill a new destination's runtime state, given its cluster's.
-    destination_state: Vec<fn(&super::ClusterState, &mut Shared)>,
+    destination_state: Vec<fn(&super::ClusterState, &mut DataSet)>,
     snapshots: Vec<(TypeId, SnapshotCompile)>,
     clusters: Vec<(TypeId, ClusterCompile)>,
     routes: Vec<(TypeId, RouteCompile)>,
@@ -227,18 +227,18 @@ impl Compilers {
     }
 
     /// `fill` adds a stage's values to every new cluster's runtime state.
-    pub(crate) fn on_cluster_state(&mut self, fill: fn(&mut Shared)) {
+    pub(crate) fn on_cluster_state(&mut self, fill: fn(&mut DataSet)) {
         self.cluster_state.push(fill);
     }
 
     /// `fill` adds a stage's values to every new destination's runtime state.
-    pub(crate) fn on_destination_state(&mut self, fill: fn(&super::ClusterState, &mut Shared)) {
+    pub(crate) fn on_destination_state(&mut self, fill: fn(&super::ClusterState, &mut DataSet)) {
         self.destination_state.push(fill);
     }
 
     /// The runtime state of a new cluster.
     pub(crate) fn new_cluster_state(&self) -> super::ClusterState {
-        let mut data = Shared::default();
+        let mut data = DataSet::default();
         for fill in &self.cluster_state {
             fill(&mut data);
         }
@@ -253,7 +253,7 @@ impl Compilers {
         cluster_id: std::sync::Arc<str>,
         id: std::sync::Arc<str>,
     ) -> super::DestinationState {
-        let mut data = Shared::default();
+        let mut data = DataSet::default();
         for fill in &self.destination_state {
             fill(cluster, &mut data);
         }
@@ -378,7 +378,7 @@ fn compile_all<F>(
     let mut set = TypeSlots::default();
     let mut failed = false;
     for (id, compile) in compilers {
-        match run(compile, previous.and_then(|p| p.0.get_any(id))) {
+        match run(compile, previous.and_then(|p| p.get_any(id))) {
             Ok(Some(data)) => set.insert_boxed(data),
             Ok(None) => {}
             Err(e) => {
@@ -387,7 +387,7 @@ fn compile_all<F>(
             }
         }
     }
-    (!failed).then_some(DataSet(set))
+    (!failed).then_some(set)
 }
 
 impl fmt::Debug for Compilers {
@@ -400,21 +400,6 @@ impl fmt::Debug for Compilers {
     }
 }
 
-/// The compiled data of one snapshot, route or cluster, by type: read with a scan of a
-/// few inline type ids and no virtual call ([`TypeSlots`]).
-#[derive(Default)]
-pub(crate) struct DataSet(TypeSlots);
-
-impl DataSet {
-    /// The value of type `T`, if compiled.
-    #[inline]
-    pub(crate) fn get<T: 'static>(&self) -> Option<&T> {
-        self.0.get::<T>()
-    }
-}
-
-impl fmt::Debug for DataSet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} compiled values", self.0.len())
-    }
-}
+/// What stages keep in one snapshot, route, cluster or destination, by type: read with
+/// a scan of a few inline type ids and no virtual call.
+pub(crate) type DataSet = TypeSlots;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 
-use super::Shared;
+use super::DataSet;
 use crate::config::{ConfigError, DestinationConfig};
 
 /// Runtime state of one destination that outlives configuration reloads for as long
@@ -19,7 +19,7 @@ pub struct DestinationState {
     id: Arc<str>,
     concurrent: AtomicUsize,
     /// What stages keep per destination (passive and active health, ...).
-    data: Shared,
+    data: DataSet,
     /// The connection pool of this destination while its cluster limits connections
     /// per server: one for every forwarder (each worker's), so that the limit holds
     /// for the process. Type-erased: the forwarder's pool type.
@@ -29,7 +29,7 @@ pub struct DestinationState {
 impl DestinationState {
     /// The state of destination `id` of the cluster `cluster_id`, with what stages keep
     /// for it (made by `Compilers::new_destination_state`).
-    pub(crate) fn new(cluster_id: Arc<str>, id: Arc<str>, data: Shared) -> Self {
+    pub(crate) fn new(cluster_id: Arc<str>, id: Arc<str>, data: DataSet) -> Self {
         DestinationState {
             cluster_id,
             id,
@@ -98,13 +98,13 @@ impl DestinationState {
 pub struct ClusterState {
     concurrent: AtomicUsize,
     /// What stages keep per cluster (the balancer's position, the unhealthy count ...).
-    data: Shared,
+    data: DataSet,
 }
 
 impl ClusterState {
     /// The state of a cluster, with what stages keep for it (made by
     /// `Compilers::new_cluster_state`).
-    pub(crate) fn new(data: Shared) -> Self {
+    pub(crate) fn new(data: DataSet) -> Self {
         ClusterState {
             concurrent: AtomicUsize::new(0),
             data,
@@ -308,7 +308,7 @@ mod tests {
         let d = Arc::new(DestinationState::new(
             "c".into(),
             "d".into(),
-            Shared::default(),
+            DataSet::default(),
         ));
         let g1 = d.enter();
         let g2 = d.enter();
