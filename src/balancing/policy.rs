@@ -288,7 +288,8 @@ impl crate::state::Cluster {
                 ClusterBalancing::from_config(&ClusterConfig::default(), &[], "", &Policies::new())
                     .expect("the default policy")
             });
-        self.data::<ClusterBalancing>().unwrap_or(&NONE_COMPILED)
+        self.data::<ClusterBalancing>()
+            .unwrap_or_else(|| &NONE_COMPILED)
     }
 }
 
@@ -297,7 +298,7 @@ impl crate::state::ClusterState {
     pub fn balancer(&self) -> &BalancerState {
         static NONE_KEPT: std::sync::LazyLock<BalancerState> =
             std::sync::LazyLock::new(Default::default);
-        self.data::<BalancerState>().unwrap_or(&NONE_KEPT)
+        self.data::<BalancerState>().unwrap_or_else(|| &NONE_KEPT)
     }
 }
 

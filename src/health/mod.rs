@@ -397,7 +397,8 @@ impl crate::state::ClusterState {
     pub(crate) fn unhealthy(&self) -> &UnhealthyCount {
         static NONE_KEPT: std::sync::LazyLock<Arc<UnhealthyCount>> =
             std::sync::LazyLock::new(Default::default);
-        self.data::<Arc<UnhealthyCount>>().unwrap_or(&NONE_KEPT)
+        self.data::<Arc<UnhealthyCount>>()
+            .unwrap_or_else(|| &NONE_KEPT)
     }
 }
 
@@ -406,7 +407,8 @@ impl DestinationState {
     pub fn health(&self) -> &DestinationHealth {
         static NONE_KEPT: std::sync::LazyLock<DestinationHealth> =
             std::sync::LazyLock::new(|| DestinationHealth::counted_in(Default::default()));
-        self.data::<DestinationHealth>().unwrap_or(&NONE_KEPT)
+        self.data::<DestinationHealth>()
+            .unwrap_or_else(|| &NONE_KEPT)
     }
 }
 

@@ -319,7 +319,8 @@ impl crate::state::Cluster {
     pub fn health(&self) -> &ClusterHealth {
         static NONE_COMPILED: std::sync::LazyLock<ClusterHealth> =
             std::sync::LazyLock::new(ClusterHealth::default);
-        self.data::<ClusterHealth>().unwrap_or(&NONE_COMPILED)
+        self.data::<ClusterHealth>()
+            .unwrap_or_else(|| &NONE_COMPILED)
     }
 }
 

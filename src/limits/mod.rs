@@ -224,13 +224,14 @@ impl crate::state::Route {
         static NONE_COMPILED: std::sync::LazyLock<RouteLimits> = std::sync::LazyLock::new(|| {
             RouteLimits::from_config(&RouteConfig::default(), "").expect("the defaults")
         });
-        self.data::<RouteLimits>().unwrap_or(&NONE_COMPILED)
+        self.data::<RouteLimits>().unwrap_or_else(|| &NONE_COMPILED)
     }
 
     /// Its runtime state (in-flight counter, rate-limit bucket); survives reloads.
     pub fn state(&self) -> &Arc<RouteState> {
         static NONE_COMPILED: std::sync::LazyLock<Arc<RouteState>> =
             std::sync::LazyLock::new(Default::default);
-        self.data::<Arc<RouteState>>().unwrap_or(&NONE_COMPILED)
+        self.data::<Arc<RouteState>>()
+            .unwrap_or_else(|| &NONE_COMPILED)
     }
 }

@@ -195,6 +195,6 @@ impl crate::state::Snapshot {
     pub fn route_table(&self) -> &RouteTable {
         static NONE_COMPILED: std::sync::LazyLock<RouteTable> =
             std::sync::LazyLock::new(|| RouteTable::build(std::iter::empty()).expect("no routes"));
-        self.data::<RouteTable>().unwrap_or(&NONE_COMPILED)
+        self.data::<RouteTable>().unwrap_or_else(|| &NONE_COMPILED)
     }
 }

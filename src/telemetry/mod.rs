@@ -154,7 +154,7 @@ impl ProxyState {
     pub fn metrics(&self) -> &Arc<Metrics> {
         static NONE_KEPT: std::sync::LazyLock<Arc<Metrics>> =
             std::sync::LazyLock::new(Default::default);
-        self.shared::<Arc<Metrics>>().unwrap_or(&NONE_KEPT)
+        self.shared::<Arc<Metrics>>().unwrap_or_else(|| &NONE_KEPT)
     }
 }
 
@@ -178,7 +178,8 @@ impl crate::state::Route {
     pub fn telemetry(&self) -> &RouteTelemetry {
         static NONE_COMPILED: std::sync::LazyLock<RouteTelemetry> =
             std::sync::LazyLock::new(Default::default);
-        self.data::<RouteTelemetry>().unwrap_or(&NONE_COMPILED)
+        self.data::<RouteTelemetry>()
+            .unwrap_or_else(|| &NONE_COMPILED)
     }
 }
 

@@ -513,7 +513,7 @@ impl crate::state::Route {
         static NONE_COMPILED: std::sync::LazyLock<Arc<RouteTransforms>> =
             std::sync::LazyLock::new(Default::default);
         self.data::<Arc<RouteTransforms>>()
-            .unwrap_or(&NONE_COMPILED)
+            .unwrap_or_else(|| &NONE_COMPILED)
     }
 }
 
