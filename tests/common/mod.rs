@@ -228,10 +228,20 @@ pub async fn proxy_on(state: Arc<ProxyState>, form: Form) -> Proxy {
 pub async fn serve<S: fuseway::server::ServeService>(
     service: S,
 ) -> (SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let options =
+        fuseway::server::ServerOptions::default().graceful_timeout(Duration::from_secs(5));
+    serve_with(service, options).await
+}
+
+/// [`serve`] with these server options.
+pub async fn serve_with<S: fuseway::server::ServeService>(
+    service: S,
+    options: fuseway::server::ServerOptions,
+) -> (SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
     let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
         .await
         .unwrap()
-        .graceful_timeout(Duration::from_secs(5));
+        .options(options);
     let addr = server.local_addrs()[0];
     let (stop, stopped) = oneshot::channel::<()>();
     let done = tokio::spawn(async move {

@@ -10,11 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fuseway::body::Incoming;
 use fuseway::pipeline;
-use fuseway::server::{Server, ServerOptions};
+use fuseway::server::{ServeService, ServerOptions};
 use fuseway::state::ProxyState;
-use http::{Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -54,34 +52,12 @@ pub fn state(config_json: &str) -> Arc<ProxyState> {
 }
 
 /// Serve `service` (built over `state`) on 127.0.0.1:0 with `options`.
-pub async fn start_service<S>(
+pub async fn start_service<S: ServeService>(
     state: Arc<ProxyState>,
     service: S,
     options: ServerOptions,
-) -> TestProxy
-where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<fuseway::body::ProxyBody>>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
-        .await
-        .unwrap()
-        .options(options);
-    let addr = server.local_addrs()[0];
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let done = tokio::spawn(async move {
-        server
-            .serve(service, async {
-                let _ = stop_rx.await;
-            })
-            .await
-            .unwrap()
-    });
+) -> TestProxy {
+    let (addr, stop_tx, done) = crate::common::serve_with(service, options).await;
     TestProxy {
         addr,
         state,
