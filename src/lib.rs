@@ -103,15 +103,6 @@ pub mod __private {
     pub use hyper;
     pub use tower_service;
 
-    use crate::pipeline::Terminal;
-    use crate::stage::Stage;
-
-    /// Instantiated by the macros at each stage's span to check the chain of types.
-    pub fn assert_stage<S: Stage<In>, In>() {}
-
-    /// Instantiated by the macros at the terminal's span.
-    pub fn assert_terminal<T: Terminal<In>, In>() {}
-
     /// The path the forwarder sends for a request path (`None`: unchanged). For the
     /// fuzz targets.
     pub fn forwarded_path(path: &str) -> Option<String> {

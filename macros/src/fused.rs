@@ -1,7 +1,7 @@
 //! `fused_pipeline!`: parsing and expansion.
 
-use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{braced, parenthesized, Attribute, Ident, Token, Type, Visibility};
@@ -164,8 +164,6 @@ impl Parse for FusedInput {
 }
 
 pub(crate) fn expand(input: &FusedInput) -> TokenStream {
-    let fw = quote!(::fuseway);
-    let p = quote!(::fuseway::__private);
     let FusedInput {
         attrs,
         vis,
@@ -176,46 +174,62 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
         extra_impl,
     } = input;
     let n = stages.len();
-    let stages_name = format_ident!("{}Stages", name);
-    let future_name = format_ident!("{}Future", name);
+    let fw = quote_spanned!(name.span()=> ::fuseway);
+    let p = quote_spanned!(name.span()=> ::fuseway::__private);
+    let stages_name = format_ident!("{}Stages", name, span = name.span());
+    let future_name = format_ident!("{}Future", name, span = name.span());
 
     // In{k}: what stage k takes (In{n}: what the terminal takes). St{k}: stage k's state.
-    // Everything about stage k is spanned at its type, so a type error points there.
-    let in_alias: Vec<Ident> = (0..=n)
-        .map(|k| format_ident!("__{}In{}", name, k))
+    // Everything about stage k — the aliases' names included, since rustc reports a
+    // failing projection where the alias is used — carries one span, its type's own
+    // name: a type error is reported there, and once (rustc drops a repeat of the same
+    // error at the same span).
+    let spans: Vec<Span> = stages.iter().map(|s| own_span(&s.ty)).collect();
+    let tspan = own_span(&terminal.ty);
+    // The stages' types with every token at that span (a type's own tokens keep theirs,
+    // and rustc reports a failed trait call at the type's).
+    let at: Vec<TokenStream> = stages
+        .iter()
+        .zip(&spans)
+        .map(|(s, span)| respan(s.ty.to_token_stream(), *span))
         .collect();
-    let st_alias: Vec<Ident> = (0..n).map(|k| format_ident!("__{}St{}", name, k)).collect();
+    let tty_at = respan(terminal.ty.to_token_stream(), tspan);
+    // What concerns the whole pipeline is reported at its name.
+    let self_ty = respan(name.to_token_stream(), name.span());
+    let in_alias: Vec<Ident> = (0..=n)
+        .map(|k| {
+            let span = match k {
+                0 => request.span(),
+                k => spans[k - 1],
+            };
+            format_ident!("__{}In{}", name, k, span = span)
+        })
+        .collect();
+    let st_alias: Vec<Ident> = (0..n)
+        .map(|k| format_ident!("__{}St{}", name, k, span = spans[k]))
+        .collect();
     let in0 = &in_alias[0];
     let mut aliases = vec![quote! {
         #[doc(hidden)]
         #[allow(non_camel_case_types)]
         #vis type #in0 = #request;
     }];
-    for (k, stage) in stages.iter().enumerate() {
-        let ty = &stage.ty;
+    for (k, ty) in at.iter().enumerate() {
         let (this_in, next_in, st) = (&in_alias[k], &in_alias[k + 1], &st_alias[k]);
-        aliases.push(quote_spanned! {ty.span()=>
+        aliases.push(quote_spanned! {spans[k]=>
             #[doc(hidden)]
             #[allow(non_camel_case_types)]
             #vis type #next_in = <#ty as #fw::stage::Stage<#this_in>>::Out;
             #[doc(hidden)]
             #[allow(non_camel_case_types)]
             #vis type #st = <#ty as #fw::stage::Stage<#this_in>>::State;
-            const _: () = {
-                let _ = #p::assert_stage::<#ty, #this_in>;
-            };
         });
     }
     let tty = &terminal.ty;
     let last_in = &in_alias[n];
-    let terminal_trait = quote_spanned!(tty.span()=> <#tty as #fw::pipeline::Terminal<#last_in>>);
-    let terminal_future = quote_spanned!(tty.span()=> #terminal_trait::Future);
-    let terminal_error = quote_spanned!(tty.span()=> #terminal_trait::Error);
-    aliases.push(quote_spanned! {tty.span()=>
-        const _: () = {
-            let _ = #p::assert_terminal::<#tty, #last_in>;
-        };
-    });
+    let terminal_trait = quote_spanned!(tspan=> <#tty_at as #fw::pipeline::Terminal<#last_in>>);
+    let terminal_future = quote_spanned!(tspan=> #terminal_trait::Future);
+    let terminal_error = quote_spanned!(tspan=> #terminal_trait::Error);
 
     let names: Vec<&Ident> = stages.iter().map(|s| &s.name).collect();
     let types: Vec<&Type> = stages.iter().map(|s| &s.ty).collect();
@@ -223,14 +237,19 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     // Uses of the state aliases, spanned at their stage.
     let st_uses: Vec<TokenStream> = st_alias
         .iter()
-        .zip(&types)
-        .map(|(st, ty)| quote_spanned!(ty.span()=> #st))
+        .zip(&spans)
+        .map(|(st, span)| quote_spanned!(*span=> #st))
         .collect();
 
     // on_response of stage j, spanned at its type.
     let on_response = |j: usize| {
-        let (sj, nj, inj, ty) = (format_ident!("__s{}", j), names[j], &in_alias[j], types[j]);
-        quote_spanned! {ty.span()=>
+        let (sj, nj, inj, ty) = (
+            format_ident!("__s{}", j, span = spans[j]),
+            names[j],
+            &in_alias[j],
+            &at[j],
+        );
+        quote_spanned! {spans[j]=>
             <#ty as #fw::stage::Stage<#inj>>::on_response(&__stages.#nj, #sj, __response);
         }
     };
@@ -239,12 +258,15 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     // on_response (last first) and returns a ready future.
     let mut call_steps = Vec::new();
     // The variable holding the request as it goes from stage to stage.
-    let mut x_in = format_ident!("__x0");
+    let mut x_in = format_ident!("__x0", span = request.span());
     for k in 0..n {
-        let (stage, ty, this_in) = (names[k], types[k], &in_alias[k]);
-        let (x_out, s) = (format_ident!("__x{}", k + 1), format_ident!("__s{}", k));
+        let (stage, ty, this_in) = (names[k], &at[k], &in_alias[k]);
+        let (x_out, s) = (
+            format_ident!("__x{}", k + 1, span = spans[k]),
+            format_ident!("__s{}", k, span = spans[k]),
+        );
         let unwind: Vec<TokenStream> = (0..k).rev().map(on_response).collect();
-        let answered = quote! {
+        let answered = quote_spanned! {spans[k]=>
             ::core::result::Result::Err(mut __answer) => {
                 let __response = &mut __answer;
                 #(#unwind)*
@@ -252,14 +274,14 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             }
         };
         match stages[k].call {
-            Call::InPlace => call_steps.push(quote_spanned! {ty.span()=>
+            Call::InPlace => call_steps.push(quote_spanned! {spans[k]=>
                 let #s = match <#ty as #fw::stage::InPlace<#this_in>>::on_request_in_place(&__stages.#stage, &mut #x_in) {
                     ::core::result::Result::Ok(v) => v,
                     #answered
                 };
             }),
             Call::ByRef => {
-                call_steps.push(quote_spanned! {ty.span()=>
+                call_steps.push(quote_spanned! {spans[k]=>
                     #[allow(unused_mut)]
                     let (mut #x_out, #s) = match <#ty as #fw::stage::ByRef<#this_in>>::on_request_by_ref(&__stages.#stage, &#x_in) {
                         ::core::result::Result::Ok((__extra, __state)) => (<#ty as #fw::stage::ByRef<#this_in>>::into_out(#x_in, __extra), __state),
@@ -269,7 +291,7 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
                 x_in = x_out;
             }
             Call::ByValue => {
-                call_steps.push(quote_spanned! {ty.span()=>
+                call_steps.push(quote_spanned! {spans[k]=>
                     #[allow(unused_mut)]
                     let (mut #x_out, #s) = match <#ty as #fw::stage::Stage<#this_in>>::on_request(&__stages.#stage, #x_in) {
                         ::core::result::Result::Ok(v) => v,
@@ -282,18 +304,94 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     }
     let unwind_all: Vec<TokenStream> = (0..n).rev().map(on_response).collect();
     let terminal_call =
-        quote_spanned!(tty.span()=> #terminal_trait::call_terminal(&__stages.#tname, #x_in));
-    let ss: Vec<Ident> = (0..n).map(|k| format_ident!("__s{}", k)).collect();
-    let x0 = format_ident!("__x0");
+        quote_spanned!(tspan=> #terminal_trait::call_terminal(&__stages.#tname, #x_in));
+    let ss: Vec<Ident> = (0..n)
+        .map(|k| format_ident!("__s{}", k, span = spans[k]))
+        .collect();
+    let x0 = format_ident!("__x0", span = request.span());
 
     let doc_future = format!(
         "The one future of [`{name}`]: the terminal service's future plus the state of every stage."
     );
     let doc_stages = format!("The stages of [`{name}`], in order, and its terminal service.");
-    let span = Span::call_site();
+    // Checked before anything else that uses the chain, so the first error a wrong stage
+    // causes points at it; the later ones (where its wrong output goes on) come after.
+    let check_name = format_ident!("__{}Check", name, span = name.span());
+    let check_fields = st_uses.iter().chain([&terminal_future]);
 
-    quote_spanned! {span=>
+    // The items that run the chain are spanned at the pipeline's name: what goes wrong
+    // there because a stage's output is wrong is reported once, at that name (the items
+    // users see — the structs, `new`, `stages` — keep the call site's span, so lints
+    // treat them as generated).
+    let fused = quote_spanned! {name.span()=>
+        impl #fw::pipeline::FusedPipeline for #self_ty {
+            type Stages = #stages_name;
+            type Future = #terminal_future;
+            type Error = #terminal_error;
+            type States = (#(#st_uses,)*);
+
+            #[inline]
+            fn on_responses(
+                __stages: &#stages_name,
+                (#(#ss,)*): Self::States,
+                __response: &mut #fw::request::ProxyResponse,
+            ) {
+                #(#unwind_all)*
+            }
+        }
+
+        impl #self_ty {
+            /// Run one request: every stage's `on_request` in order, then the terminal
+            /// service; `on_response` runs in reverse order on its result.
+            #[inline]
+            #[allow(unused_mut)]
+            #vis fn call_fused(&self, mut #x0: #in0) -> #future_name {
+                let __stages: &#stages_name = &self.stages;
+                #(#call_steps)*
+                let __future = #terminal_call;
+                #fw::pipeline::FusedFuture::forwarding(
+                    __future,
+                    ::std::sync::Arc::clone(&self.stages),
+                    (#(#ss,)*),
+                )
+            }
+
+        }
+
+        impl #p::tower_service::Service<#in0> for #self_ty {
+            type Response = #fw::request::ProxyResponse;
+            type Error = <#self_ty as #fw::pipeline::FusedPipeline>::Error;
+            type Future = #future_name;
+
+            fn poll_ready(
+                &mut self,
+                _cx: &mut ::core::task::Context<'_>,
+            ) -> ::core::task::Poll<::core::result::Result<(), Self::Error>> {
+                ::core::task::Poll::Ready(::core::result::Result::Ok(()))
+            }
+
+            fn call(&mut self, request: #in0) -> #future_name {
+                self.call_fused(request)
+            }
+        }
+
+        impl #p::hyper::service::Service<#in0> for #self_ty {
+            type Response = #p::http::Response<#fw::body::ProxyBody>;
+            type Error = <#self_ty as #fw::pipeline::FusedPipeline>::Error;
+            type Future = #fw::server::IntoResponse<#future_name>;
+
+            fn call(&self, request: #in0) -> Self::Future {
+                #fw::server::IntoResponse::new(self.call_fused(request))
+            }
+        }
+    };
+
+    quote! {
         #(#aliases)*
+
+        #[doc(hidden)]
+        #[allow(dead_code, non_camel_case_types)]
+        struct #check_name(#(#check_fields,)*);
 
         #(#attrs)*
         #vis struct #name {
@@ -312,37 +410,21 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
         }
 
         #[doc = #doc_future]
-        #vis type #future_name = #fw::pipeline::FusedFuture<#name>;
+        #vis type #future_name = #fw::pipeline::FusedFuture<#self_ty>;
 
-        impl #fw::pipeline::FusedPipeline for #name {
-            type Stages = #stages_name;
-            type Future = #terminal_future;
-            type Error = #terminal_error;
-            type States = (#(#st_uses,)*);
-
-            #[inline]
-            fn on_responses(
-                __stages: &#stages_name,
-                (#(#ss,)*): Self::States,
-                __response: &mut #fw::request::ProxyResponse,
-            ) {
-                #(#unwind_all)*
-            }
-        }
-
-        impl ::core::clone::Clone for #name {
+        impl ::core::clone::Clone for #self_ty {
             fn clone(&self) -> Self {
                 #name { stages: ::std::sync::Arc::clone(&self.stages) }
             }
         }
 
-        impl ::core::fmt::Debug for #name {
+        impl ::core::fmt::Debug for #self_ty {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 f.debug_struct(::core::stringify!(#name)).finish_non_exhaustive()
             }
         }
 
-        impl #name {
+        impl #self_ty {
             /// Assemble the pipeline from its stages and terminal service, in order.
             #[allow(clippy::too_many_arguments)]
             #vis fn new(#(#names: #types,)* #tname: #tty) -> Self {
@@ -356,49 +438,41 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
                 &self.stages
             }
 
-            /// Run one request: every stage's `on_request` in order, then the terminal
-            /// service; `on_response` runs in reverse order on its result.
-            #[inline]
-            #[allow(unused_mut)]
-            #vis fn call_fused(&self, mut #x0: #in0) -> #future_name {
-                let __stages: &#stages_name = &self.stages;
-                #(#call_steps)*
-                let __future = #terminal_call;
-                #fw::pipeline::FusedFuture::forwarding(
-                    __future,
-                    ::std::sync::Arc::clone(&self.stages),
-                    (#(#ss,)*),
-                )
-            }
-
             #extra_impl
         }
 
-        impl #p::tower_service::Service<#in0> for #name {
-            type Response = #fw::request::ProxyResponse;
-            type Error = <#name as #fw::pipeline::FusedPipeline>::Error;
-            type Future = #future_name;
-
-            fn poll_ready(
-                &mut self,
-                _cx: &mut ::core::task::Context<'_>,
-            ) -> ::core::task::Poll<::core::result::Result<(), Self::Error>> {
-                ::core::task::Poll::Ready(::core::result::Result::Ok(()))
-            }
-
-            fn call(&mut self, request: #in0) -> #future_name {
-                self.call_fused(request)
-            }
-        }
-
-        impl #p::hyper::service::Service<#in0> for #name {
-            type Response = #p::http::Response<#fw::body::ProxyBody>;
-            type Error = <#name as #fw::pipeline::FusedPipeline>::Error;
-            type Future = #fw::server::IntoResponse<#future_name>;
-
-            fn call(&self, request: #in0) -> Self::Future {
-                #fw::server::IntoResponse::new(self.call_fused(request))
-            }
-        }
+        #fused
     }
+}
+
+/// The span a type error about a stage points at: the last segment of its type's path
+/// (`LoadBalancing` in `fuseway::balancing::LoadBalancing`, `Forwarder` in
+/// `Forwarder<B>`), the type's first token otherwise. One token, because a span over
+/// several tokens cannot be made on stable Rust.
+fn own_span(ty: &Type) -> Span {
+    match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .map_or_else(|| ty.span(), |segment| segment.ident.span()),
+        _ => ty.span(),
+    }
+}
+
+/// `tokens` with every token (and group) at `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            if let TokenTree::Group(group) = &tree {
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                tree = TokenTree::Group(inner);
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
 }

@@ -107,6 +107,11 @@ pub trait Stage<In> {
 ///     }
 /// }
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is marked `#[in_place]` but does not implement `InPlace<{In}>`",
+    label = "no `impl InPlace<{In}>` for this stage",
+    note = "implement `fuseway::stage::InPlace` for the stage, or drop the `#[in_place]` marker to call its `on_request`"
+)]
 pub trait InPlace<In>: Stage<In, Out = In> {
     /// [`Stage::on_request`] on the request where it lies.
     #[allow(clippy::result_large_err)] // answers are responses, by value like on_request's
@@ -120,6 +125,11 @@ pub trait InPlace<In>: Stage<In, Out = In> {
 /// load-balancing stages, and a user stage marked `#[by_ref]` — so the request moves
 /// once (into the next type) instead of into the stage and out of its result. Let
 /// [`Stage::on_request`] call the two.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is marked `#[by_ref]` but does not implement `ByRef<{In}>`",
+    label = "no `impl ByRef<{In}>` for this stage",
+    note = "implement `fuseway::stage::ByRef` for the stage, or drop the `#[by_ref]` marker to call its `on_request`"
+)]
 pub trait ByRef<In>: Stage<In> {
     /// What the stage decided, joined to the request to make its output.
     type Decision;
