@@ -1,0 +1,248 @@
+//! `cargo e2e`: fuseway's end-to-end benchmark (method and runs: docs/BENCHMARKS.md,
+//! "End to end").
+//!
+//! A hyper backend (100-byte body), the `fuseway` binary (built with `--features
+//! count-allocs`) and a load generator, each its own process on 127.0.0.1; HTTP/1.1 and
+//! h2c, 32 connections, alternating rounds direct -> fuseway -> fuseway-hyper (the
+//! binary with `--http1-engine hyper`; HTTP/1.1 only) -> hyper-legacy -> hyper-pool ->
+//! hyper-pinned [-> nginx -> haproxy, when installed]. `hyper-legacy`, `hyper-pool` and
+//! `hyper-pinned` are `examples/bare_proxy.rs`: a bare hyper proxy (no routing, no
+//! transforms) over hyper-util's legacy client, its composable pool, or no pool at all
+//! (each client connection its own backend connection) — the floor of a proxy built on
+//! those pools, against which fuseway's own pool is measured, and the floor of any
+//! proxy on hyper.
+//!
+//! ```text
+//! cargo e2e                                  # 3 rounds x (5 s warm-up + 10 s) per target and protocol
+//! cargo e2e --quick --profile dev            # 1 round x (1 s + 2 s), debug build: a smoke test (CI)
+//! cargo e2e --rounds 5 --seconds 20
+//! ```
+//!
+//! (`cargo e2e` is an alias, in `.cargo/config.toml`, of `cargo run -p fuseway-e2e
+//! --release --`.) It first runs `cargo build` in the chosen profile (release by
+//! default) for the binary and the `bench_backend`, `loadgen` and `bare_proxy`
+//! examples. One `RESULT` line per run; the proxy's CPU time per request is the
+//! user+sys ticks of the proxy's processes (`/proc/PID/stat`) over the measurement
+//! window divided by the requests, also reported apart (user: the proxy's own code and
+//! its libraries; sys: the kernel's TCP work for it, about the same for every proxy);
+//! allocations per request come from the binary's SIGUSR1 totals over the same window;
+//! RSS is read at the window's end. nginx and HAProxy run with equivalent keep-alive
+//! settings (configs written to a temp dir, 2 workers/threads like fuseway's 2-core
+//! runtime) when they are on PATH; otherwise they are skipped with a message. Only
+//! 127.0.0.1 is used.
+
+mod idle;
+mod process;
+mod procfs;
+mod run;
+mod targets;
+
+use std::io::BufReader;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::idle::idle_phase;
+use crate::process::{on_path, raise_fd_limit, read_line, spawn};
+use crate::procfs::clock_ticks;
+use crate::run::{run_once, summary};
+use crate::targets::{start_bare, start_fuseway, start_haproxy, start_nginx, Kind, Target};
+
+/// fuseway's end-to-end benchmark against nginx and HAProxy on 127.0.0.1.
+#[derive(Parser, Debug)]
+#[command(name = "cargo e2e")]
+struct Args {
+    /// A smoke test: 1 round of 1 s warm-up + 2 s, 200 idle connections (figures
+    /// meaningless).
+    #[arg(long)]
+    quick: bool,
+    /// The cargo profile the measured binaries are built in.
+    #[arg(long, default_value = "release")]
+    profile: String,
+    /// Rounds per target and protocol [default: 3; 1 with --quick].
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Warm-up seconds before each measurement [default: 5; 1 with --quick].
+    #[arg(long)]
+    warmup: Option<f64>,
+    /// Measured seconds per run [default: 10; 2 with --quick].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Client connections of the load generator.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Idle keep-alive connections opened to each proxy in the memory phase (0: no
+    /// memory phase) [default: 10 000; 200 with --quick].
+    #[arg(long)]
+    idle: Option<usize>,
+}
+
+/// What one benchmark run does, from [`Args`].
+pub(crate) struct Settings {
+    pub(crate) rounds: usize,
+    pub(crate) warmup: f64,
+    pub(crate) seconds: f64,
+    pub(crate) connections: usize,
+    /// Idle keep-alive connections opened to each proxy in the memory phase.
+    pub(crate) idle: usize,
+    pub(crate) quick: bool,
+}
+
+impl From<&Args> for Settings {
+    fn from(args: &Args) -> Self {
+        let quick = args.quick;
+        Settings {
+            rounds: args.rounds.unwrap_or(if quick { 1 } else { 3 }),
+            warmup: args.warmup.unwrap_or(if quick { 1.0 } else { 5.0 }),
+            seconds: args.seconds.unwrap_or(if quick { 2.0 } else { 10.0 }),
+            connections: args.connections,
+            idle: args.idle.unwrap_or(if quick { 200 } else { 10_000 }),
+            quick,
+        }
+    }
+}
+
+/// The workspace the tool belongs to (two levels above its manifest).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("contrib/e2e sits two levels below the workspace root")
+        .to_path_buf()
+}
+
+/// `cargo build` of the binary and the examples the run starts, in `profile`; returns
+/// the directory they are in (`target/release`, `target/debug` ...).
+fn build(root: &Path, profile: &str) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!(
+        "e2e: building fuseway (--features count-allocs) and the bench examples, profile {profile}"
+    );
+    let status = Command::new(cargo)
+        .args(["build", "--profile", profile, "--features", "count-allocs"])
+        .args(["--bin", "fuseway"])
+        .args(["--example", "bench_backend", "--example", "loadgen"])
+        .args(["--example", "bare_proxy"])
+        .current_dir(root)
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "e2e: cargo build failed");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    target.join(match profile {
+        "dev" | "test" => "debug",
+        "bench" => "release",
+        other => other,
+    })
+}
+
+fn main() {
+    let args = Args::parse();
+    let settings = Settings::from(&args);
+    // The idle phase holds thousands of sockets here and in each proxy (which inherit
+    // the limit).
+    raise_fd_limit(settings.idle as u64 * 3 + 4096);
+    let dir = build(&workspace_root(), &args.profile);
+    let tmp = std::env::temp_dir().join(format!("fuseway-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).expect("temp dir");
+    let ticks = clock_ticks();
+
+    let mut backend = spawn(
+        "bench_backend",
+        Command::new(dir.join("examples").join("bench_backend"))
+            .args(["--listen", "127.0.0.1:0", "--threads", "1"])
+            .stdout(Stdio::piped()),
+    );
+    let mut out = BufReader::new(backend.child.stdout.take().expect("piped stdout"));
+    let backend_addr: SocketAddr = read_line(&mut out)
+        .and_then(|l| l.strip_prefix("listening ").and_then(|a| a.parse().ok()))
+        .expect("bench_backend prints `listening ADDR`");
+    eprintln!("e2e: backend on {backend_addr}");
+
+    let mut targets = vec![
+        Target {
+            kind: Kind::Direct,
+            h1: backend_addr.port(),
+            h2: backend_addr.port(),
+            process: None,
+            allocs: None,
+        },
+        start_fuseway(&dir, &tmp, backend_addr, Kind::Fuseway),
+        start_fuseway(&dir, &tmp, backend_addr, Kind::FusewayHyper),
+    ];
+    for kind in [Kind::HyperLegacy, Kind::HyperPool, Kind::HyperPinned] {
+        targets.extend(start_bare(&dir, backend_addr, kind));
+    }
+    match on_path("nginx") {
+        Some(nginx) => targets.extend(start_nginx(&nginx, &tmp, backend_addr)),
+        None => println!("e2e: nginx is not installed: its rounds are skipped"),
+    }
+    match on_path("haproxy") {
+        Some(haproxy) => targets.extend(start_haproxy(&haproxy, &tmp, backend_addr)),
+        None => println!("e2e: haproxy is not installed: its rounds are skipped"),
+    }
+    let kinds: Vec<Kind> = targets.iter().map(|t| t.kind).collect();
+    println!(
+        "e2e: {} round(s) of {} s (+{} s warm-up) per target and protocol, {} connections{}",
+        settings.rounds,
+        settings.seconds,
+        settings.warmup,
+        settings.connections,
+        if settings.quick {
+            " (quick mode: a smoke test only)"
+        } else {
+            ""
+        }
+    );
+
+    let mut runs = Vec::new();
+    for http in [1u8, 2] {
+        for _ in 0..settings.rounds {
+            for t in &targets {
+                if http == 2 && t.kind == Kind::FusewayHyper {
+                    continue;
+                }
+                runs.push(run_once(
+                    &dir,
+                    t,
+                    &backend,
+                    backend_addr,
+                    http,
+                    &settings,
+                    ticks,
+                ));
+            }
+        }
+    }
+    summary(&runs, &kinds);
+    idle_phase(&targets, settings.idle);
+    for t in &mut targets {
+        if let Some(p) = &mut t.process {
+            p.stop();
+        }
+    }
+    for f in &targets {
+        if let Some(rx) = &f.allocs {
+            if let Ok((a, b)) = rx.recv_timeout(Duration::from_secs(2)) {
+                println!(
+                    "{} exited: {a} allocations, {b} bytes in total",
+                    f.kind.label()
+                );
+            }
+        }
+    }
+    backend.stop();
+    let _ = std::fs::remove_dir_all(&tmp);
+    let total_errors: u64 = runs.iter().map(|r| r.errors).sum();
+    assert!(
+        runs.iter().all(|r| r.requests > 0),
+        "e2e: a run completed no request"
+    );
+    if total_errors > 0 {
+        println!("e2e: {total_errors} errors in total (see the RESULT lines)");
+    }
+}

@@ -1,0 +1,246 @@
+//! One run (a load generator against one target for one protocol) and the summary of
+//! all runs.
+
+use std::io::{BufReader, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::process::{key_values, read_line, spawn, Process};
+use crate::procfs::{cpu_ticks, rss_mb};
+use crate::targets::{Kind, Target};
+use crate::Settings;
+
+pub(crate) struct Run {
+    pub(crate) kind: Kind,
+    pub(crate) http: u8,
+    pub(crate) rps: f64,
+    pub(crate) requests: u64,
+    pub(crate) errors: u64,
+    pub(crate) proxy_cpu_us: Option<f64>,
+    /// The user-mode part of `proxy_cpu_us` (the rest is the kernel's).
+    pub(crate) proxy_user_us: Option<f64>,
+    pub(crate) backend_cpu_us: f64,
+    pub(crate) allocs_per_req: Option<f64>,
+    pub(crate) alloc_bytes_per_req: Option<f64>,
+    pub(crate) rss_mb: Option<f64>,
+    pub(crate) p50: u64,
+    pub(crate) p99: u64,
+}
+
+pub(crate) fn snapshot_allocs(target: &Target) -> Option<(u64, u64)> {
+    let rx = target.allocs.as_ref()?;
+    while rx.try_recv().is_ok() {}
+    let pid = target.process.as_ref()?.pid();
+    Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status()
+        .ok()?;
+    rx.recv_timeout(Duration::from_secs(5)).ok()
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_once(
+    dir: &Path,
+    target: &Target,
+    backend: &Process,
+    backend_addr: SocketAddr,
+    http: u8,
+    settings: &Settings,
+    ticks_per_s: f64,
+) -> Run {
+    let port = match target.kind {
+        Kind::Direct => backend_addr.port(),
+        _ if http == 2 => target.h2,
+        _ => target.h1,
+    };
+    let mut loadgen = spawn(
+        "loadgen",
+        Command::new(dir.join("examples").join("loadgen"))
+            .args(["--url", &format!("http://127.0.0.1:{port}/bench/path?q=1")])
+            .args(["--http", &http.to_string()])
+            .args(["--connections", &settings.connections.to_string()])
+            .args(["--warmup", &settings.warmup.to_string()])
+            .args(["--duration", &settings.seconds.to_string()])
+            .stdout(Stdio::piped()),
+    );
+    let mut out = BufReader::new(loadgen.child.stdout.take().expect("piped stdout"));
+    let proxy_pid = target.process.as_ref().map(Process::pid);
+    let mut start = None;
+    let mut end = None;
+    let mut result = None;
+    while let Some(line) = read_line(&mut out) {
+        let sample = || {
+            (
+                proxy_pid.map(cpu_ticks),
+                cpu_ticks(backend.pid()),
+                snapshot_allocs(target),
+            )
+        };
+        match line.as_str() {
+            "MEASURE start" => start = Some(sample()),
+            "MEASURE end" => end = Some((sample(), proxy_pid.map(rss_mb))),
+            l if l.starts_with("LOADGEN ") => result = Some(key_values(&l[8..])),
+            l => eprintln!("loadgen: {l}"),
+        }
+    }
+    let status = loadgen.child.wait().expect("loadgen exit");
+    assert!(status.success(), "e2e: loadgen failed ({status})");
+    let (start, (end, rss)) = (
+        start.expect("loadgen printed MEASURE start"),
+        end.expect("loadgen printed MEASURE end"),
+    );
+    let r = result.expect("loadgen printed its LOADGEN line");
+    let get = |k: &str| -> f64 { r.get(k).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
+    let requests = get("requests") as u64;
+    let per_req_us = |ticks: u64| ticks as f64 / ticks_per_s * 1e6 / requests.max(1) as f64;
+    let used = |a: (u64, u64), b: (u64, u64)| (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1));
+    let proxy = match (start.0, end.0) {
+        (Some(a), Some(b)) => Some(used(a, b)),
+        _ => None,
+    };
+    let backend_used = used(start.1, end.1);
+    let run = Run {
+        kind: target.kind,
+        http,
+        rps: get("rps"),
+        requests,
+        errors: get("errors") as u64,
+        proxy_cpu_us: proxy.map(|(u, s)| per_req_us(u + s)),
+        proxy_user_us: proxy.map(|(u, _)| per_req_us(u)),
+        backend_cpu_us: per_req_us(backend_used.0 + backend_used.1),
+        allocs_per_req: match (start.2, end.2) {
+            (Some(a), Some(b)) => Some((b.0 - a.0) as f64 / requests.max(1) as f64),
+            _ => None,
+        },
+        alloc_bytes_per_req: match (start.2, end.2) {
+            (Some(a), Some(b)) => Some((b.1 - a.1) as f64 / requests.max(1) as f64),
+            _ => None,
+        },
+        rss_mb: rss,
+        p50: get("p50_us") as u64,
+        p99: get("p99_us") as u64,
+    };
+    let opt = |v: Option<f64>, digits: usize| match v {
+        Some(v) => format!("{v:.digits$}"),
+        None => "-".into(),
+    };
+    println!(
+        "RESULT label={} target=127.0.0.1:{port} http={} connections={} duration_s={} requests={} errors={} rps={:.0} p50_us={} p90_us={} p99_us={} p999_us={} proxy_cpu_us_per_req={} proxy_user_us_per_req={} backend_cpu_us_per_req={:.1} allocs_per_req={} alloc_bytes_per_req={} proxy_rss_mb={}",
+        target.kind.label(),
+        if http == 2 { "2" } else { "1.1" },
+        settings.connections,
+        r.get("duration_s").map(String::as_str).unwrap_or("?"),
+        run.requests,
+        run.errors,
+        run.rps,
+        run.p50,
+        get("p90_us") as u64,
+        run.p99,
+        get("p999_us") as u64,
+        opt(run.proxy_cpu_us, 1),
+        opt(run.proxy_user_us, 1),
+        run.backend_cpu_us,
+        opt(run.allocs_per_req, 1),
+        opt(run.alloc_bytes_per_req, 0),
+        opt(run.rss_mb, 1),
+    );
+    let _ = std::io::stdout().flush();
+    run
+}
+
+pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
+    println!();
+    println!("summary: medians over rounds (proxy CPU = user+sys of the proxy's processes over the window / requests; user = its user-mode part)");
+    println!(
+        "{:<6} {:<13} {:>9} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
+        "http",
+        "target",
+        "rps",
+        "vs direct",
+        "errors",
+        "proxy CPU µs/r",
+        "user",
+        "allocs/req",
+        "bytes/req",
+        "RSS MB",
+        "p50 µs",
+        "p99 µs",
+        "rounds"
+    );
+    for http in [1u8, 2] {
+        let of = |k: Kind| runs.iter().filter(move |r| r.kind == k && r.http == http);
+        let direct = median(of(Kind::Direct).map(|r| r.rps).collect());
+        let mut fuseway_cpu = None;
+        for &k in kinds {
+            let rs: Vec<&Run> = of(k).collect();
+            if rs.is_empty() {
+                continue;
+            }
+            let m = |f: &dyn Fn(&Run) -> Option<f64>| {
+                let v: Vec<f64> = rs.iter().filter_map(|r| f(r)).collect();
+                (!v.is_empty()).then(|| median(v))
+            };
+            let rps = m(&|r| Some(r.rps)).unwrap_or(0.0);
+            let cpu = m(&|r| r.proxy_cpu_us);
+            if k == Kind::Fuseway {
+                fuseway_cpu = cpu;
+            }
+            let show =
+                |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}")).unwrap_or("-".into());
+            println!(
+                "{:<6} {:<13} {:>9.0} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
+                if http == 2 { "h2c" } else { "1.1" },
+                k.label(),
+                rps,
+                if k == Kind::Direct {
+                    "1".into()
+                } else {
+                    format!("{:.2}", rps / direct)
+                },
+                rs.iter().map(|r| r.errors).sum::<u64>(),
+                show(cpu, 1),
+                show(m(&|r| r.proxy_user_us), 1),
+                show(m(&|r| r.allocs_per_req), 1),
+                show(m(&|r| r.alloc_bytes_per_req), 0),
+                show(m(&|r| r.rss_mb), 1),
+                show(m(&|r| Some(r.p50 as f64)), 0),
+                show(m(&|r| Some(r.p99 as f64)), 0),
+                rs.len(),
+            );
+        }
+        let Some(f) = fuseway_cpu else { continue };
+        let f_user = median(of(Kind::Fuseway).filter_map(|r| r.proxy_user_us).collect());
+        for &k in kinds {
+            if matches!(k, Kind::Direct | Kind::Fuseway) {
+                continue;
+            }
+            if of(k).next().is_none() {
+                continue;
+            }
+            let cpu = median(of(k).filter_map(|r| r.proxy_cpu_us).collect());
+            let user = median(of(k).filter_map(|r| r.proxy_user_us).collect());
+            let rps = median(of(Kind::Fuseway).map(|r| r.rps).collect())
+                / median(of(k).map(|r| r.rps).collect());
+            println!(
+                "       fuseway/{}: rps {rps:.2}, proxy CPU per request {:.2} (user {:.2})",
+                k.label(),
+                f / cpu,
+                f_user / user
+            );
+        }
+    }
+}
