@@ -44,7 +44,7 @@ use tower_service::Service;
 
 pub use expect::CONTINUE_TIMEOUT;
 pub use future::ResponseFuture;
-pub use pool::{IDLE_TIMEOUT, MAX_IDLE_PER_POOL};
+pub use pool::{H2_PING_INTERVAL, H2_PING_TIMEOUT, IDLE_TIMEOUT, MAX_IDLE_PER_POOL};
 pub use request_body::RequestBody;
 pub use tls::trust_bundled_roots;
 
@@ -279,6 +279,8 @@ impl<B> std::fmt::Debug for ForwarderBuilder<B> {
             .field("engine", &self.engine)
             .field("idle_timeout", &self.keep.idle_timeout)
             .field("max_idle_per_pool", &self.keep.max_idle)
+            .field("http2_ping_interval", &self.keep.h2_ping_interval)
+            .field("http2_ping_timeout", &self.keep.h2_ping_timeout)
             .finish()
     }
 }
@@ -295,8 +297,8 @@ where
         self
     }
 
-    /// How long an idle HTTP/1.1 connection is kept for reuse (default
-    /// [`IDLE_TIMEOUT`], 90 s).
+    /// How long an idle HTTP/1.1 connection is kept for reuse, and an HTTP/2 connection
+    /// that no request has taken for as long is closed (default [`IDLE_TIMEOUT`], 90 s).
     pub fn idle_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.keep.idle_timeout = timeout;
         self
@@ -307,6 +309,29 @@ where
     /// back. `0` keeps none: every request opens a connection.
     pub fn max_idle_per_pool(mut self, max: usize) -> Self {
         self.keep.max_idle = max;
+        self
+    }
+
+    /// HTTP/2 keep-alive pings to destinations: a ping after `interval` without a frame
+    /// from the destination (idle connections too), and the connection taken for dead —
+    /// its requests failing as `502`, new ones going to a new connection — when the
+    /// answer has not come within `timeout` (default [`H2_PING_INTERVAL`], 30 s, and
+    /// [`H2_PING_TIMEOUT`], 20 s). `None` sends no pings.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let forwarder = fuseway::forwarding::Forwarder::<fuseway::body::Incoming>::builder()
+    ///     .http2_keep_alive(Some(Duration::from_secs(10)), Duration::from_secs(5))
+    ///     .build();
+    /// # drop(forwarder);
+    /// ```
+    pub fn http2_keep_alive(
+        mut self,
+        interval: Option<std::time::Duration>,
+        timeout: std::time::Duration,
+    ) -> Self {
+        self.keep.h2_ping_interval = interval;
+        self.keep.h2_ping_timeout = timeout;
         self
     }
 

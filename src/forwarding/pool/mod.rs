@@ -18,7 +18,12 @@
 //!   send again. One that closes *after* the request was written (the keep-alive race)
 //!   gets an idempotent body-less request once more, on a new connection ([`Replay`]).
 //! - **HTTP/2 connections are shared**: one per pool, driven by its own task; each
-//!   request is one boxed exchange.
+//!   request is one boxed exchange. Requests that come while it is being opened wait
+//!   for it (one connect for any number of concurrent first requests; a failed one
+//!   fails them all, and the next request tries again). Keep-alive pings find a
+//!   destination that went silent ([`H2_PING_INTERVAL`], [`H2_PING_TIMEOUT`]); a
+//!   connection no request has taken for the idle timeout leaves the pool and closes
+//!   once its open streams end.
 //! - **Negotiated versions** (`https://` where the version policy allows HTTP/2 and
 //!   HTTP/1.1): a new connection offers both by ALPN ([`Negotiating`]); the request
 //!   goes on as whichever exchange the destination chose, and the pool remembers the
@@ -81,7 +86,7 @@ mod timer;
 mod upgrade;
 
 use h1::{closed_io, drop_expired, h1_link, H1Slot, Idle, Link};
-use h2::{h2, h2_exchange, h2_handshake};
+use h2::{h2, h2_exchange, h2_handshake, H2Conn};
 use limit::{Limit, Permit, Ticket};
 use negotiate::{shape, Negotiating};
 use replay::Replay;
@@ -102,11 +107,25 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// more are closed when they come back.
 pub const MAX_IDLE_PER_POOL: usize = 1024;
 
-/// What a forwarder's pools keep idle, and for how long.
+/// How often an HTTP/2 connection to a destination is pinged when nothing arrives on
+/// it, unless the forwarder was built with another
+/// ([`ForwarderBuilder::http2_keep_alive`](super::ForwarderBuilder::http2_keep_alive)).
+pub const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How long a ping's answer is awaited before the connection is taken for dead.
+pub const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What a forwarder's pools keep idle and for how long, and how they tell that an
+/// HTTP/2 connection is alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Keep {
+    /// Idle HTTP/1.1 connections, and HTTP/2 connections no request has taken, are
+    /// closed after this.
     pub(crate) idle_timeout: Duration,
     pub(crate) max_idle: usize,
+    /// HTTP/2 keep-alive pings (`None`: none).
+    pub(crate) h2_ping_interval: Option<Duration>,
+    pub(crate) h2_ping_timeout: Duration,
 }
 
 impl Default for Keep {
@@ -114,6 +133,8 @@ impl Default for Keep {
         Keep {
             idle_timeout: IDLE_TIMEOUT,
             max_idle: MAX_IDLE_PER_POOL,
+            h2_ping_interval: Some(H2_PING_INTERVAL),
+            h2_ping_timeout: H2_PING_TIMEOUT,
         }
     }
 }
@@ -391,7 +412,7 @@ impl<B: SendBody> Pools<B> {
             .expect("scheme and authority make a URI"),
             key,
             idle: Mutex::new(Vec::new()),
-            shared: Mutex::new(None),
+            h2: Mutex::new(H2Conn::None),
             opened: self.opened.clone(),
             limit,
             native: self.native,
@@ -436,12 +457,7 @@ fn sweep<B>(pools: &mut HashMap<Key, Arc<Pool<B>>, FxBuild>) {
     pools.retain(|_, pool| {
         let mut idle = pool.idle.lock().expect("pool lock");
         drop_expired(&mut idle, now, pool.keep.idle_timeout);
-        let shared = pool
-            .shared
-            .lock()
-            .expect("pool lock")
-            .as_ref()
-            .is_some_and(|s| !s.is_closed());
+        let shared = pool.h2.lock().expect("pool lock").is_live();
         // Exchanges in flight hold it weakly: one that ends after this finds no pool
         // and closes its connection.
         !idle.is_empty() || shared || Arc::strong_count(pool) > 1
@@ -463,7 +479,7 @@ pub(crate) struct Pool<B> {
     /// Idle HTTP/1.1 connections, the most recently used last.
     idle: Mutex<Vec<Idle<B>>>,
     /// The shared HTTP/2 connection.
-    shared: Mutex<Option<http2::SendRequest<B>>>,
+    h2: Mutex<H2Conn<B>>,
     opened: Arc<AtomicU64>,
     /// The cluster's `MaxConnectionsPerServer`, for a destination's pool shared by
     /// every forwarder.

@@ -61,7 +61,7 @@ impl<B: SendBody> Exchange for Negotiating<B> {
             };
             *this.then = Some(if h2 {
                 drop(this.permit.take());
-                let connecting = Box::pin(h2_handshake(pool.clone(), io));
+                let connecting = h2_handshake(pool)(io);
                 self::h2(
                     Err(connecting),
                     shape(request, UpstreamVersion::Http2, &pool.target),
