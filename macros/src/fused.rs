@@ -331,6 +331,9 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             type States = (#(#st_uses,)*);
 
             #[inline]
+            // Spanned at the user's stages (for errors), so lints see this code as theirs:
+            // a stage's state may well be `()`.
+            #[allow(clippy::let_unit_value, clippy::unit_arg)]
             fn on_responses(
                 __stages: &#stages_name,
                 (#(#ss,)*): Self::States,
@@ -344,7 +347,7 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             /// Run one request: every stage's `on_request` in order, then the terminal
             /// service; `on_response` runs in reverse order on its result.
             #[inline]
-            #[allow(unused_mut)]
+            #[allow(unused_mut, clippy::let_unit_value, clippy::unit_arg)]
             #vis fn call_fused(&self, mut #x0: #in0) -> #future_name {
                 let __stages: &#stages_name = &self.stages;
                 #(#call_steps)*
