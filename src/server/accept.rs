@@ -1,6 +1,7 @@
 //! Listening sockets, the accept loop, and the start of each connection: protocol
 //! detection or the TLS handshake, then the native engine or hyper's.
 
+use super::streams::{StreamExecutor, WithStreams};
 use super::*;
 
 pub(super) async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
@@ -149,7 +150,7 @@ pub(super) type NativeSlots<S> = native::Slots<native::CallOf<S>, idle::ServedBo
 
 /// What every connection of a listener shares.
 pub(super) struct Shared<S: ServeService> {
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<auto::Builder<StreamExecutor>>,
     options: Arc<ServerOptions>,
     slots: Arc<NativeSlots<S>>,
 }
@@ -226,7 +227,7 @@ where
             .into_owned();
         let timeout = shared.options.header_read_timeout;
         Either::Right(Box::pin(drive(
-            drain::watch(drain, connection),
+            WithStreams::new(drain::watch(drain, connection)),
             activity,
             timeout,
             remote,
@@ -249,7 +250,7 @@ pub(super) async fn accept_loop<S>(
     let local = listener
         .local_addr()
         .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(StreamExecutor);
     builder
         .http1()
         .timer(TokioTimer::new())

@@ -10,6 +10,7 @@ mod options;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod replay;
 mod service;
+mod streams;
 mod tls;
 
 use std::future::Future;
@@ -23,7 +24,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures_util::future::{Either, FutureExt};
 use http::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
