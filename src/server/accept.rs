@@ -106,42 +106,37 @@ pub(super) enum Protocol {
     Http2,
 }
 
-/// The service for one connection, and its activity when the header read timeout
-/// applies: on HTTP/1.1 (as hyper's own did), not on HTTP/2, whose requests are streams
-/// of a connection that stays open between them.
-pub(super) fn served<S>(
-    service: S,
-    info: ConnectionInfo,
-    protocol: Protocol,
-) -> (Served<S>, Option<Arc<idle::Activity>>) {
-    let activity = (protocol == Protocol::Http1).then(idle::Activity::new);
+/// The service for one connection served by hyper, and the connection's activity (the
+/// requests it has in flight, for its idle limit).
+pub(super) fn served<S>(service: S, info: ConnectionInfo) -> (Served<S>, Arc<idle::Activity>) {
+    let activity = idle::Activity::new();
     let svc = Served {
         inner: service,
         info,
-        activity: activity.clone(),
+        activity: Some(activity.clone()),
     };
     (svc, activity)
 }
 
-/// Drive a connection to its end; an HTTP/1.1 one is closed once it has waited for a
-/// request head longer than `timeout`.
+/// Drive a connection to its end; it is closed once it has had no request in flight for
+/// `timeout` (on HTTP/1.1 the header read timeout: waiting for a request head; on
+/// HTTP/2 the idle timeout).
 pub(super) async fn drive<F, E>(
     connection: F,
-    activity: Option<Arc<idle::Activity>>,
+    activity: Arc<idle::Activity>,
     timeout: Duration,
     remote: SocketAddr,
 ) where
     F: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let ended = match activity {
-        Some(activity) => idle::IdleLimited::new(connection, activity, timeout).await,
-        None => Some(connection.await),
-    };
+    let ended = idle::IdleLimited::new(connection, activity, timeout).await;
     match ended {
         Some(Ok(())) => {}
         Some(Err(e)) => tracing::debug!(error = %e, %remote, "connection ended with an error"),
-        None => tracing::debug!(%remote, "no request head within the header read timeout; closing"),
+        None => {
+            tracing::debug!(%remote, "no request in flight for the connection's idle limit; closing")
+        }
     }
 }
 
@@ -220,12 +215,15 @@ where
             false,
         ))
     } else {
-        let (service, activity) = served(service, info, protocol);
+        let (service, activity) = served(service, info);
         let connection = shared
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), service)
             .into_owned();
-        let timeout = shared.options.header_read_timeout;
+        let timeout = match protocol {
+            Protocol::Http1 => shared.options.header_read_timeout,
+            _ => shared.options.http2_idle_timeout,
+        };
         Either::Right(Box::pin(drive(
             WithStreams::new(drain::watch(drain, connection)),
             activity,
@@ -262,6 +260,8 @@ pub(super) async fn accept_loop<S>(
         .timer(TokioTimer::new())
         .max_concurrent_streams(options.max_concurrent_streams)
         .max_header_list_size(options.max_header_list_size)
+        .keep_alive_interval(options.http2_keep_alive_interval)
+        .keep_alive_timeout(options.http2_keep_alive_timeout)
         // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
         .enable_connect_protocol();
     let graceful = drain::Drain::new(options.header_read_timeout);

@@ -1,5 +1,5 @@
-//! The HTTP/1.1 header read timeout, kept once per connection instead of once per
-//! request.
+//! The HTTP/1.1 header read timeout (and the HTTP/2 idle timeout), kept once per
+//! connection instead of once per request.
 //!
 //! hyper's own `header_read_timeout` arms a boxed timer each time it starts reading a
 //! request head — an allocation, a registration in the runtime's timer wheel and its
@@ -12,6 +12,10 @@
 //! for the new expiry. The result is what hyper's timer enforces (a head must
 //! arrive within the timeout of the previous response's end, or of the accept), at no
 //! per-request cost beyond a few uncontended atomic operations and one clock read.
+//!
+//! HTTP/2 connections served by hyper get the same limit with
+//! [`ServerOptions::http2_idle_timeout`](super::ServerOptions::http2_idle_timeout): one
+//! with no stream in flight for that long is closed.
 
 use std::future::Future;
 use std::pin::Pin;

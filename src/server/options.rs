@@ -29,6 +29,15 @@ pub struct ServerOptions {
     pub max_header_list_size: u32,
     /// How long in-flight requests may take after shutdown starts (default 30 s).
     pub graceful_timeout: Duration,
+    /// HTTP/2 keep-alive pings to clients: a ping after this long without a frame from
+    /// the client, idle connections too (default `None`: no pings, Kestrel's default).
+    pub http2_keep_alive_interval: Option<Duration>,
+    /// How long a ping's answer is awaited before the connection is closed (default
+    /// 20 s).
+    pub http2_keep_alive_timeout: Duration,
+    /// An HTTP/2 connection with no request in flight for this long is closed (default
+    /// 130 s, Kestrel's `KeepAliveTimeout`).
+    pub http2_idle_timeout: Duration,
 }
 
 /// The engine that serves HTTP/1.1 connections (HTTP/2 is always hyper's).
@@ -84,6 +93,9 @@ impl Default for ServerOptions {
             http1_engine: Http1Engine::from_env(),
             max_header_list_size: 64 * 1024,
             graceful_timeout: Duration::from_secs(30),
+            http2_keep_alive_interval: None,
+            http2_keep_alive_timeout: Duration::from_secs(20),
+            http2_idle_timeout: Duration::from_secs(130),
         }
     }
 }
@@ -102,6 +114,19 @@ impl Default for ServerOptions {
 /// assert_eq!(options.max_connections, 50_000);
 /// ```
 impl ServerOptions {
+    /// Sets `http2_keep_alive_interval` and `http2_keep_alive_timeout`.
+    pub fn http2_keep_alive(mut self, interval: Option<Duration>, timeout: Duration) -> Self {
+        self.http2_keep_alive_interval = interval;
+        self.http2_keep_alive_timeout = timeout;
+        self
+    }
+
+    /// Sets `http2_idle_timeout`.
+    pub fn http2_idle_timeout(mut self, value: Duration) -> Self {
+        self.http2_idle_timeout = value;
+        self
+    }
+
     /// Sets `max_connections`.
     pub fn max_connections(mut self, value: usize) -> Self {
         self.max_connections = value;

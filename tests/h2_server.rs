@@ -1,0 +1,127 @@
+//! HTTP/2 serving: idle client connections closed after the idle timeout, silent ones
+//! found by the keep-alive ping. The real server and pipeline, real sockets on
+//! 127.0.0.1, and hyper's client (or raw frames, for a client that stays silent).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use fuseway::server::ServerOptions;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The default pipeline to an answering backend, served with `options`; the address.
+async fn serving(
+    options: ServerOptions,
+) -> (
+    std::net::SocketAddr,
+    Backend,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let b = backend(|_req: Request<Incoming>| async { Response::new(full("ok")) }).await;
+    let config = fuseway::config::parse(
+        &simple_config(&[("d1", &b.url())], ""),
+        fuseway::config::Format::Json,
+    )
+    .unwrap();
+    let state = Arc::new(fuseway::state::ProxyState::new(config).unwrap());
+    let (addr, stop, _done) =
+        serve_with(fuseway::pipeline::FusedDefault::from_state(state), options).await;
+    (addr, b, stop)
+}
+
+/// An h2c connection with no request in flight for the idle timeout is closed by the
+/// server.
+#[tokio::test]
+async fn an_idle_h2c_connection_is_closed_after_the_idle_timeout() {
+    let options = ServerOptions::default().http2_idle_timeout(Duration::from_millis(300));
+    let (addr, _backend, _stop) = serving(options).await;
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    let connection = tokio::spawn(connection);
+    for i in 0..3 {
+        let request = Request::get(format!("http://{addr}/r/{i}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = within("a response", sender.send_request(request))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    within("the server to close the idle connection", connection)
+        .await
+        .unwrap()
+        .ok();
+    assert!(sender.is_closed(), "the connection is closed");
+}
+
+/// Reads HTTP/2 frames from `stream` until the server closes it: whether a PING came
+/// first. Nothing is answered (a client that went silent).
+async fn frames_until_closed(stream: &mut TcpStream) -> bool {
+    let mut pinged = false;
+    loop {
+        let mut head = [0u8; 9];
+        if stream.read_exact(&mut head).await.is_err() {
+            return pinged;
+        }
+        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; length];
+        if stream.read_exact(&mut payload).await.is_err() {
+            return pinged;
+        }
+        // PING, not an acknowledgement.
+        if head[3] == 6 && head[4] & 1 == 0 {
+            pinged = true;
+        }
+    }
+}
+
+/// With keep-alive pings on, a client that stops answering (here: after its preface
+/// and SETTINGS, nothing, not even the ping's acknowledgement) is closed once the
+/// ping's answer is overdue — long before the idle timeout.
+#[tokio::test]
+async fn a_silent_h2c_client_is_closed_after_an_unanswered_ping() {
+    let options = ServerOptions::default()
+        .http2_keep_alive(Some(Duration::from_millis(200)), Duration::from_millis(300))
+        .http2_idle_timeout(Duration::from_secs(120));
+    let (addr, _backend, _stop) = serving(options).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let pinged = within(
+        "the server to ping, then close",
+        frames_until_closed(&mut stream),
+    )
+    .await;
+    assert!(pinged, "the server sent a PING before closing");
+}
+
+/// Pings off (the default), a silent client's connection stays open until the idle
+/// timeout: no PING is sent.
+#[tokio::test]
+async fn without_keep_alive_pings_none_is_sent() {
+    let options = ServerOptions::default().http2_idle_timeout(Duration::from_millis(800));
+    let (addr, _backend, _stop) = serving(options).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let pinged = within(
+        "the idle timeout to close the connection",
+        frames_until_closed(&mut stream),
+    )
+    .await;
+    assert!(!pinged, "no PING without keep-alive pings");
+}
