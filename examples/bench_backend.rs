@@ -1,5 +1,7 @@
 //! The end-to-end bench's backend: answers every request with `200 OK` and a 100-byte
-//! body, over HTTP/1.1 (keep-alive) and HTTP/2 cleartext (prior knowledge) on one port.
+//! body, over HTTP/1.1 (keep-alive) and HTTP/2 cleartext (prior knowledge) on one port;
+//! a gRPC call (`content-type: application/grpc`) gets one 100-byte message and the
+//! trailer `grpc-status: 0`.
 //!
 //! ```text
 //! cargo run --release --example bench_backend -- --listen 127.0.0.1:0 --threads 1
@@ -12,8 +14,11 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 use clap::Parser;
-use http::{Request, Response};
-use http_body_util::Full;
+use std::future::Ready;
+
+use http::{HeaderMap, HeaderValue, Request, Response};
+use http_body_util::combinators::WithTrailers;
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -32,10 +37,40 @@ struct Args {
 
 static BODY: [u8; 100] = [b'x'; 100];
 
-async fn answer(_: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// A gRPC answer: one message of [`BODY`] behind its 5-byte prefix.
+static GRPC_BODY: [u8; 105] = {
+    let mut body = [b'x'; 105];
+    body[0] = 0;
+    body[1] = 0;
+    body[2] = 0;
+    body[3] = 0;
+    body[4] = 100;
+    body
+};
+
+type Answer =
+    Either<Full<Bytes>, WithTrailers<Full<Bytes>, Ready<Option<Result<HeaderMap, Infallible>>>>>;
+
+async fn answer(request: Request<Incoming>) -> Result<Response<Answer>, Infallible> {
+    let grpc = request
+        .headers()
+        .get("content-type")
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        // The request's message is read before answering, as a gRPC server does.
+        let _ = request.into_body().collect().await;
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        let body = Full::new(Bytes::from_static(&GRPC_BODY))
+            .with_trailers(std::future::ready(Some(Ok(trailers))));
+        return Ok(Response::builder()
+            .header("content-type", "application/grpc")
+            .body(Either::Right(body))
+            .expect("valid response"));
+    }
     Ok(Response::builder()
         .header("content-type", "text/plain")
-        .body(Full::new(Bytes::from_static(&BODY)))
+        .body(Either::Left(Full::new(Bytes::from_static(&BODY))))
         .expect("valid response"))
 }
 

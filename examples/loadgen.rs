@@ -8,6 +8,10 @@
 //!     --connections 32 --warmup 5 --duration 10
 //! ```
 //!
+//! With `--grpc` (HTTP/2 only) each request is a gRPC unary call: a `POST` of one
+//! length-prefixed 10-byte message, `content-type: application/grpc`; it succeeds when
+//! the response ends with the trailer `grpc-status: 0`.
+//!
 //! Prints `MEASURE start` and `MEASURE end` on stdout as the window opens and closes
 //! (the e2e bench samples the proxy's counters then), and at the end one line
 //! `LOADGEN requests=N errors=E duration_s=D rps=R p50_us=.. p90_us=.. p99_us=.. p999_us=..`.
@@ -21,7 +25,7 @@ use bytes::Bytes;
 use clap::Parser;
 use hdrhistogram::Histogram;
 use http::{Request, Uri};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
@@ -36,6 +40,9 @@ struct Args {
     /// HTTP version: 1 (HTTP/1.1) or 2 (h2c, prior knowledge).
     #[arg(long, default_value_t = 1)]
     http: u8,
+    /// gRPC unary calls instead of `GET`s (with `--http 2`).
+    #[arg(long)]
+    grpc: bool,
     /// Requests in flight per HTTP/2 connection.
     #[arg(long, default_value_t = 1)]
     streams: usize,
@@ -73,6 +80,7 @@ fn main() {
         "loadgen only targets this machine (127.0.0.1 / localhost), not `{host}`"
     );
     assert!(args.http == 1 || args.http == 2, "--http is 1 or 2");
+    assert!(!args.grpc || args.http == 2, "--grpc needs --http 2");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads.max(1))
         .enable_all()
@@ -143,7 +151,7 @@ async fn connection(args: Arc<Args>, phase: Arc<AtomicU8>, streams: usize) -> Ta
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(stream);
         if args.http == 2 {
-            let Ok((send, conn)) = hyper::client::conn::http2::handshake::<_, _, Empty<Bytes>>(
+            let Ok((send, conn)) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(
                 TokioExecutor::new(),
                 io,
             )
@@ -167,16 +175,16 @@ async fn connection(args: Arc<Args>, phase: Arc<AtomicU8>, streams: usize) -> Ta
                                 count_error(&phase, &mut t);
                                 break;
                             }
-                            let request = Request::get(args.url.clone())
-                                .body(Empty::new())
-                                .expect("request");
+                            let request = h2_request(&args);
                             let started = Instant::now();
                             let ok = match send.send_request(request).await {
-                                Ok(r) => {
-                                    let ok = r.status().is_success();
-                                    ok && r.into_body().collect().await.is_ok()
+                                Ok(r) if r.status().is_success() => {
+                                    match r.into_body().collect().await {
+                                        Ok(body) => !args.grpc || grpc_ok(body.trailers()),
+                                        Err(_) => false,
+                                    }
                                 }
-                                Err(_) => false,
+                                _ => false,
                             };
                             record(&phase, &mut t, started, ok);
                             if !ok {
@@ -231,6 +239,31 @@ async fn connection(args: Arc<Args>, phase: Arc<AtomicU8>, streams: usize) -> Ta
         }
     }
     tally
+}
+
+/// One HTTP/2 request: a `GET` of the URL, or a gRPC unary call to it.
+fn h2_request(args: &Args) -> Request<Full<Bytes>> {
+    if !args.grpc {
+        return Request::get(args.url.clone())
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+    }
+    // One uncompressed message of 10 bytes behind gRPC's 5-byte prefix.
+    static MESSAGE: [u8; 15] = [
+        0, 0, 0, 0, 10, b'x', b'x', b'x', b'x', b'x', b'x', b'x', b'x', b'x', b'x',
+    ];
+    Request::post(args.url.clone())
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from_static(&MESSAGE)))
+        .expect("request")
+}
+
+/// Whether a gRPC call's trailers say it succeeded.
+fn grpc_ok(trailers: Option<&http::HeaderMap>) -> bool {
+    trailers
+        .and_then(|t| t.get("grpc-status"))
+        .is_some_and(|status| status == "0")
 }
 
 fn record(phase: &AtomicU8, tally: &mut Tally, started: Instant, ok: bool) {

@@ -5,6 +5,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::procfs::rss_kib;
+use crate::scenario::Scenario;
 use crate::targets::{haproxy_maxconn, Kind, Target};
 
 /// One request on `stream`, its response read to the end of its body.
@@ -49,7 +50,9 @@ pub(crate) fn idle_phase(targets: &[Target], n: usize) {
     println!();
     println!("idle: {n} keep-alive HTTP/1.1 connections per proxy, one request each, then held");
     for t in targets {
-        let Some(process) = &t.process else { continue };
+        let (Some(process), Some(port)) = (&t.process, t.port(Scenario::H1ToH1)) else {
+            continue;
+        };
         if matches!(
             t.kind,
             Kind::HyperLegacy | Kind::HyperPool | Kind::HyperPinned
@@ -66,7 +69,7 @@ pub(crate) fn idle_phase(targets: &[Target], n: usize) {
         let mut conns = Vec::with_capacity(n);
         let mut errors = 0usize;
         for _ in 0..n {
-            match TcpStream::connect(("127.0.0.1", t.h1)).and_then(|mut s| {
+            match TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
                 s.set_read_timeout(Some(Duration::from_secs(10)))?;
                 one_request(&mut s).map(|()| s)
             }) {

@@ -1,11 +1,16 @@
 //! `cargo e2e`: fuseway's end-to-end benchmark (method and runs: docs/BENCHMARKS.md,
 //! "End to end").
 //!
-//! A hyper backend (100-byte body), the `fuseway` binary (built with `--features
-//! count-allocs`) and a load generator, each its own process on 127.0.0.1; HTTP/1.1 and
-//! h2c, 32 connections, alternating rounds direct -> fuseway -> fuseway-hyper (the
-//! binary with `--http1-engine hyper`; HTTP/1.1 only) -> hyper-legacy -> hyper-pool ->
-//! hyper-pinned [-> nginx -> haproxy, when installed]. `hyper-legacy`, `hyper-pool` and
+//! A hyper backend (100-byte body, HTTP/1.1 and h2c on one port), the `fuseway` binary
+//! (built with `--features count-allocs`) and a load generator, each its own process on
+//! 127.0.0.1, 32 connections, over five paths ([`Scenario`]): HTTP/1.1 and h2c clients
+//! to an HTTP/1.1 destination, the same to an h2c destination, and gRPC unary calls
+//! (h2c on both sides). Each path alternates rounds over the targets that serve it:
+//! direct -> fuseway -> fuseway-hyper (the binary with `--http1-engine hyper`;
+//! HTTP/1.1 clients only) -> hyper-legacy -> hyper-pool -> hyper-pinned [-> nginx ->
+//! haproxy, when installed]; to h2c destinations fuseway (a second process, configured
+//! with `"Version": "2"`) and HAProxy (`proto h2`), for gRPC those and nginx
+//! (`grpc_pass`; nginx forwards HTTP/2 only for gRPC). `hyper-legacy`, `hyper-pool` and
 //! `hyper-pinned` are `examples/bare_proxy.rs`: a bare hyper proxy (no routing, no
 //! transforms) over hyper-util's legacy client, its composable pool, or no pool at all
 //! (each client connection its own backend connection) — the floor of a proxy built on
@@ -35,6 +40,7 @@ mod idle;
 mod process;
 mod procfs;
 mod run;
+mod scenario;
 mod targets;
 
 use std::io::BufReader;
@@ -49,6 +55,7 @@ use crate::idle::idle_phase;
 use crate::process::{on_path, raise_fd_limit, read_line, spawn};
 use crate::procfs::clock_ticks;
 use crate::run::{run_once, summary};
+use crate::scenario::Scenario;
 use crate::targets::{start_bare, start_fuseway, start_haproxy, start_nginx, Kind, Target};
 
 /// fuseway's end-to-end benchmark against nginx and HAProxy on 127.0.0.1.
@@ -163,16 +170,21 @@ fn main() {
         .expect("bench_backend prints `listening ADDR`");
     eprintln!("e2e: backend on {backend_addr}");
 
+    let port = backend_addr.port();
     let mut targets = vec![
-        Target {
-            kind: Kind::Direct,
-            h1: backend_addr.port(),
-            h2: backend_addr.port(),
-            process: None,
-            allocs: None,
-        },
-        start_fuseway(&dir, &tmp, backend_addr, Kind::Fuseway),
-        start_fuseway(&dir, &tmp, backend_addr, Kind::FusewayHyper),
+        // The baseline of each scenario (see `Scenario::baseline`).
+        Target::new(
+            Kind::Direct,
+            None,
+            &[
+                (Scenario::H1ToH1, port),
+                (Scenario::H2ToH1, port),
+                (Scenario::Grpc, port),
+            ],
+        ),
+        start_fuseway(&dir, &tmp, backend_addr, Kind::Fuseway, false),
+        start_fuseway(&dir, &tmp, backend_addr, Kind::FusewayHyper, false),
+        start_fuseway(&dir, &tmp, backend_addr, Kind::Fuseway, true),
     ];
     for kind in [Kind::HyperLegacy, Kind::HyperPool, Kind::HyperPinned] {
         targets.extend(start_bare(&dir, backend_addr, kind));
@@ -185,9 +197,11 @@ fn main() {
         Some(haproxy) => targets.extend(start_haproxy(&haproxy, &tmp, backend_addr)),
         None => println!("e2e: haproxy is not installed: its rounds are skipped"),
     }
-    let kinds: Vec<Kind> = targets.iter().map(|t| t.kind).collect();
+    let mut kinds: Vec<Kind> = targets.iter().map(|t| t.kind).collect();
+    kinds.sort();
+    kinds.dedup();
     println!(
-        "e2e: {} round(s) of {} s (+{} s warm-up) per target and protocol, {} connections{}",
+        "e2e: {} round(s) of {} s (+{} s warm-up) per target and path, {} connections{}",
         settings.rounds,
         settings.seconds,
         settings.warmup,
@@ -200,20 +214,14 @@ fn main() {
     );
 
     let mut runs = Vec::new();
-    for http in [1u8, 2] {
+    for scenario in Scenario::ALL {
         for _ in 0..settings.rounds {
             for t in &targets {
-                if http == 2 && t.kind == Kind::FusewayHyper {
+                let Some(port) = t.port(scenario) else {
                     continue;
-                }
+                };
                 runs.push(run_once(
-                    &dir,
-                    t,
-                    &backend,
-                    backend_addr,
-                    http,
-                    &settings,
-                    ticks,
+                    &dir, t, port, &backend, scenario, &settings, ticks,
                 ));
             }
         }
@@ -229,8 +237,9 @@ fn main() {
         if let Some(rx) = &f.allocs {
             if let Ok((a, b)) = rx.recv_timeout(Duration::from_secs(2)) {
                 println!(
-                    "{} exited: {a} allocations, {b} bytes in total",
-                    f.kind.label()
+                    "{} {} exited: {a} allocations, {b} bytes in total",
+                    f.kind.label(),
+                    f.note
                 );
             }
         }

@@ -2,19 +2,19 @@
 //! all runs.
 
 use std::io::{BufReader, Write};
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::process::{key_values, read_line, spawn, Process};
 use crate::procfs::{cpu_ticks, rss_mb};
+use crate::scenario::Scenario;
 use crate::targets::{Kind, Target};
 use crate::Settings;
 
 pub(crate) struct Run {
     pub(crate) kind: Kind,
-    pub(crate) http: u8,
+    pub(crate) scenario: Scenario,
     pub(crate) rps: f64,
     pub(crate) requests: u64,
     pub(crate) errors: u64,
@@ -40,26 +40,27 @@ pub(crate) fn snapshot_allocs(target: &Target) -> Option<(u64, u64)> {
     rx.recv_timeout(Duration::from_secs(5)).ok()
 }
 
+/// One run of `scenario`'s load against `target` on `port` (`backend`: whose CPU is
+/// measured too).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_once(
     dir: &Path,
     target: &Target,
+    port: u16,
     backend: &Process,
-    backend_addr: SocketAddr,
-    http: u8,
+    scenario: Scenario,
     settings: &Settings,
     ticks_per_s: f64,
 ) -> Run {
-    let port = match target.kind {
-        Kind::Direct => backend_addr.port(),
-        _ if http == 2 => target.h2,
-        _ => target.h1,
-    };
+    let mut loadgen = Command::new(dir.join("examples").join("loadgen"));
+    if scenario.grpc() {
+        loadgen.arg("--grpc");
+    }
     let mut loadgen = spawn(
         "loadgen",
-        Command::new(dir.join("examples").join("loadgen"))
+        loadgen
             .args(["--url", &format!("http://127.0.0.1:{port}/bench/path?q=1")])
-            .args(["--http", &http.to_string()])
+            .args(["--http", &scenario.client_http().to_string()])
             .args(["--connections", &settings.connections.to_string()])
             .args(["--warmup", &settings.warmup.to_string()])
             .args(["--duration", &settings.seconds.to_string()])
@@ -103,7 +104,7 @@ pub(crate) fn run_once(
     let backend_used = used(start.1, end.1);
     let run = Run {
         kind: target.kind,
-        http,
+        scenario,
         rps: get("rps"),
         requests,
         errors: get("errors") as u64,
@@ -127,9 +128,9 @@ pub(crate) fn run_once(
         None => "-".into(),
     };
     println!(
-        "RESULT label={} target=127.0.0.1:{port} http={} connections={} duration_s={} requests={} errors={} rps={:.0} p50_us={} p90_us={} p99_us={} p999_us={} proxy_cpu_us_per_req={} proxy_user_us_per_req={} backend_cpu_us_per_req={:.1} allocs_per_req={} alloc_bytes_per_req={} proxy_rss_mb={}",
+        "RESULT label={} target=127.0.0.1:{port} scenario={} connections={} duration_s={} requests={} errors={} rps={:.0} p50_us={} p90_us={} p99_us={} p999_us={} proxy_cpu_us_per_req={} proxy_user_us_per_req={} backend_cpu_us_per_req={:.1} allocs_per_req={} alloc_bytes_per_req={} proxy_rss_mb={}",
         target.kind.label(),
-        if http == 2 { "2" } else { "1.1" },
+        scenario.label(),
         settings.connections,
         r.get("duration_s").map(String::as_str).unwrap_or("?"),
         run.requests,
@@ -166,8 +167,8 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
     println!();
     println!("summary: medians over rounds (proxy CPU = user+sys of the proxy's processes over the window / requests; user = its user-mode part)");
     println!(
-        "{:<6} {:<13} {:>9} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
-        "http",
+        "{:<8} {:<13} {:>9} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
+        "path",
         "target",
         "rps",
         "vs direct",
@@ -181,9 +182,17 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
         "p99 µs",
         "rounds"
     );
-    for http in [1u8, 2] {
-        let of = |k: Kind| runs.iter().filter(move |r| r.kind == k && r.http == http);
-        let direct = median(of(Kind::Direct).map(|r| r.rps).collect());
+    for scenario in Scenario::ALL {
+        let of = |k: Kind| {
+            runs.iter()
+                .filter(move |r| r.kind == k && r.scenario == scenario)
+        };
+        let direct = median(
+            runs.iter()
+                .filter(|r| r.kind == Kind::Direct && r.scenario == scenario.baseline())
+                .map(|r| r.rps)
+                .collect(),
+        );
         let mut fuseway_cpu = None;
         for &k in kinds {
             let rs: Vec<&Run> = of(k).collect();
@@ -202,8 +211,8 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
             let show =
                 |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}")).unwrap_or("-".into());
             println!(
-                "{:<6} {:<13} {:>9.0} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
-                if http == 2 { "h2c" } else { "1.1" },
+                "{:<8} {:<13} {:>9.0} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>8} {:>8} {:>7} {:>7}",
+                scenario.label(),
                 k.label(),
                 rps,
                 if k == Kind::Direct {

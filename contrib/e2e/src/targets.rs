@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
 use crate::process::{fd_limit, free_port, key_values, listening, read_line, spawn, Process};
+use crate::scenario::Scenario;
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub(crate) enum Kind {
@@ -40,17 +41,57 @@ impl Kind {
 
 pub(crate) struct Target {
     pub(crate) kind: Kind,
-    /// Ports for HTTP/1.1 and h2c (equal when one port serves both).
-    pub(crate) h1: u16,
-    pub(crate) h2: u16,
+    /// What it is, beyond its kind (`"h2c destination"`), or "".
+    pub(crate) note: &'static str,
+    /// The port each scenario it serves is sent to.
+    ports: [Option<u16>; Scenario::ALL.len()],
     pub(crate) process: Option<Process>,
     /// fuseway's allocation totals, from its stderr.
     pub(crate) allocs: Option<mpsc::Receiver<(u64, u64)>>,
 }
 
-pub(crate) fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr, kind: Kind) -> Target {
+impl Target {
+    /// A target serving `serves` (scenario, port).
+    pub(crate) fn new(kind: Kind, process: Option<Process>, serves: &[(Scenario, u16)]) -> Self {
+        let mut ports = [None; Scenario::ALL.len()];
+        for &(scenario, port) in serves {
+            ports[scenario.index()] = Some(port);
+        }
+        Target {
+            kind,
+            note: "",
+            ports,
+            process,
+            allocs: None,
+        }
+    }
+
+    /// The port `scenario`'s load goes to, if the target serves it.
+    pub(crate) fn port(&self, scenario: Scenario) -> Option<u16> {
+        self.ports[scenario.index()]
+    }
+
+    fn ports(&self) -> impl Iterator<Item = u16> + '_ {
+        self.ports.iter().flatten().copied()
+    }
+}
+
+/// The fuseway binary (`kind`: on its own HTTP/1.1 engine or hyper's) forwarding to
+/// `backend` over HTTP/1.1, or over h2c when `h2c_destination`.
+pub(crate) fn start_fuseway(
+    dir: &Path,
+    tmp: &Path,
+    backend: SocketAddr,
+    kind: Kind,
+    h2c_destination: bool,
+) -> Target {
     let port = free_port();
-    let config = tmp.join("fuseway.json");
+    let config = tmp.join(format!("fuseway-{port}.json"));
+    let version = if h2c_destination {
+        r#", "HttpRequest": { "Version": "2", "VersionPolicy": "RequestVersionExact" }"#
+    } else {
+        ""
+    };
     let engine = if kind == Kind::FusewayHyper {
         "hyper"
     } else {
@@ -61,7 +102,7 @@ pub(crate) fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr, kind: K
         format!(
             r#"{{
   "Routes": {{ "all": {{ "ClusterId": "backend", "Match": {{ "Path": "/{{**catchall}}" }} }} }},
-  "Clusters": {{ "backend": {{ "Destinations": {{ "b": {{ "Address": "http://{backend}" }} }} }} }}
+  "Clusters": {{ "backend": {{ "Destinations": {{ "b": {{ "Address": "http://{backend}" }} }}{version} }} }}
 }}"#
         ),
     )
@@ -93,13 +134,22 @@ pub(crate) fn start_fuseway(dir: &Path, tmp: &Path, backend: SocketAddr, kind: K
         listening(SocketAddr::from(([127, 0, 0, 1], port)), &mut process),
         "e2e: fuseway is not listening on 127.0.0.1:{port}"
     );
-    Target {
-        kind,
-        h1: port,
-        h2: port,
-        process: Some(process),
-        allocs: Some(rx),
+    let serves: &[(Scenario, u16)] = match (kind, h2c_destination) {
+        (_, true) => &[
+            (Scenario::H1ToH2, port),
+            (Scenario::H2ToH2, port),
+            (Scenario::Grpc, port),
+        ],
+        // HTTP/2 is hyper's in both engines: one of them is enough for h2c clients.
+        (Kind::FusewayHyper, false) => &[(Scenario::H1ToH1, port)],
+        _ => &[(Scenario::H1ToH1, port), (Scenario::H2ToH1, port)],
+    };
+    let mut target = Target::new(kind, Some(process), serves);
+    target.allocs = Some(rx);
+    if h2c_destination {
+        target.note = "h2c destination";
     }
+    target
 }
 
 /// `examples/bare_proxy.rs` with hyper-util's legacy client, its composable pool or
@@ -122,7 +172,11 @@ pub(crate) fn start_bare(dir: &Path, backend: SocketAddr, kind: Kind) -> Option<
         .and_then(|l| l.strip_prefix("listening ")?.parse::<SocketAddr>().ok())
         .expect("bare_proxy prints `listening ADDR`")
         .port();
-    peer_up(kind, process, port, port)
+    peer_up(Target::new(
+        kind,
+        Some(process),
+        &[(Scenario::H1ToH1, port), (Scenario::H2ToH1, port)],
+    ))
 }
 
 /// `fuseway-allocs: allocations=N bytes=M at=...`
@@ -135,8 +189,10 @@ pub(crate) fn parse_allocs(line: &str) -> Option<(u64, u64)> {
     ))
 }
 
+/// nginx: HTTP/1.1 and h2c clients to an HTTP/1.1 destination, and gRPC (`grpc_pass`:
+/// nginx forwards HTTP/2 only for gRPC).
 pub(crate) fn start_nginx(nginx: &Path, tmp: &Path, backend: SocketAddr) -> Option<Target> {
-    let (h1, h2) = (free_port(), free_port());
+    let (h1, h2, grpc) = (free_port(), free_port(), free_port());
     let d = tmp.join("nginx");
     std::fs::create_dir_all(&d).expect("nginx dir");
     let p = d.display();
@@ -161,6 +217,17 @@ http {{
         server {backend};
         keepalive 64;
         keepalive_requests 10000000;
+    }}
+    upstream grpc_backend {{
+        server {backend};
+        keepalive 64;
+        keepalive_requests 10000000;
+    }}
+    server {{
+        listen 127.0.0.1:{grpc} http2;
+        location / {{
+            grpc_pass grpc://grpc_backend;
+        }}
     }}
     server {{
         listen 127.0.0.1:{h1};
@@ -187,7 +254,15 @@ http {{
             .stdout(Stdio::null())
             .stderr(Stdio::inherit()),
     );
-    peer_up(Kind::Nginx, process, h1, h2)
+    peer_up(Target::new(
+        Kind::Nginx,
+        Some(process),
+        &[
+            (Scenario::H1ToH1, h1),
+            (Scenario::H2ToH1, h2),
+            (Scenario::Grpc, grpc),
+        ],
+    ))
 }
 
 /// HAProxy's `maxconn`: as many as its descriptor limit allows (it needs two per
@@ -196,8 +271,10 @@ pub(crate) fn haproxy_maxconn() -> u64 {
     (fd_limit().saturating_sub(200) / 2).clamp(1000, 30_000)
 }
 
+/// HAProxy: HTTP/1.1 and h2c clients, to an HTTP/1.1 destination or (`proto h2`) an
+/// h2c one; gRPC through the latter.
 pub(crate) fn start_haproxy(haproxy: &Path, tmp: &Path, backend: SocketAddr) -> Option<Target> {
-    let (h1, h2) = (free_port(), free_port());
+    let (h1, h2, h1_h2, h2_h2) = (free_port(), free_port(), free_port(), free_port());
     let maxconn = haproxy_maxconn();
     let config = format!(
         r#"global
@@ -217,8 +294,16 @@ frontend fe_h1
 frontend fe_h2
     bind 127.0.0.1:{h2} proto h2
     default_backend be
+frontend fe_h1_h2
+    bind 127.0.0.1:{h1_h2}
+    default_backend be_h2
+frontend fe_h2_h2
+    bind 127.0.0.1:{h2_h2} proto h2
+    default_backend be_h2
 backend be
     server b {backend}
+backend be_h2
+    server b {backend} proto h2
 "#
     );
     let file = tmp.join("haproxy.cfg");
@@ -232,26 +317,32 @@ backend be
             .stdout(Stdio::null())
             .stderr(Stdio::inherit()),
     );
-    peer_up(Kind::Haproxy, process, h1, h2)
+    peer_up(Target::new(
+        Kind::Haproxy,
+        Some(process),
+        &[
+            (Scenario::H1ToH1, h1),
+            (Scenario::H2ToH1, h2),
+            (Scenario::H1ToH2, h1_h2),
+            (Scenario::H2ToH2, h2_h2),
+            (Scenario::Grpc, h2_h2),
+        ],
+    ))
 }
 
-/// A peer proxy that does not come up is skipped, not fatal.
-pub(crate) fn peer_up(kind: Kind, mut process: Process, h1: u16, h2: u16) -> Option<Target> {
-    let up = [h1, h2]
+/// A peer proxy that does not come up on all its ports is skipped, not fatal.
+pub(crate) fn peer_up(mut target: Target) -> Option<Target> {
+    let ports: Vec<u16> = target.ports().collect();
+    let process = target.process.as_mut().expect("a peer has a process");
+    let up = ports
         .iter()
-        .all(|&p| listening(SocketAddr::from(([127, 0, 0, 1], p)), &mut process));
+        .all(|&p| listening(SocketAddr::from(([127, 0, 0, 1], p)), process));
     if !up {
         println!(
             "e2e: {} did not start listening (see its messages above): its rounds are skipped",
-            kind.label()
+            target.kind.label()
         );
         return None;
     }
-    Some(Target {
-        kind,
-        h1,
-        h2,
-        process: Some(process),
-        allocs: None,
-    })
+    Some(target)
 }
