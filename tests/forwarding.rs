@@ -549,14 +549,7 @@ async fn graceful_shutdown_closes_idle_connections_at_once() {
             .await
             .unwrap();
     let h1_conn = tokio::spawn(h1_conn);
-    let stream = TcpStream::connect(p.addr).await.unwrap();
-    let (mut h2, h2_conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    let h2_conn = tokio::spawn(h2_conn);
+    let (mut h2, h2_conn) = h2c_connection(p.addr).await;
     for (name, r) in [
         ("h1", within("h1", h1.send_request(request())).await),
         ("h2c", within("h2c", h2.send_request(request())).await),

@@ -194,3 +194,103 @@ async fn a_silent_destination_is_detected_by_ping() {
     assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
     drop(silent);
 }
+
+/// An h2c backend echoing each request's body back as its response body, streamed: the
+/// response head goes at once, each chunk as it arrives.
+async fn h2_echo_backend() -> (String, oneshot::Sender<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, mut stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                a = listener.accept() => a.unwrap(),
+                _ = &mut stopped => return,
+            };
+            let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                Ok::<_, std::convert::Infallible>(Response::new(req.into_body()))
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc),
+            );
+        }
+    });
+    (url, stop)
+}
+
+/// Bodies far larger than HTTP/2's initial flow-control windows go both ways through an
+/// h2c destination intact (the window is given back as the response is read, and the
+/// request is written as the destination grants it).
+#[tokio::test]
+async fn large_bodies_cross_an_h2c_destination_both_ways() {
+    let (url, _stop) = h2_echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &url)], H2_EXACT)).await;
+    let body: Vec<u8> = (0..4 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    for client in [h1_client(), h2c_client()] {
+        let r = within(
+            "a 4 MiB echo",
+            client.post(p.url("/echo")).body(body.clone()).send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let echoed = within("the echoed body", r.bytes()).await.unwrap();
+        assert!(
+            echoed == body,
+            "the body came back changed ({} bytes)",
+            echoed.len()
+        );
+    }
+    p.shutdown().await;
+}
+
+/// A request body still being written after the response head has come back (the
+/// destination answers at once and echoes as it reads): each chunk reaches the
+/// destination and comes back before the next one is sent — full duplex through the
+/// proxy, the request body written by the response body's reads.
+#[tokio::test]
+async fn the_request_body_streams_after_the_response_head() {
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+    let (url, _stop) = h2_echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &url)], H2_EXACT)).await;
+    let (tx, rx) = mpsc::channel::<Result<hyper::body::Frame<Bytes>, std::io::Error>>(1);
+    let body = http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let stream = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = Request::post(format!("http://{}/duplex", p.addr))
+        .body(body)
+        .unwrap();
+    tx.send(Ok(hyper::body::Frame::data(Bytes::from_static(b"one"))))
+        .await
+        .unwrap();
+    let response = within("the response head", sender.send_request(request))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut echoed = response.into_body();
+    for chunk in ["one", "two", "three"] {
+        if chunk != "one" {
+            tx.send(Ok(hyper::body::Frame::data(Bytes::from(chunk))))
+                .await
+                .unwrap();
+        }
+        let frame = within("a chunk's echo", echoed.frame())
+            .await
+            .expect("a frame")
+            .unwrap();
+        assert_eq!(frame.into_data().unwrap(), chunk.as_bytes());
+    }
+    drop(tx);
+    let rest = within("the end of the echo", echoed.collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert!(rest.is_empty());
+    p.shutdown().await;
+}

@@ -40,14 +40,7 @@ async fn serving(
 async fn an_idle_h2c_connection_is_closed_after_the_idle_timeout() {
     let options = ServerOptions::default().http2_idle_timeout(Duration::from_millis(300));
     let (addr, _backend, _stop) = serving(options).await;
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    let connection = tokio::spawn(connection);
+    let (mut sender, connection) = h2c_connection(addr).await;
     for i in 0..3 {
         let request = Request::get(format!("http://{addr}/r/{i}"))
             .body(http_body_util::Empty::<bytes::Bytes>::new())
@@ -85,25 +78,27 @@ async fn frames_until_closed(stream: &mut TcpStream) -> bool {
     }
 }
 
-/// With keep-alive pings on, a client that stops answering (here: after its preface
-/// and SETTINGS, nothing, not even the ping's acknowledgement) is closed once the
-/// ping's answer is overdue — long before the idle timeout.
-#[tokio::test]
-async fn a_silent_h2c_client_is_closed_after_an_unanswered_ping() {
-    let options = ServerOptions::default()
-        .http2_keep_alive(Some(Duration::from_millis(200)), Duration::from_millis(300))
-        .http2_idle_timeout(Duration::from_secs(120));
+/// A client that sends its preface and SETTINGS and then nothing (not even the
+/// acknowledgement of a ping), to a server with `options`: whether the server pinged it
+/// before closing the connection.
+async fn silent_client(options: ServerOptions, what: &str) -> bool {
     let (addr, _backend, _stop) = serving(options).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream
         .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         .await
         .unwrap();
-    let pinged = within(
-        "the server to ping, then close",
-        frames_until_closed(&mut stream),
-    )
-    .await;
+    within(what, frames_until_closed(&mut stream)).await
+}
+
+/// With keep-alive pings on, a client that stops answering is closed once the ping's
+/// answer is overdue — long before the idle timeout.
+#[tokio::test]
+async fn a_silent_h2c_client_is_closed_after_an_unanswered_ping() {
+    let options = ServerOptions::default()
+        .http2_keep_alive(Some(Duration::from_millis(200)), Duration::from_millis(300))
+        .http2_idle_timeout(Duration::from_secs(120));
+    let pinged = silent_client(options, "the server to ping, then close").await;
     assert!(pinged, "the server sent a PING before closing");
 }
 
@@ -112,16 +107,6 @@ async fn a_silent_h2c_client_is_closed_after_an_unanswered_ping() {
 #[tokio::test]
 async fn without_keep_alive_pings_none_is_sent() {
     let options = ServerOptions::default().http2_idle_timeout(Duration::from_millis(800));
-    let (addr, _backend, _stop) = serving(options).await;
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
-        .await
-        .unwrap();
-    let pinged = within(
-        "the idle timeout to close the connection",
-        frames_until_closed(&mut stream),
-    )
-    .await;
+    let pinged = silent_client(options, "the idle timeout to close the connection").await;
     assert!(!pinged, "no PING without keep-alive pings");
 }

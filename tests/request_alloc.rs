@@ -94,9 +94,18 @@ struct Measured {
 }
 
 async fn per_request(engine: Http1Engine, terminal: Terminal) -> Measured {
+    per_request_with(engine, terminal, "").await
+}
+
+/// [`per_request`] with `cluster_extra` in the cluster's config.
+async fn per_request_with(
+    engine: Http1Engine,
+    terminal: Terminal,
+    cluster_extra: &str,
+) -> Measured {
     let b = backend(|_req: Request<Incoming>| async move { Response::new(full(vec![b'x'; 100])) })
         .await;
-    let config = simple_config(&[("d1", &b.url())], "");
+    let config = simple_config(&[("d1", &b.url())], cluster_extra);
     let config = fuseway::config::parse(&config, fuseway::config::Format::Json).unwrap();
     let state = Arc::new(fuseway::state::ProxyState::new(config).unwrap());
     match terminal {
@@ -223,17 +232,10 @@ async fn per_h2c_request() -> (f64, f64) {
     let config = fuseway::config::parse(&config, fuseway::config::Format::Json).unwrap();
     let state = Arc::new(fuseway::state::ProxyState::new(config).unwrap());
     let (addr, stop_tx, serving) = start_proxy(Http1Engine::Native, move || {
-        fuseway::pipeline::FusedDefault::from_state(state.clone())
+        fuseway::pipeline::FusedDefault::from_state_with_engine(state.clone(), Http1Engine::Native)
     })
     .await;
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(connection);
+    let (mut sender, _connection) = h2c_connection(addr).await;
     let mut send = async |n: usize| {
         for _ in 0..n {
             let request = Request::get(format!("http://{addr}/bench"))
@@ -328,6 +330,18 @@ async fn allocations_per_http11_request() {
     assert!(
         allocs <= 2.01 && bytes <= 700.0,
         "h2c, proxied: {allocs:.3} allocations / {bytes:.0} bytes per request"
+    );
+
+    // HTTP/1.1 from the client, h2c to the destination (the h2 crate's client).
+    let to_h2c = per_request_with(
+        Http1Engine::Native,
+        Terminal::Forwarder,
+        r#""HttpRequest": { "Version": "2", "VersionPolicy": "RequestVersionExact" },"#,
+    )
+    .await;
+    println!(
+        "native engine, proxied to h2c: {:.3} allocations, {:.0} bytes per request (first sizes {:?})",
+        to_h2c.allocs, to_h2c.bytes, &to_h2c.sizes[..12]
     );
 
     let hyper = per_request(Http1Engine::Hyper, Terminal::Forwarder).await;

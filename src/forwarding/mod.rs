@@ -312,8 +312,8 @@ where
         self
     }
 
-    /// HTTP/2 keep-alive pings to destinations: a ping after `interval` without a frame
-    /// from the destination (idle connections too), and the connection taken for dead —
+    /// HTTP/2 keep-alive pings to destinations: a ping every `interval` (idle
+    /// connections too), and the connection taken for dead —
     /// its requests failing as `502`, new ones going to a new connection — when the
     /// answer has not come within `timeout` (default [`H2_PING_INTERVAL`], 30 s, and
     /// [`H2_PING_TIMEOUT`], 20 s). `None` sends no pings.

@@ -321,3 +321,19 @@ pub fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+/// A request body-less h2c (prior knowledge) client connection to `addr`, driven by a
+/// task of its own: what sends on it, and the task (it ends when the connection does).
+pub async fn h2c_connection(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    (sender, tokio::spawn(connection))
+}

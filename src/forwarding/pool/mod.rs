@@ -1,5 +1,5 @@
 //! The forwarder's connection pools: HTTP/1.1 on fuseway's own codec ([`native`], the
-//! default) or `hyper::client::conn` (the hyper engine), HTTP/2 on hyper's.
+//! default) or `hyper::client::conn` (the hyper engine), HTTP/2 on the `h2` crate.
 //!
 //! One pool per destination scheme and authority, HTTP version and certificate policy.
 //!
@@ -21,7 +21,7 @@
 //!   request is one boxed exchange. Requests that come while it is being opened wait
 //!   for it (one connect for any number of concurrent first requests; a failed one
 //!   fails them all, and the next request tries again). Keep-alive pings find a
-//!   destination that went silent ([`H2_PING_INTERVAL`], [`H2_PING_TIMEOUT`]); a
+//!   destination that went silent (the connection's driver task sends them) ([`H2_PING_INTERVAL`], [`H2_PING_TIMEOUT`]); a
 //!   connection no request has taken for the idle timeout leaves the pool and closes
 //!   once its open streams end.
 //! - **Negotiated versions** (`https://` where the version policy allows HTTP/2 and
@@ -62,9 +62,8 @@ use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http1;
 use hyper_util::client::legacy::connect::Connection;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tower_service::Service;
@@ -107,8 +106,8 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// more are closed when they come back.
 pub const MAX_IDLE_PER_POOL: usize = 1024;
 
-/// How often an HTTP/2 connection to a destination is pinged when nothing arrives on
-/// it, unless the forwarder was built with another
+/// How often an HTTP/2 connection to a destination is pinged, unless the forwarder was
+/// built with another
 /// ([`ForwarderBuilder::http2_keep_alive`](super::ForwarderBuilder::http2_keep_alive)).
 pub const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -479,7 +478,7 @@ pub(crate) struct Pool<B> {
     /// Idle HTTP/1.1 connections, the most recently used last.
     idle: Mutex<Vec<Idle<B>>>,
     /// The shared HTTP/2 connection.
-    h2: Mutex<H2Conn<B>>,
+    h2: Mutex<H2Conn>,
     opened: Arc<AtomicU64>,
     /// The cluster's `MaxConnectionsPerServer`, for a destination's pool shared by
     /// every forwarder.
