@@ -20,10 +20,10 @@
 //! - **HTTP/2 connections are shared**: one per pool, driven by its own task; each
 //!   request is one boxed exchange. Requests that come while it is being opened wait
 //!   for it (one connect for any number of concurrent first requests; a failed one
-//!   fails them all, and the next request tries again). Keep-alive pings find a
-//!   destination that went silent (the connection's driver task sends them) ([`H2_PING_INTERVAL`], [`H2_PING_TIMEOUT`]); a
-//!   connection no request has taken for the idle timeout leaves the pool and closes
-//!   once its open streams end.
+//!   fails them all, and the next request tries again). Keep-alive pings, sent by the
+//!   connection's driver task, find a destination that went silent
+//!   ([`H2_PING_INTERVAL`], [`H2_PING_TIMEOUT`]); a connection no request has taken for
+//!   the idle timeout leaves the pool and closes once its open streams end.
 //! - **Negotiated versions** (`https://` where the version policy allows HTTP/2 and
 //!   HTTP/1.1): a new connection offers both by ALPN ([`Negotiating`]); the request
 //!   goes on as whichever exchange the destination chose, and the pool remembers the
