@@ -110,7 +110,7 @@ pub(super) enum H2Conn {
 
 impl H2Conn {
     /// Whether it is open or being opened (the pool is in use).
-    pub(super) fn is_live(&self) -> bool {
+    pub(super) fn is_live(&mut self) -> bool {
         match self {
             H2Conn::None => false,
             H2Conn::Opening(_) => true,
@@ -122,9 +122,10 @@ impl H2Conn {
 /// A connection being opened, awaited by every request that wants it.
 pub(super) type Opening = Shared<Pin<Box<dyn Future<Output = Result<H2Sender, OpenError>> + Send>>>;
 
-/// Whether the connection behind `sender` has closed (it takes no new stream).
-fn is_closed(sender: &H2Sender) -> bool {
-    let mut sender = sender.clone();
+/// Whether the connection behind `sender` has closed (it takes no new stream). The
+/// pool's own handle is asked: it never opens a stream, so it is never waiting for one
+/// and the waker is never kept.
+fn is_closed(sender: &mut H2Sender) -> bool {
     let waker = futures_util::task::noop_waker();
     matches!(
         sender.poll_ready(&mut Context::from_waker(&waker)),
@@ -158,12 +159,14 @@ pub(super) fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>)
     match &mut *conn {
         H2Conn::Open {
             sender, last_used, ..
-        } if !is_closed(sender) => {
-            *last_used = Instant::now();
-            return h2(Ok(sender.clone()), request);
+        } => {
+            if !is_closed(sender) {
+                *last_used = Instant::now();
+                return h2(Ok(sender.clone()), request);
+            }
         }
         H2Conn::Opening(opening) => return h2(Err(wait_for(opening.clone())), request),
-        _ => {}
+        H2Conn::None => {}
     }
     if pool.key.version == UpstreamVersion::Negotiate {
         drop(conn);
