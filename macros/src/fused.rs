@@ -194,8 +194,6 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
         .map(|(s, span)| respan(s.ty.to_token_stream(), *span))
         .collect();
     let tty_at = respan(terminal.ty.to_token_stream(), tspan);
-    // What concerns the whole pipeline is reported at its name.
-    let self_ty = respan(name.to_token_stream(), name.span());
     let in_alias: Vec<Ident> = (0..=n)
         .map(|k| {
             let span = match k {
@@ -324,7 +322,7 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     // users see — the structs, `new`, `stages` — keep the call site's span, so lints
     // treat them as generated).
     let fused = quote_spanned! {name.span()=>
-        impl #fw::pipeline::FusedPipeline for #self_ty {
+        impl #fw::pipeline::FusedPipeline for #name {
             type Stages = #stages_name;
             type Future = #terminal_future;
             type Error = #terminal_error;
@@ -343,7 +341,7 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             }
         }
 
-        impl #self_ty {
+        impl #name {
             /// Run one request: every stage's `on_request` in order, then the terminal
             /// service; `on_response` runs in reverse order on its result.
             #[inline]
@@ -361,9 +359,9 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
 
         }
 
-        impl #p::tower_service::Service<#in0> for #self_ty {
+        impl #p::tower_service::Service<#in0> for #name {
             type Response = #fw::request::ProxyResponse;
-            type Error = <#self_ty as #fw::pipeline::FusedPipeline>::Error;
+            type Error = <#name as #fw::pipeline::FusedPipeline>::Error;
             type Future = #future_name;
 
             fn poll_ready(
@@ -378,9 +376,9 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             }
         }
 
-        impl #p::hyper::service::Service<#in0> for #self_ty {
+        impl #p::hyper::service::Service<#in0> for #name {
             type Response = #p::http::Response<#fw::body::ProxyBody>;
-            type Error = <#self_ty as #fw::pipeline::FusedPipeline>::Error;
+            type Error = <#name as #fw::pipeline::FusedPipeline>::Error;
             type Future = #fw::server::IntoResponse<#future_name>;
 
             fn call(&self, request: #in0) -> Self::Future {
@@ -413,21 +411,21 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
         }
 
         #[doc = #doc_future]
-        #vis type #future_name = #fw::pipeline::FusedFuture<#self_ty>;
+        #vis type #future_name = #fw::pipeline::FusedFuture<#name>;
 
-        impl ::core::clone::Clone for #self_ty {
+        impl ::core::clone::Clone for #name {
             fn clone(&self) -> Self {
                 #name { stages: ::std::sync::Arc::clone(&self.stages) }
             }
         }
 
-        impl ::core::fmt::Debug for #self_ty {
+        impl ::core::fmt::Debug for #name {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 f.debug_struct(::core::stringify!(#name)).finish_non_exhaustive()
             }
         }
 
-        impl #self_ty {
+        impl #name {
             /// Assemble the pipeline from its stages and terminal service, in order.
             #[allow(clippy::too_many_arguments)]
             #vis fn new(#(#names: #types,)* #tname: #tty) -> Self {
