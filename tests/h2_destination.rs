@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, oneshot};
 
 const H2_EXACT: &str = r#""HttpRequest": { "Version": "2", "VersionPolicy": "RequestVersionExact", "ActivityTimeout": "00:01:00" },"#;
 
-/// An h2c-only backend answering `200 ok`: its address, how many connections it has
-/// accepted, and a channel that gets a message each time one of them ends.
+/// An h2c-only backend: its address, how many connections it has accepted, and a
+/// channel that gets a message each time one of them ends.
 struct H2Backend {
     url: String,
     accepted: Arc<AtomicUsize>,
@@ -27,7 +27,20 @@ struct H2Backend {
     _stop: oneshot::Sender<()>,
 }
 
+/// An h2c backend answering `200 ok`.
 async fn h2_backend() -> H2Backend {
+    h2_backend_with(|_req: Request<Incoming>| async { Response::new(full("ok")) }).await
+}
+
+/// An h2c backend answering with `handler`.
+async fn h2_backend_with<F, Fut, B>(handler: F) -> H2Backend
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -42,8 +55,10 @@ async fn h2_backend() -> H2Backend {
             };
             count.fetch_add(1, Ordering::SeqCst);
             let closed_tx = closed_tx.clone();
-            let svc = hyper::service::service_fn(|_req: Request<Incoming>| async {
-                Ok::<_, std::convert::Infallible>(Response::new(full("ok")))
+            let handler = handler.clone();
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let answer = handler(req);
+                async move { Ok::<_, std::convert::Infallible>(answer.await) }
             });
             tokio::spawn(async move {
                 let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
@@ -197,26 +212,8 @@ async fn a_silent_destination_is_detected_by_ping() {
 
 /// An h2c backend echoing each request's body back as its response body, streamed: the
 /// response head goes at once, each chunk as it arrives.
-async fn h2_echo_backend() -> (String, oneshot::Sender<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, mut stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = tokio::select! {
-                a = listener.accept() => a.unwrap(),
-                _ = &mut stopped => return,
-            };
-            let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                Ok::<_, std::convert::Infallible>(Response::new(req.into_body()))
-            });
-            tokio::spawn(
-                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc),
-            );
-        }
-    });
-    (url, stop)
+async fn h2_echo_backend() -> H2Backend {
+    h2_backend_with(|req: Request<Incoming>| async move { Response::new(req.into_body()) }).await
 }
 
 /// Bodies far larger than HTTP/2's initial flow-control windows go both ways through an
@@ -224,8 +221,8 @@ async fn h2_echo_backend() -> (String, oneshot::Sender<()>) {
 /// request is written as the destination grants it).
 #[tokio::test]
 async fn large_bodies_cross_an_h2c_destination_both_ways() {
-    let (url, _stop) = h2_echo_backend().await;
-    let p = proxy(&simple_config(&[("d1", &url)], H2_EXACT)).await;
+    let b = h2_echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &b.url)], H2_EXACT)).await;
     let body: Vec<u8> = (0..4 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
     for client in [h1_client(), h2c_client()] {
         let r = within(
@@ -253,8 +250,8 @@ async fn large_bodies_cross_an_h2c_destination_both_ways() {
 async fn the_request_body_streams_after_the_response_head() {
     use bytes::Bytes;
     use http_body_util::BodyExt;
-    let (url, _stop) = h2_echo_backend().await;
-    let p = proxy(&simple_config(&[("d1", &url)], H2_EXACT)).await;
+    let b = h2_echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &b.url)], H2_EXACT)).await;
     let (tx, rx) = mpsc::channel::<Result<hyper::body::Frame<Bytes>, std::io::Error>>(1);
     let body = http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
     let stream = tokio::net::TcpStream::connect(p.addr).await.unwrap();
