@@ -41,6 +41,19 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    h2_backend_limited(None, handler).await
+}
+
+/// An h2c backend answering with `handler`, announcing `max_streams` as its
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` (hyper's 200 if `None`).
+async fn h2_backend_limited<F, Fut, B>(max_streams: Option<u32>, handler: F) -> H2Backend
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -61,9 +74,11 @@ where
                 async move { Ok::<_, std::convert::Infallible>(answer.await) }
             });
             tokio::spawn(async move {
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                if let Some(max) = max_streams {
+                    builder.max_concurrent_streams(max);
+                }
+                let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
                 let _ = closed_tx.send(());
             });
         }
@@ -119,6 +134,71 @@ async fn concurrent_first_requests_open_one_connection() {
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(b.accepted.load(Ordering::SeqCst), 1, "connections opened");
     p.shutdown().await;
+}
+
+/// 50 concurrent requests to a destination that takes 10 streams per connection:
+/// with `EnableMultipleHttp2Connections` (YARP's default) they get five connections
+/// and are all in flight at once; without, they share one connection and 40 queue
+/// there until streams end; enabled with `MaxConnectionsPerServer` 2, two connections
+/// carry 20 and the rest queue on them.
+#[tokio::test]
+async fn multiple_connections_past_the_stream_limit_only_when_enabled() {
+    for (enabled, max, connections, at_once) in [
+        (true, None, 5, 50),
+        (false, None, 1, 10),
+        (true, Some(2), 2, 20),
+    ] {
+        let (in_flight, mut seen) = tokio::sync::watch::channel(0usize);
+        let (release, released) = tokio::sync::watch::channel(false);
+        let in_flight = Arc::new(in_flight);
+        let b = h2_backend_limited(Some(10), move |_req: Request<Incoming>| {
+            let in_flight = in_flight.clone();
+            let mut released = released.clone();
+            async move {
+                in_flight.send_modify(|n| *n += 1);
+                let _ = released.wait_for(|r| *r).await;
+                Response::new(full("ok"))
+            }
+        })
+        .await;
+        let max = max.map_or(String::new(), |n| {
+            format!(r#", "MaxConnectionsPerServer": {n}"#)
+        });
+        let cluster = format!(
+            r#"{H2_EXACT} "HttpClient": {{ "EnableMultipleHttp2Connections": {enabled}{max} }},"#
+        );
+        let p = proxy(&simple_config(&[("d1", &b.url)], &cluster)).await;
+        let client = h1_client();
+        let requests = futures_util::future::join_all((0..50).map(|i| {
+            let request = client.get(p.url(&format!("/held/{i}"))).send();
+            async move { request.await.unwrap().status() }
+        }));
+        let requests = tokio::spawn(requests);
+        within(
+            "the requests the destination can take at once",
+            seen.wait_for(|n| *n == at_once),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            b.accepted.load(Ordering::SeqCst),
+            connections,
+            "connections opened (enabled: {enabled}, cap: {max})"
+        );
+        release.send(true).unwrap();
+        let statuses = within("50 held requests", requests).await.unwrap();
+        assert!(
+            statuses.iter().all(|s| *s == StatusCode::OK),
+            "{statuses:?}"
+        );
+        assert_eq!(*seen.borrow(), 50, "requests the destination saw");
+        assert_eq!(
+            b.accepted.load(Ordering::SeqCst),
+            connections,
+            "connections opened in all (enabled: {enabled}, cap: {max})"
+        );
+        p.shutdown().await;
+    }
 }
 
 /// A destination that cannot be reached fails every request that waited for the
@@ -193,6 +273,21 @@ async fn a_silent_destination_is_detected_by_ping() {
             .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0])
             .await
             .unwrap();
+        // The client's frames up to its first ping (sent as the connection opens),
+        // which is answered: the connection is open.
+        loop {
+            let mut head = [0u8; 9];
+            stream.read_exact(&mut head).await.unwrap();
+            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+            let mut payload = vec![0u8; len];
+            stream.read_exact(&mut payload).await.unwrap();
+            if head[3] == 6 && head[4] & 1 == 0 {
+                let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                ack.extend_from_slice(&payload);
+                stream.write_all(&ack).await.unwrap();
+                break;
+            }
+        }
         // Then silence: nothing read, nothing written, the socket held open.
         stream
     });

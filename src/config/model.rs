@@ -484,8 +484,8 @@ pub struct HttpClientConfig {
     /// Skip TLS certificate validation towards destinations (tests only).
     #[serde(default)]
     pub dangerous_accept_any_server_certificate: Option<bool>,
-    /// `false`: one HTTP/2 connection per destination (what fuseway does); `true` is
-    /// refused for now.
+    /// Another HTTP/2 connection to a destination when the open ones are at its stream
+    /// limit (default `true`, as in YARP); `false`: one per destination.
     #[serde(default)]
     pub enable_multiple_http2_connections: Option<bool>,
     /// TLS versions towards `https://` destinations: `Tls12`, `Tls13` (see

@@ -291,14 +291,6 @@ fn check_http_client(client: &HttpClientConfig, path: &str, errors: &mut ConfigE
             }
         }
     }
-    if client.enable_multiple_http2_connections == Some(true) {
-        errors.push(
-            format!("{path}.EnableMultipleHttp2Connections"),
-            "`true` is not supported yet: fuseway keeps one HTTP/2 connection per \
-             destination (its streams queue at the destination's stream limit); set `false` \
-             or leave the key out",
-        );
-    }
 }
 
 /// Header encodings under which YARP, configured alike on both sides, forwards a

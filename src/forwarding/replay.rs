@@ -71,6 +71,7 @@ pub async fn replay_response(
         version: UpstreamVersion::Http1,
         accept_any_certificate: false,
         tls: TlsVersions::Both,
+        multiple_http2: false,
         limit: None,
     };
     let mut exchange = pools.pool_for(&target).send(request, false);

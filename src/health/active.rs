@@ -273,6 +273,7 @@ impl PartialEq for ClusterPlan {
             && self.http.version == other.http.version
             && self.http.tls_versions == other.http.tls_versions
             && self.http.accept_any_certificate == other.http.accept_any_certificate
+            && self.http.multiple_http2_connections == other.http.multiple_http2_connections
             && self.probes.len() == other.probes.len()
             && self.probes.iter().zip(&other.probes).all(|(a, b)| {
                 Arc::ptr_eq(&a.destination, &b.destination)
@@ -344,6 +345,7 @@ impl Prober {
             version: plan.http.version,
             accept_any_certificate: plan.http.accept_any_certificate,
             tls: plan.http.tls_versions,
+            multiple_http2: plan.http.multiple_http2_connections,
             // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
             // where they go through a client of their own).
             limit: None,

@@ -75,6 +75,11 @@ pub struct HttpSettings {
     /// `HttpClient.MaxConnectionsPerServer`), across all worker threads; further
     /// requests wait for one. `None`: no limit.
     pub max_connections_per_server: Option<usize>,
+    /// Open another HTTP/2 connection to a destination when the open ones are at its
+    /// stream limit (YARP's `HttpClient.EnableMultipleHttp2Connections`, default
+    /// `true`), up to `max_connections_per_server`; `false`: one connection, requests
+    /// past the limit queue on it.
+    pub multiple_http2_connections: bool,
 }
 
 /// YARP's default `ActivityTimeout`.
@@ -108,6 +113,9 @@ impl HttpSettings {
             max_connections_per_server: client
                 .and_then(|c| c.max_connections_per_server)
                 .map(|n| n as usize),
+            multiple_http2_connections: client
+                .and_then(|c| c.enable_multiple_http2_connections)
+                .unwrap_or(true),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! HTTP/2: one shared connection per pool, driven by a task of its own; concurrent
-//! first requests wait for the one being opened.
+//! HTTP/2: connections shared by the pool's requests, each driven by a task of its own
+//! (one per destination, or more when the open ones are at the destination's stream
+//! limit); concurrent requests that need a new one wait for the one being opened.
 //!
 //! The exchanges are on the `h2` crate directly (hyper's HTTP/2 client is h2 behind a
 //! request channel, a response callback and a task per request body): a request is
@@ -21,6 +22,8 @@ pin_project! {
     /// An HTTP/2 exchange on the pool's shared connection.
     pub(super) struct H2<B> {
         state: State<B>,
+        // Counts the exchange on its connection, once it has one.
+        count: Option<StreamCount>,
         // The request body still to be written.
         pipe: Option<Pipe<B>>,
         // The response body.
@@ -35,8 +38,10 @@ pin_project! {
 
 /// Where an HTTP/2 exchange is.
 enum State<B> {
-    /// Waiting for the connection being opened.
-    Connecting(Connecting<H2Sender>, Option<Request<B>>),
+    /// Waiting for the pool's connection being opened; then the pool is asked again.
+    Awaiting(Opening, Arc<Pool<B>>, Option<Request<B>>),
+    /// Waiting for a connection opened for this exchange (a pool that negotiates).
+    Connecting(Connecting<Taken>, Option<Request<B>>),
     /// The connection open: the request goes once it can take another stream.
     Ready(H2Sender, Option<Request<B>>),
     /// Sent: waiting for the response head.
@@ -92,35 +97,79 @@ impl<B: SendBody> Pipe<B> {
     }
 }
 
-/// The pool's HTTP/2 connection.
-pub(super) enum H2Conn {
-    /// None open (or the last one closed, or went idle).
-    None,
-    /// One being opened: every request that comes meanwhile waits for it, so concurrent
-    /// first requests open one connection, not one each.
-    Opening(Opening),
-    /// Open: requests share it. `id` tells its driver it is still the pool's;
-    /// `last_used` starts its idle timeout.
-    Open {
-        sender: H2Sender,
-        id: u64,
-        last_used: Instant,
-    },
+/// The pool's HTTP/2 connections.
+#[derive(Default)]
+pub(super) struct H2Conns {
+    /// Open connections, the oldest first: a request takes the first one with room for
+    /// another stream (with one connection per destination, the one).
+    open: Vec<H2Open>,
+    /// One being opened: requests that find no open connection with room wait for it,
+    /// so concurrent first requests open one connection, not one each.
+    opening: Option<Opening>,
 }
 
-impl H2Conn {
-    /// Whether it is open or being opened (the pool is in use).
-    pub(super) fn is_live(&mut self) -> bool {
-        match self {
-            H2Conn::None => false,
-            H2Conn::Opening(_) => true,
-            H2Conn::Open { sender, .. } => !is_closed(sender),
+/// An open HTTP/2 connection of a pool.
+struct H2Open {
+    sender: H2Sender,
+    /// Tells its driver it is still the pool's.
+    id: u64,
+    /// When a request last took it: starts its idle timeout.
+    last_used: Instant,
+    /// Exchanges on it now.
+    streams: Arc<AtomicUsize>,
+    /// The destination's stream limit (`SETTINGS_MAX_CONCURRENT_STREAMS`) as last asked
+    /// of h2; asked again when `streams` reaches it (h2 answers under its lock).
+    max_streams: usize,
+}
+
+impl H2Open {
+    /// Whether it takes another stream now (or would queue it).
+    fn has_room(&mut self) -> bool {
+        let streams = self.streams.load(Ordering::Relaxed);
+        if streams < self.max_streams {
+            return true;
+        }
+        self.max_streams = self.sender.current_max_send_streams();
+        streams < self.max_streams
+    }
+
+    /// Take it for one exchange.
+    fn take(&mut self) -> Taken {
+        self.last_used = Instant::now();
+        self.streams.fetch_add(1, Ordering::Relaxed);
+        Taken {
+            sender: self.sender.clone(),
+            count: StreamCount(self.streams.clone()),
         }
     }
 }
 
-/// A connection being opened, awaited by every request that wants it.
-pub(super) type Opening = Shared<Pin<Box<dyn Future<Output = Result<H2Sender, OpenError>> + Send>>>;
+impl H2Conns {
+    /// Whether one is open or being opened (the pool is in use).
+    pub(super) fn is_live(&mut self) -> bool {
+        self.open.retain_mut(|open| !is_closed(&mut open.sender));
+        self.opening.is_some() || !self.open.is_empty()
+    }
+}
+
+/// A connection taken for one exchange.
+pub(super) struct Taken {
+    sender: H2Sender,
+    count: StreamCount,
+}
+
+/// Counts an exchange on its connection (see [`H2Open::streams`]) while it lasts.
+struct StreamCount(Arc<AtomicUsize>);
+
+impl Drop for StreamCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection being opened, awaited by every request that wants it; once it is
+/// open (in the pool's list), they ask the pool again.
+pub(super) type Opening = Shared<Pin<Box<dyn Future<Output = Result<(), OpenError>> + Send>>>;
 
 /// Whether the connection behind `sender` has closed (it takes no new stream). The
 /// pool's own handle is asked: it never opens a stream, so it is never waiting for one
@@ -149,69 +198,102 @@ impl StdError for OpenError {
     }
 }
 
-/// The identity of each HTTP/2 connection a pool opens (see [`H2Conn::Open`]).
+/// The identity of each HTTP/2 connection a pool opens (see [`H2Open::id`]).
 static NEXT_H2_ID: AtomicU64 = AtomicU64::new(0);
 
-/// An HTTP/2 exchange on the pool's shared connection, on the one being opened, or on
-/// a new one (in a pool that negotiates, a new connection negotiates again).
-pub(super) fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExchange {
-    let mut conn = pool.h2.lock().expect("pool lock");
-    match &mut *conn {
-        H2Conn::Open {
-            sender, last_used, ..
-        } => {
-            if !is_closed(sender) {
-                *last_used = Instant::now();
-                return h2(Ok(sender.clone()), request);
-            }
+/// Where a request goes on a pool's HTTP/2 connections.
+enum Choice {
+    /// An open connection with room (or the one connection, or at the connection cap
+    /// the least busy one: h2 queues the stream there).
+    Taken(Taken),
+    /// The connection being opened.
+    Wait(Opening),
+    /// A new connection that negotiates the version (a pool that negotiates opens its
+    /// connections for the request that needs one).
+    Negotiate,
+}
+
+/// Where a request goes on `pool`'s HTTP/2 connections, opening one where none has
+/// room: with `EnableMultipleHttp2Connections` a new connection is opened when every
+/// open one is at the destination's stream limit (up to `MaxConnectionsPerServer`),
+/// else the request shares the one connection.
+fn choose<B: SendBody>(pool: &Arc<Pool<B>>) -> Choice {
+    let mut conns = pool.h2.lock().expect("pool lock");
+    let multiple = pool.key.multiple_h2;
+    let mut i = 0;
+    while i < conns.open.len() {
+        let open = &mut conns.open[i];
+        if is_closed(&mut open.sender) {
+            conns.open.remove(i);
+            continue;
         }
-        H2Conn::Opening(opening) => return h2(Err(wait_for(opening.clone())), request),
-        H2Conn::None => {}
+        if !multiple || open.has_room() {
+            return Choice::Taken(open.take());
+        }
+        i += 1;
+    }
+    if let Some(opening) = &conns.opening {
+        return Choice::Wait(opening.clone());
+    }
+    let cap = pool.limit.as_ref().map_or(usize::MAX, |limit| limit.max());
+    if conns.open.len() >= cap {
+        if let Some(least) = conns
+            .open
+            .iter_mut()
+            .min_by_key(|open| open.streams.load(Ordering::Relaxed))
+        {
+            return Choice::Taken(least.take());
+        }
     }
     if pool.key.version == UpstreamVersion::Negotiate {
-        drop(conn);
-        return Negotiating::start(pool, request);
+        return Choice::Negotiate;
     }
     let io = pool.connect_io();
     let handshake = h2_handshake(pool);
-    let pool = Arc::downgrade(pool);
+    let weak = Arc::downgrade(pool);
     let open: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
         let opened = match io.await {
-            Ok(io) => handshake(io).await,
+            // Open and in the pool's list: the waiters find it there.
+            Ok(io) => handshake(io).await.map(drop),
             Err(e) => Err(e),
         };
-        opened.map_err(|e| {
-            // Failed: the next request tries again.
-            if let Some(pool) = pool.upgrade() {
-                let mut conn = pool.h2.lock().expect("pool lock");
-                if matches!(*conn, H2Conn::Opening(_)) {
-                    *conn = H2Conn::None;
-                }
-            }
-            OpenError(Arc::new(e))
-        })
+        // No longer being opened; if it failed, the next request tries again.
+        if let Some(pool) = weak.upgrade() {
+            pool.h2.lock().expect("pool lock").opening = None;
+        }
+        opened.map_err(|e| OpenError(Arc::new(e)))
     });
     let opening = open.shared();
-    *conn = H2Conn::Opening(opening.clone());
-    h2(Err(wait_for(opening)), request)
+    conns.opening = Some(opening.clone());
+    Choice::Wait(opening)
 }
 
-/// A request's wait for the connection being opened.
-fn wait_for(opening: Opening) -> Connecting<H2Sender> {
-    Box::pin(async move { opening.await.map_err(|e| Box::new(e) as BoxError) })
+/// An HTTP/2 exchange on one of `pool`'s connections, on the one being opened, or on
+/// a new one (in a pool that negotiates, a new connection negotiates again).
+pub(super) fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExchange {
+    match choose(pool) {
+        Choice::Taken(taken) => {
+            exchange(State::Ready(taken.sender, Some(request)), Some(taken.count))
+        }
+        Choice::Wait(opening) => {
+            exchange(State::Awaiting(opening, pool.clone(), Some(request)), None)
+        }
+        Choice::Negotiate => Negotiating::start(pool, request),
+    }
 }
 
-/// An HTTP/2 exchange for `request` on `sender`, or on the connection `connecting`.
-pub(super) fn h2<B: SendBody>(
-    sender: Result<H2Sender, Connecting<H2Sender>>,
+/// An HTTP/2 exchange for `request` on the connection `connecting` opens for it.
+pub(super) fn h2_on<B: SendBody>(
+    connecting: Connecting<Taken>,
     request: Request<B>,
 ) -> BoxExchange {
-    let state = match sender {
-        Ok(sender) => State::Ready(sender, Some(request)),
-        Err(connecting) => State::Connecting(connecting, Some(request)),
-    };
+    exchange(State::Connecting(connecting, Some(request)), None)
+}
+
+fn exchange<B: SendBody>(state: State<B>, count: Option<StreamCount>) -> BoxExchange {
     Box::pin(H2 {
         state,
+        count,
         pipe: None,
         recv: None,
         data_ended: false,
@@ -220,32 +302,70 @@ pub(super) fn h2<B: SendBody>(
     })
 }
 
+/// The h2 connection to a destination.
+type H2Connection = ::h2::client::Connection<hyper_util::rt::TokioIo<Io>, Bytes>;
+
 /// The HTTP/2 handshake on a connection to `pool`'s destination (hyper's client
-/// settings: 2 MiB stream and 5 MiB connection windows, 1 MiB send buffer); the
-/// connection is driven by a task of its own ([`drive`]) and becomes `pool`'s shared one.
+/// settings: 2 MiB stream and 5 MiB connection windows, 1 MiB send buffer), then a
+/// first ping, whose answer comes after the destination's settings: the connection
+/// joins `pool`'s list knowing the destination's stream limit, driven by a task of its
+/// own ([`drive`]), and is taken for the exchange that opened it.
 pub(super) fn h2_handshake<B: SendBody>(
     pool: &Arc<Pool<B>>,
-) -> impl FnOnce(Io) -> Connecting<H2Sender> {
+) -> impl FnOnce(Io) -> Connecting<Taken> {
     let weak = Arc::downgrade(pool);
     let keep = pool.keep;
+    let multiple = pool.key.multiple_h2;
     move |io| {
         Box::pin(async move {
-            let (sender, connection) = ::h2::client::Builder::new()
+            let (sender, mut connection) = ::h2::client::Builder::new()
                 .initial_window_size(2 * 1024 * 1024)
                 .initial_connection_window_size(5 * 1024 * 1024)
                 .max_send_buffer_size(1024 * 1024)
                 .handshake::<_, Bytes>(hyper_util::rt::TokioIo::new(io))
                 .await?;
+            let mut ping_pong = connection
+                .ping_pong()
+                .ok_or("h2 gave no ping handle for a new connection")?;
+            ping_pong.send_ping(::h2::Ping::opaque())?;
+            let settled = std::future::poll_fn(|cx| {
+                if let Poll::Ready(pong) = ping_pong.poll_pong(cx) {
+                    return Poll::Ready(pong.map(drop).map_err(BoxError::from));
+                }
+                match Pin::new(&mut connection).poll(cx) {
+                    Poll::Ready(Ok(())) => Poll::Ready(Err(BoxError::from(
+                        "the destination closed the connection after the HTTP/2 handshake",
+                    ))),
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
+                    Poll::Pending => Poll::Pending,
+                }
+            });
+            tokio::time::timeout(keep.h2_ping_timeout, settled)
+                .await
+                .map_err(|_| "the destination sent no HTTP/2 settings in time")??;
             let id = NEXT_H2_ID.fetch_add(1, Ordering::Relaxed);
+            let streams = Arc::new(AtomicUsize::new(1));
             if let Some(pool) = weak.upgrade() {
-                *pool.h2.lock().expect("pool lock") = H2Conn::Open {
+                let mut conns = pool.h2.lock().expect("pool lock");
+                if !multiple {
+                    // One per destination: the newest replaces any other (a pool that
+                    // negotiates may have opened two at once); the old one closes when
+                    // its streams end.
+                    conns.open.clear();
+                }
+                conns.open.push(H2Open {
                     sender: sender.clone(),
                     id,
                     last_used: Instant::now(),
-                };
+                    streams: streams.clone(),
+                    max_streams: sender.current_max_send_streams(),
+                });
             }
-            tokio::spawn(drive(connection, weak, id, keep));
-            Ok(sender)
+            tokio::spawn(drive(connection, ping_pong, weak, id, keep));
+            Ok(Taken {
+                sender,
+                count: StreamCount(streams),
+            })
         })
     }
 }
@@ -255,13 +375,12 @@ pub(super) fn h2_handshake<B: SendBody>(
 /// pool once no request has taken it for the idle timeout (h2 closes it when its last
 /// stream ends).
 async fn drive<B>(
-    connection: ::h2::client::Connection<hyper_util::rt::TokioIo<Io>, Bytes>,
+    mut connection: H2Connection,
+    mut ping_pong: ::h2::PingPong,
     pool: Weak<Pool<B>>,
     id: u64,
     keep: Keep,
 ) {
-    let mut connection = std::pin::pin!(connection);
-    let mut ping_pong = connection.ping_pong();
     let mut idle_at = Some(Instant::now() + keep.idle_timeout);
     let far = || Instant::now() + Duration::from_secs(86_400);
     // When the next ping goes, or (while one is out) when its answer is overdue.
@@ -269,7 +388,7 @@ async fn drive<B>(
     let mut awaiting_pong = false;
     loop {
         tokio::select! {
-            ended = connection.as_mut() => {
+            ended = &mut connection => {
                 if let Err(e) = ended {
                     tracing::debug!(error = %e, "HTTP/2 connection to a destination ended");
                 }
@@ -283,20 +402,14 @@ async fn drive<B>(
                     tracing::debug!("an HTTP/2 destination did not answer a ping in time; closing its connection");
                     return;
                 }
-                let sent = ping_pong
-                    .as_mut()
-                    .map(|p| p.send_ping(::h2::Ping::opaque()).is_ok());
-                if sent != Some(true) {
+                if ping_pong.send_ping(::h2::Ping::opaque()).is_err() {
                     ping_at = None;
                     continue;
                 }
                 awaiting_pong = true;
                 ping_at = Some(Instant::now() + keep.h2_ping_timeout);
             }
-            pong = std::future::poll_fn(|cx| match ping_pong.as_mut() {
-                Some(p) => p.poll_pong(cx),
-                None => Poll::Pending,
-            }), if awaiting_pong => {
+            pong = std::future::poll_fn(|cx| ping_pong.poll_pong(cx)), if awaiting_pong => {
                 if pong.is_err() {
                     return;
                 }
@@ -311,23 +424,13 @@ async fn drive<B>(
 /// longer `pool`'s (taken out here when idle, replaced, or the pool is gone).
 fn idle_check<B>(pool: &Weak<Pool<B>>, id: u64, idle_timeout: Duration) -> Option<Instant> {
     let pool = pool.upgrade()?;
-    let mut conn = pool.h2.lock().expect("pool lock");
-    let H2Conn::Open {
-        id: open,
-        last_used,
-        ..
-    } = &*conn
-    else {
-        return None;
-    };
-    if *open != id {
-        return None;
-    }
-    let expires = *last_used + idle_timeout;
+    let mut conns = pool.h2.lock().expect("pool lock");
+    let at = conns.open.iter().position(|open| open.id == id)?;
+    let expires = conns.open[at].last_used + idle_timeout;
     if expires > Instant::now() {
         return Some(expires);
     }
-    *conn = H2Conn::None;
+    conns.open.remove(at);
     None
 }
 
@@ -377,9 +480,28 @@ impl<B: SendBody> Exchange for H2<B> {
         let this = self.project();
         loop {
             match this.state {
+                State::Awaiting(opening, pool, request) => {
+                    std::task::ready!(Pin::new(opening).poll(cx))?;
+                    *this.state = match choose(pool) {
+                        Choice::Taken(taken) => {
+                            *this.count = Some(taken.count);
+                            State::Ready(taken.sender, request.take())
+                        }
+                        Choice::Wait(opening) => {
+                            State::Awaiting(opening, pool.clone(), request.take())
+                        }
+                        // Only pools that do not negotiate open a connection to wait for.
+                        Choice::Negotiate => {
+                            return Poll::Ready(Err(
+                                "no HTTP/2 connection to wait for in a pool that negotiates".into(),
+                            ))
+                        }
+                    };
+                }
                 State::Connecting(connecting, request) => {
-                    let sender = std::task::ready!(connecting.as_mut().poll(cx))?;
-                    *this.state = State::Ready(sender, request.take());
+                    let taken = std::task::ready!(connecting.as_mut().poll(cx))?;
+                    *this.count = Some(taken.count);
+                    *this.state = State::Ready(taken.sender, request.take());
                 }
                 State::Ready(sender, request) => {
                     std::task::ready!(sender.poll_ready(cx))?;

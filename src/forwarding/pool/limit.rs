@@ -104,6 +104,11 @@ impl Limit {
         }
     }
 
+    /// The most connections open at once.
+    pub(super) fn max(&self) -> usize {
+        self.max.load(Ordering::Relaxed)
+    }
+
     /// The configured limit changed (a reload): queued exchanges look again.
     pub(super) fn set_max(&self, max: usize) {
         if self.max.load(Ordering::Relaxed) != max && self.max.swap(max, Ordering::Relaxed) != max {

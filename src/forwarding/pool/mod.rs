@@ -17,10 +17,13 @@
 //!   new one and the request goes there: it was never sent, so any method is safe to
 //!   send again. One that closes *after* the request was written (the keep-alive race)
 //!   gets an idempotent body-less request once more, on a new connection ([`Replay`]).
-//! - **HTTP/2 connections are shared**: one per pool, driven by its own task; each
-//!   request is one boxed exchange. Requests that come while it is being opened wait
-//!   for it (one connect for any number of concurrent first requests; a failed one
-//!   fails them all, and the next request tries again). Keep-alive pings, sent by the
+//! - **HTTP/2 connections are shared**, each driven by its own task; each request is
+//!   one boxed exchange on the oldest connection with room for another stream. With
+//!   `EnableMultipleHttp2Connections` a new one is opened when all are at the
+//!   destination's stream limit (up to `MaxConnectionsPerServer`), else the pool keeps
+//!   one. Requests that come while one is being opened wait for it (one connect for
+//!   any number of concurrent requests; a failed one fails them all, and the next
+//!   request tries again). Keep-alive pings, sent by the
 //!   connection's driver task, find a destination that went silent
 //!   ([`H2_PING_INTERVAL`], [`H2_PING_TIMEOUT`]); a connection no request has taken for
 //!   the idle timeout leaves the pool and closes once its open streams end.
@@ -85,7 +88,7 @@ mod timer;
 mod upgrade;
 
 use h1::{closed_io, drop_expired, h1_link, H1Slot, Idle, Link};
-use h2::{h2, h2_exchange, h2_handshake, H2Conn};
+use h2::{h2_exchange, h2_handshake, h2_on, H2Conns};
 use limit::{Limit, Permit, Ticket};
 use negotiate::{shape, Negotiating};
 use replay::Replay;
@@ -264,6 +267,9 @@ struct Key {
     version: UpstreamVersion,
     accept_any_certificate: bool,
     tls: TlsVersions,
+    /// More than one HTTP/2 connection when the open ones are at the destination's
+    /// stream limit (`EnableMultipleHttp2Connections`).
+    multiple_h2: bool,
 }
 
 impl PartialEq for Key {
@@ -272,6 +278,7 @@ impl PartialEq for Key {
             && self.version == other.version
             && self.accept_any_certificate == other.accept_any_certificate
             && self.tls == other.tls
+            && self.multiple_h2 == other.multiple_h2
             && self.authority.as_str() == other.authority.as_str()
     }
 }
@@ -287,7 +294,10 @@ impl std::hash::Hash for Key {
         };
         state.write(self.authority.as_str().as_bytes());
         state.write_u8(
-            u8::from(self.https) | version << 1 | u8::from(self.accept_any_certificate) << 3,
+            u8::from(self.https)
+                | version << 1
+                | u8::from(self.accept_any_certificate) << 3
+                | u8::from(self.multiple_h2) << 4,
         );
     }
 }
@@ -300,6 +310,9 @@ pub(crate) struct Target<'a> {
     pub(crate) accept_any_certificate: bool,
     /// The TLS versions offered to an `https://` destination (`SslProtocols`).
     pub(crate) tls: TlsVersions,
+    /// A new HTTP/2 connection when the open ones are at the destination's stream
+    /// limit (`EnableMultipleHttp2Connections`), up to `limit`'s maximum.
+    pub(crate) multiple_http2: bool,
     /// The destination and its cluster's `MaxConnectionsPerServer`: the request goes
     /// through the destination's pool, shared by every forwarder, and waits for a
     /// connection at the limit.
@@ -349,14 +362,17 @@ impl<B: SendBody> Pools<B> {
     /// The pool `to` goes to (made when first asked for).
     pub(crate) fn pool_for(&self, to: &Target<'_>) -> Arc<Pool<B>> {
         let https = *to.scheme == Scheme::HTTPS;
+        // Nothing to negotiate without TLS: .NET speaks HTTP/1.1 there.
+        let version = match to.version {
+            UpstreamVersion::Negotiate if !https => UpstreamVersion::Http1,
+            version => version,
+        };
         let key = Key {
             https,
             authority: to.authority.clone(),
-            // Nothing to negotiate without TLS: .NET speaks HTTP/1.1 there.
-            version: match to.version {
-                UpstreamVersion::Negotiate if !https => UpstreamVersion::Http1,
-                version => version,
-            },
+            version,
+            // HTTP/1.1 pools share whatever the HTTP/2 setting.
+            multiple_h2: to.multiple_http2 && version != UpstreamVersion::Http1,
             accept_any_certificate: to.accept_any_certificate,
             // Plain connections share a pool whatever the TLS setting.
             tls: if https { to.tls } else { TlsVersions::Both },
@@ -411,7 +427,7 @@ impl<B: SendBody> Pools<B> {
             .expect("scheme and authority make a URI"),
             key,
             idle: Mutex::new(Vec::new()),
-            h2: Mutex::new(H2Conn::None),
+            h2: Mutex::new(H2Conns::default()),
             opened: self.opened.clone(),
             limit,
             native: self.native,
@@ -477,8 +493,8 @@ pub(crate) struct Pool<B> {
     key: Key,
     /// Idle HTTP/1.1 connections, the most recently used last.
     idle: Mutex<Vec<Idle<B>>>,
-    /// The shared HTTP/2 connection.
-    h2: Mutex<H2Conn>,
+    /// The HTTP/2 connections.
+    h2: Mutex<H2Conns>,
     opened: Arc<AtomicU64>,
     /// The cluster's `MaxConnectionsPerServer`, for a destination's pool shared by
     /// every forwarder.

@@ -62,8 +62,8 @@ impl<B: SendBody> Exchange for Negotiating<B> {
             *this.then = Some(if h2 {
                 drop(this.permit.take());
                 let connecting = h2_handshake(pool)(io);
-                self::h2(
-                    Err(connecting),
+                h2_on(
+                    connecting,
                     shape(request, UpstreamVersion::Http2, &pool.target),
                 )
             } else {

@@ -122,6 +122,7 @@ fn key(authority: &'static str) -> Key {
         version: UpstreamVersion::Http1,
         accept_any_certificate: false,
         tls: TlsVersions::Both,
+        multiple_h2: false,
     }
 }
 
