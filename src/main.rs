@@ -1,4 +1,4 @@
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -14,6 +14,8 @@ async fn main() {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colours for a terminal only, never into files or journald.
+        .with_ansi(std::io::stderr().is_terminal())
         // A closed stderr must not stop the proxy: by default a failed log write is
         // reported with `eprintln!`, which panics when stderr itself is gone.
         .log_internal_errors(false)

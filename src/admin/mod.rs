@@ -6,6 +6,8 @@
 //! | `/` | an HTML status page (routes, clusters, destinations with health, in-flight requests and recent errors) that refreshes itself every 2 s |
 //! | `/status.json` | the same data as JSON |
 //! | `/metrics` | every metric in the Prometheus text format (see [`telemetry`](crate::telemetry)) |
+//! | `/healthz` | liveness: `200 ok` while the process answers |
+//! | `/readyz` | readiness: `200 ready` once the configuration is loaded and the listeners are bound, `503` before and from the moment shutdown starts ([`Readiness`]) |
 //!
 //! Only `GET` and `HEAD` are answered (others: 405). The admin listener has no
 //! authentication: bind it to a loopback or otherwise private address.
@@ -22,6 +24,7 @@
 
 use std::convert::Infallible;
 use std::future::{ready, Ready};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -37,12 +40,75 @@ const PAGE: &str = include_str!("page.html");
 #[derive(Debug, Clone)]
 pub struct Admin {
     state: Arc<ProxyState>,
+    readiness: Readiness,
+}
+
+/// Whether the proxy takes traffic, as the admin listener's `/readyz` tells load
+/// balancers and orchestrators: starting, ready, or draining (shutting down). Clones
+/// share one value.
+///
+/// ```
+/// use fuseway::admin::Readiness;
+/// let readiness = Readiness::starting();
+/// assert!(!readiness.is_ready());
+/// readiness.ready();
+/// assert!(readiness.is_ready());
+/// readiness.drain();
+/// assert!(!readiness.is_ready());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Readiness(Arc<AtomicU8>);
+
+const STARTING: u8 = 0;
+const READY: u8 = 1;
+const DRAINING: u8 = 2;
+
+impl Readiness {
+    /// Not ready yet (`/readyz`: 503 `starting`).
+    pub fn starting() -> Self {
+        Readiness(Arc::new(AtomicU8::new(STARTING)))
+    }
+
+    /// Ready: the configuration is loaded and the listeners are bound.
+    pub fn ready(&self) {
+        // A drain is final.
+        let _ = self
+            .0
+            .compare_exchange(STARTING, READY, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Shutting down (`/readyz`: 503 `draining`), for good.
+    pub fn drain(&self) {
+        self.0.store(DRAINING, Ordering::Relaxed);
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == READY
+    }
+
+    fn name(&self) -> &'static str {
+        match self.0.load(Ordering::Relaxed) {
+            STARTING => "starting",
+            READY => "ready",
+            _ => "draining",
+        }
+    }
 }
 
 impl Admin {
-    /// Serve `state`'s status and metrics.
+    /// Serve `state`'s status and metrics; `/readyz` answers ready (see
+    /// [`with_readiness`](Self::with_readiness)).
     pub fn new(state: Arc<ProxyState>) -> Self {
-        Admin { state }
+        let readiness = Readiness::starting();
+        readiness.ready();
+        Admin { state, readiness }
+    }
+
+    /// `/readyz` answers as `readiness` says.
+    pub fn with_readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = readiness;
+        self
     }
 
     /// The answer for `method` and `path`.
@@ -83,6 +149,15 @@ impl Admin {
                         "cannot encode the metrics\n",
                     ),
                 }
+            }
+            "/healthz" => text(StatusCode::OK, "text/plain", "ok\n"),
+            "/readyz" => {
+                let status = if self.readiness.is_ready() {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                text(status, "text/plain", format!("{}\n", self.readiness.name()))
             }
             _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
         }

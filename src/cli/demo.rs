@@ -14,28 +14,27 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use super::{BoxError, DEFAULT_LISTEN};
+use crate::admin::Readiness;
 use crate::config::{parse, Format};
 use crate::pipeline;
-use crate::server::shutdown_signal;
 use crate::server::Server;
 use crate::state::ProxyState;
 
-pub(super) async fn run(
-    listen: Vec<SocketAddr>,
-    admin: Option<SocketAddr>,
-) -> Result<(), BoxError> {
+pub(super) async fn run(args: &super::Args) -> Result<(), BoxError> {
+    let signals = super::lifecycle::Signals::new();
     let a = spawn_backend("backend-a").await?;
     let b = spawn_backend("backend-b").await?;
     let config = parse(&demo_config(a, b), Format::Json)?;
     let state = Arc::new(ProxyState::new(config)?);
-    let addrs = if listen.is_empty() {
+    let addrs = if args.listen.is_empty() {
         vec![DEFAULT_LISTEN.parse()?]
     } else {
-        listen
+        args.listen.clone()
     };
-    let server = Server::bind(&addrs).await?;
+    let server = Server::bind(&addrs).await?.graceful_timeout(args.grace);
     let proxy = server.local_addrs()[0];
-    let admin_task = super::spawn_admin(admin, &state).await?;
+    let readiness = Readiness::starting();
+    let admin_task = super::spawn_admin(args.admin, &state, &readiness).await?;
     let mut text = format!(
         "fuseway demo: proxy on http://{proxy}, backends on http://{a} and http://{b}\n\
          Try:\n\
@@ -53,7 +52,9 @@ pub(super) async fn run(
     // A closed stdout must not stop the proxy (`println!` would panic).
     let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     let service = pipeline::FusedDefault::from_state(state);
-    server.serve(service, shutdown_signal()).await?;
+    let shutdown = super::lifecycle::drain_on_signal(signals, readiness.clone(), args.drain_delay);
+    super::ready(&readiness);
+    server.serve(service, shutdown).await?;
     admin_task.stop().await;
     Ok(())
 }

@@ -1,22 +1,24 @@
 //! The `fuseway` command line: run a configuration file, or the embedded demo.
 
 mod demo;
+mod lifecycle;
 mod reload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 
 pub use crate::config::DEFAULT_LISTEN;
 pub use reload::{ConfigWatcher, Reloader, DEBOUNCE};
 
-use crate::admin::Admin;
+use crate::admin::{Admin, Readiness};
 use crate::config::{self, ProxyConfig};
 use crate::health::ActiveHealthChecker;
 use crate::pipeline;
-use crate::server::{shutdown_signal, Http1Engine, Server};
+use crate::server::{Http1Engine, Server};
 use crate::state::ProxyState;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -37,9 +39,17 @@ pub struct Args {
     #[arg(long, short)]
     pub listen: Vec<SocketAddr>,
     /// Address of the admin listener: `/` status page, `/status.json`, `/metrics`
-    /// (Prometheus). Off unless given; it has no authentication.
+    /// (Prometheus), `/healthz`, `/readyz`. Off unless given; it has no authentication.
     #[arg(long)]
     pub admin: Option<SocketAddr>,
+    /// After the first SIGTERM or SIGINT, keep accepting and serving connections this
+    /// long while `/readyz` fails, so that load balancers notice (`500ms`, `5s`, `1m`).
+    #[arg(long, value_name = "DURATION", value_parser = lifecycle::parse_duration, default_value = "0s")]
+    pub drain_delay: Duration,
+    /// Then the graceful shutdown: no new connections, in-flight requests get this
+    /// long to finish before the rest are closed. A second signal exits at once.
+    #[arg(long, value_name = "DURATION", value_parser = lifecycle::parse_duration, default_value = "30s")]
+    pub grace: Duration,
     /// Worker threads serving requests, each with its own single-threaded runtime and
     /// connection pools (nginx's worker model). Default: one per CPU.
     #[arg(long)]
@@ -66,11 +76,8 @@ pub async fn run(args: Args) -> Result<(), BoxError> {
     crate::forwarding::trust_bundled_roots(args.bundled_roots);
     match &args.config {
         Some(path) if args.check => check_config(path),
-        Some(path) => {
-            let engine = args.http1_engine.unwrap_or_else(Http1Engine::from_env);
-            run_config(path.clone(), args.listen, args.admin, args.workers, engine).await
-        }
-        None => demo::run(args.listen, args.admin).await,
+        Some(path) => run_config(path.clone(), &args).await,
+        None => demo::run(&args).await,
     }
 }
 
@@ -97,26 +104,24 @@ fn check_config(path: &std::path::Path) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn run_config(
-    path: PathBuf,
-    listen: Vec<SocketAddr>,
-    admin: Option<SocketAddr>,
-    workers: Option<usize>,
-    engine: Http1Engine,
-) -> Result<(), BoxError> {
+async fn run_config(path: PathBuf, args: &Args) -> Result<(), BoxError> {
+    let signals = lifecycle::Signals::new();
+    let engine = args.http1_engine.unwrap_or_else(Http1Engine::from_env);
     let config = load(&path)?;
     // The config's `Listen` entries may terminate TLS; `--listen` addresses are plain.
-    let server = if listen.is_empty() && !config.listen.is_empty() {
+    let server = if args.listen.is_empty() && !config.listen.is_empty() {
         Server::bind_config(&config.listen).await?
     } else {
-        Server::bind(&listen_addrs(&listen, &config)?).await?
+        Server::bind(&listen_addrs(&args.listen, &config)?).await?
     }
-    .http1_engine(engine);
+    .http1_engine(engine)
+    .graceful_timeout(args.grace);
     let state = Arc::new(build_state(&path, config)?);
     for addr in server.local_addrs() {
         tracing::info!(%addr, config = %path.display(), "fuseway listening");
     }
-    let admin = spawn_admin(admin, &state).await?;
+    let readiness = Readiness::starting();
+    let admin = spawn_admin(args.admin, &state, &readiness).await?;
     let reloader =
         Arc::new(Reloader::new(path, state.clone()).with_overrides(config::env_overrides()));
     spawn_reload_on_sighup(reloader.clone(), server.tls_reloader());
@@ -124,15 +129,18 @@ async fn run_config(
         .map_err(|e| tracing::warn!(error = %e, "cannot watch the configuration file; SIGHUP still reloads it"))
         .ok();
     let health = ActiveHealthChecker::spawn(state.clone());
-    let workers = workers
+    let workers = args
+        .workers
         .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
         .unwrap_or(1);
+    let shutdown = lifecycle::drain_on_signal(signals, readiness.clone(), args.drain_delay);
     tracing::info!(workers, "serving");
+    ready(&readiness);
     server
         .serve_workers(
             workers,
             move || pipeline::FusedDefault::from_state_with_engine(state.clone(), engine),
-            shutdown_signal(),
+            shutdown,
         )
         .await?;
     health.shutdown().await;
@@ -163,10 +171,19 @@ impl AdminTask {
     }
 }
 
-/// Start the admin listener on `addr`, if given.
+/// The configuration is loaded and the listeners are bound: `/readyz` answers 200 and
+/// systemd is told `READY=1`.
+fn ready(readiness: &Readiness) {
+    readiness.ready();
+    lifecycle::notify_systemd("READY=1");
+}
+
+/// Start the admin listener on `addr`, if given, its `/readyz` answering as
+/// `readiness` says.
 pub(crate) async fn spawn_admin(
     addr: Option<SocketAddr>,
     state: &Arc<ProxyState>,
+    readiness: &Readiness,
 ) -> Result<AdminTask, BoxError> {
     let Some(addr) = addr else {
         return Ok(AdminTask(None, Vec::new()));
@@ -180,7 +197,7 @@ pub(crate) async fn spawn_admin(
         tracing::info!(%addr, "fuseway admin listening (/ status page, /status.json, /metrics)");
     }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let admin = Admin::new(state.clone());
+    let admin = Admin::new(state.clone()).with_readiness(readiness.clone());
     let task = tokio::spawn(async move {
         let stopped = async {
             let _ = stopped.await;

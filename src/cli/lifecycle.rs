@@ -1,0 +1,159 @@
+//! The binary's lifecycle: readiness for `/readyz`, the drain on the first signal, the
+//! exit on the second, and systemd's `Type=notify` messages.
+
+use std::time::Duration;
+
+use crate::admin::Readiness;
+
+/// Completes when the graceful shutdown is to begin. On the first `SIGTERM` or
+/// `SIGINT`, `readiness` turns to draining (`/readyz` answers 503 at once) and systemd
+/// is told `STOPPING=1`; connections keep being accepted and served for `drain_delay`
+/// so that load balancers notice before the listeners close. A second signal, during
+/// the delay or the graceful shutdown after it, exits the process at once.
+pub(crate) async fn drain_on_signal(
+    mut signals: Signals,
+    readiness: Readiness,
+    drain_delay: Duration,
+) {
+    let first = signals.next().await;
+    readiness.drain();
+    notify_systemd("STOPPING=1");
+    tracing::info!(
+        signal = first,
+        drain_delay = ?drain_delay,
+        "draining: /readyz now fails; connections are served until the drain delay ends, \
+         then in-flight requests finish; a second signal exits at once"
+    );
+    tokio::spawn(async move {
+        let second = signals.next().await;
+        tracing::warn!(signal = second, "second signal: exiting now");
+        std::process::exit(1);
+    });
+    tokio::time::sleep(drain_delay).await;
+}
+
+/// `SIGTERM` and `SIGINT` (Ctrl-C), caught from [`Signals::new`] on: made before
+/// anything is announced, so that a signal sent as soon as the proxy says it listens
+/// starts the drain rather than killing the process.
+pub(crate) struct Signals {
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub(crate) fn new() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let catch = |kind| {
+                signal(kind)
+                    .map_err(|e| tracing::warn!(error = %e, "cannot catch a shutdown signal"))
+                    .ok()
+            };
+            Signals {
+                term: catch(SignalKind::terminate()),
+                int: catch(SignalKind::interrupt()),
+            }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// The next signal's name.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = recv(&mut self.term) => "SIGTERM",
+                () = recv(&mut self.int) => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
+    }
+}
+
+/// Send `message` (`READY=1`, `STOPPING=1`) to systemd's notification socket when
+/// `NOTIFY_SOCKET` names one (a unit of `Type=notify`); nothing otherwise. A path, or
+/// on Linux an abstract name written with a leading `@`.
+pub(crate) fn notify_systemd(message: &str) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::net::UnixDatagram;
+        let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
+            return;
+        };
+        let sent = UnixDatagram::unbound().and_then(|sender| {
+            let name = socket.as_bytes();
+            match name.strip_prefix(b"@") {
+                #[cfg(target_os = "linux")]
+                Some(name) => {
+                    use std::os::linux::net::SocketAddrExt;
+                    let address = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+                    sender.send_to_addr(message.as_bytes(), &address)
+                }
+                _ => sender.send_to(message.as_bytes(), &socket),
+            }
+        });
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, socket = ?socket, message, "cannot notify systemd");
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = message;
+}
+
+/// A duration on the command line: a number with `ms`, `s`, `m` or `h` after it (`s`
+/// when none), such as `500ms`, `30s`, `2m`, `1.5s`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (such as 500ms, 30s, 2m)"))?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        other => return Err(format!("`{other}` is not a unit of time (ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{text}`: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_their_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("soon")
+            .unwrap_err()
+            .contains("not a duration"));
+        assert!(parse_duration("3d").unwrap_err().contains("not a unit"));
+        assert!(parse_duration("").is_err());
+    }
+}
