@@ -1,7 +1,6 @@
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 // The control plane (reload, health probes, admin, signals) runs here; requests are
 // served on the worker threads `Server::serve_workers` starts.
@@ -9,21 +8,18 @@ use tracing_subscriber::EnvFilter;
 async fn main() {
     #[cfg(feature = "mimalloc")]
     purge_freed_pages_at_once();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colours for a terminal only, never into files or journald.
-        .with_ansi(std::io::stderr().is_terminal())
-        // A closed stderr must not stop the proxy: by default a failed log write is
-        // reported with `eprintln!`, which panics when stderr itself is gone.
-        .log_internal_errors(false)
-        .init();
+    let args = fuseway::cli::Args::parse();
+    let logs = match fuseway::cli::logging::init(args.log_format, &args.access_log) {
+        Ok(guard) => guard,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "fuseway: {e}");
+            std::process::exit(1);
+        }
+    };
     #[cfg(feature = "count-allocs")]
     count_allocs::report_on_sigusr1();
-    let args = fuseway::cli::Args::parse();
     let result = fuseway::cli::run(args).await;
+    drop(logs);
     #[cfg(feature = "count-allocs")]
     count_allocs::report("exit");
     if let Err(e) = result {

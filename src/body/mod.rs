@@ -227,17 +227,26 @@ fn next_deadline(timeout: Duration, deadline: Option<Instant>) -> Instant {
 }
 
 impl Upstream {
-    fn finish(guard: &mut Option<ExchangeGuard>, result: Result<(), ForwardErrorKind>) {
+    fn finish(
+        guard: &mut Option<ExchangeGuard>,
+        progress: Option<&Arc<Progress>>,
+        result: Result<(), ForwardErrorKind>,
+    ) {
         if let Some(mut g) = guard.take() {
+            g.transferred.0 = progress.map_or(0, |p| p.bytes());
             g.finish(Some(result));
         }
     }
 
-    fn fail(guard: &mut Option<ExchangeGuard>, error: &ForwardError) {
+    fn fail(
+        guard: &mut Option<ExchangeGuard>,
+        progress: Option<&Arc<Progress>>,
+        error: &ForwardError,
+    ) {
         if let Some(g) = guard {
             g.log_body_failure(error);
         }
-        Self::finish(guard, Err(error.kind()));
+        Self::finish(guard, progress, Err(error.kind()));
     }
 
     fn poll_frame(
@@ -254,15 +263,18 @@ impl Upstream {
                 if let (Some(t), Some(trailers)) = (this.trailers.as_mut(), frame.trailers_mut()) {
                     t.apply(trailers);
                 }
+                if let (Some(g), Some(data)) = (this.guard.as_mut(), frame.data_ref()) {
+                    g.transferred.1 += data.len() as u64;
+                }
                 if this.body.is_end_stream() {
-                    Self::finish(this.guard, Ok(()));
+                    Self::finish(this.guard, this.progress.as_ref(), Ok(()));
                 }
                 *this.idle_by = None;
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
                 let error = ForwardError::new(ForwardErrorKind::ResponseBodyDestination, e);
-                Self::fail(this.guard, &error);
+                Self::fail(this.guard, this.progress.as_ref(), &error);
                 // The failure often arrives in the same poll as the head and the last
                 // data (the connection is driven from here): an error now would make
                 // the server drop them unsent. Yield once so that it flushes
@@ -272,7 +284,7 @@ impl Upstream {
                 Poll::Pending
             }
             Poll::Ready(None) => {
-                Self::finish(this.guard, Ok(()));
+                Self::finish(this.guard, this.progress.as_ref(), Ok(()));
                 match this.trailers.as_mut().and_then(TrailerTransforms::at_end) {
                     Some(trailers) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
                     None => Poll::Ready(None),
@@ -299,7 +311,7 @@ impl Upstream {
                     }
                 }
                 let error = ForwardError::kind_only(ForwardErrorKind::RequestTimedOut);
-                Self::fail(this.guard, &error);
+                Self::fail(this.guard, this.progress.as_ref(), &error);
                 Poll::Ready(Some(Err(error)))
             }
         }

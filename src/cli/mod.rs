@@ -2,6 +2,7 @@
 
 mod demo;
 mod lifecycle;
+pub mod logging;
 mod reload;
 
 use std::net::SocketAddr;
@@ -69,6 +70,14 @@ pub struct Args {
     /// set, else native.
     #[arg(long, value_name = "native|hyper")]
     pub http1_engine: Option<Http1Engine>,
+    /// Where the access log (one record per request) goes: `stdout`, `stderr`, a file
+    /// path (appended to), or `off`.
+    #[arg(long, value_name = "stdout|stderr|PATH|off", default_value = "stdout")]
+    pub access_log: logging::AccessLog,
+    /// How the log and the access log are written: `text` or `json` (one object per
+    /// line).
+    #[arg(long, value_enum, default_value_t)]
+    pub log_format: logging::LogFormat,
 }
 
 /// Run the binary with these arguments until Ctrl-C / SIGTERM.

@@ -198,8 +198,9 @@ where
             *this.timer = None;
         }
         let polled = this.inner.poll_frame(cx);
-        if let (Some(progress), Poll::Ready(Some(Ok(_)))) = (this.progress.as_ref(), &polled) {
+        if let (Some(progress), Poll::Ready(Some(Ok(frame)))) = (this.progress.as_ref(), &polled) {
             progress.mark(crate::clock::now());
+            progress.sent(frame.data_ref().map_or(0, Bytes::len));
         }
         polled
     }

@@ -49,7 +49,9 @@ pub use request_body::RequestBody;
 pub use tls::trust_bundled_roots;
 
 use crate::health::PassiveRecord;
-use crate::request::{Balanced, ConnectionInfo, ExchangeEnd, ForwardError, ForwardErrorKind};
+use crate::request::{
+    Balanced, ConnectionInfo, ExchangeEnd, ExchangeReport, ForwardError, ForwardErrorKind,
+};
 use crate::state::{ConcurrencyGuard, DestinationState, UpstreamVersion};
 use crate::transforms::ClientRequest;
 use expect::UpstreamBody;
@@ -72,6 +74,8 @@ pub struct ExchangeGuard {
     /// to its pool when the body ends cleanly.
     upstream: Option<pool::BoxExchange>,
     target: Arc<DestinationState>,
+    /// Body bytes so far: request (to the destination) and response (to the client).
+    pub(crate) transferred: (u64, u64),
 }
 
 impl std::fmt::Debug for ExchangeGuard {
@@ -97,6 +101,7 @@ impl ExchangeGuard {
             continue_closer: None,
             upstream: None,
             target: target.clone(),
+            transferred: (0, 0),
         }
     }
 
@@ -117,7 +122,7 @@ impl ExchangeGuard {
         }
     }
 
-    pub(crate) fn on_end(&mut self, hook: Box<dyn FnOnce(ExchangeEnd) + Send>) {
+    pub(crate) fn on_end(&mut self, hook: Box<dyn FnOnce(&ExchangeReport) + Send>) {
         self.held.push(Hook::End(hook));
     }
 
@@ -170,10 +175,15 @@ impl ExchangeGuard {
         if let Held::Many(mut hooks) = std::mem::replace(&mut self.held, Held::None) {
             // Guards first, then the hooks, in the order they were added.
             hooks.retain(|hook| matches!(hook, Hook::End(_)));
-            let end = ExchangeEnd::from_result(result);
+            let (request_bytes, response_bytes) = self.transferred;
+            let report = ExchangeReport::new(
+                ExchangeEnd::from_result(result),
+                request_bytes,
+                response_bytes,
+            );
             for hook in *hooks {
                 if let (Hook::End(hook), false) = (hook, panicking) {
-                    hook(end);
+                    hook(&report);
                 }
             }
         }
@@ -231,7 +241,7 @@ enum Hook {
     Guard {
         _held: ConcurrencyGuard,
     },
-    End(Box<dyn FnOnce(ExchangeEnd) + Send>),
+    End(Box<dyn FnOnce(&ExchangeReport) + Send>),
 }
 
 impl Drop for ExchangeGuard {

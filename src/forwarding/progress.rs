@@ -14,6 +14,8 @@ use tokio::time::Instant;
 pub(crate) struct Progress {
     /// Nanoseconds after [`base`].
     last: AtomicU64,
+    /// Body bytes sent so far.
+    bytes: AtomicU64,
 }
 
 /// The instant progress times are counted from: an hour before the first one asked
@@ -32,6 +34,7 @@ impl Progress {
     pub(crate) fn new(now: Instant) -> Self {
         let progress = Progress {
             last: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
         };
         progress.mark(now);
         progress
@@ -42,6 +45,16 @@ impl Progress {
         let nanos = now.saturating_duration_since(base()).as_nanos();
         self.last
             .fetch_max(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// `n` more body bytes went.
+    pub(crate) fn sent(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Body bytes sent so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// When the body last moved.

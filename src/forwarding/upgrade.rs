@@ -281,6 +281,7 @@ async fn tunnel(
         "upgraded connection closed"
     );
     if let Some(guard) = guard.as_mut() {
+        guard.transferred = bytes;
         guard.finish(match end {
             // A silent socket timing out is the client's choice, not a failure.
             End::Closed | End::Idle => Some(Ok(())),

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use http::Request;
 
 pub use candidates::{Candidates, Iter as CandidatesIter};
-pub use response::{ExchangeEnd, ForwardError, ForwardErrorKind, Outcome, ProxyResponse};
+pub use response::{
+    ExchangeEnd, ExchangeReport, ForwardError, ForwardErrorKind, Outcome, ProxyResponse,
+};
 
 use crate::state::DestinationState;
 

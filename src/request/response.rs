@@ -90,6 +90,33 @@ impl ExchangeEnd {
     }
 }
 
+/// What the hooks registered with [`ProxyResponse::on_exchange_report`] learn when an
+/// exchange is over: how it ended and the body bytes that went each way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExchangeReport {
+    /// How it ended.
+    pub end: ExchangeEnd,
+    /// Request body bytes sent on to the destination (for an upgraded connection, the
+    /// bytes the client sent through the tunnel).
+    pub request_bytes: u64,
+    /// Response body bytes passed on to the client (for an upgraded connection, the
+    /// bytes the destination sent through the tunnel; for a local answer, its body's
+    /// length).
+    pub response_bytes: u64,
+}
+
+impl ExchangeReport {
+    /// A report of `end` with these byte counts.
+    pub fn new(end: ExchangeEnd, request_bytes: u64, response_bytes: u64) -> Self {
+        ExchangeReport {
+            end,
+            request_bytes,
+            response_bytes,
+        }
+    }
+}
+
 /// A forwarding error: its kind and, where known, the underlying cause.
 #[derive(Debug)]
 pub struct ForwardError {
@@ -281,13 +308,39 @@ impl ProxyResponse {
     /// assert_eq!(rx.try_recv(), Ok(ExchangeEnd::Completed));
     /// ```
     pub fn on_exchange_end(&mut self, hook: impl FnOnce(ExchangeEnd) + Send + 'static) {
+        self.on_exchange_report(move |report| hook(report.end));
+    }
+
+    /// Call `hook` once when the exchange is over, as [`on_exchange_end`](Self::on_exchange_end)
+    /// does, with the body bytes that went each way besides how it ended (the access
+    /// log's record is written from here).
+    ///
+    /// ```
+    /// use fuseway::body::ProxyBody;
+    /// use fuseway::request::{ExchangeEnd, ProxyResponse};
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let mut response = ProxyResponse::status(http::StatusCode::OK);
+    /// *response.response.body_mut() = ProxyBody::full("hello");
+    /// // A local answer: the hook runs at once.
+    /// response.on_exchange_report(move |report| tx.send(*report).unwrap());
+    /// let report = rx.try_recv().unwrap();
+    /// assert_eq!((report.end, report.response_bytes), (ExchangeEnd::Completed, 5));
+    /// ```
+    pub fn on_exchange_report(&mut self, hook: impl FnOnce(&ExchangeReport) + Send + 'static) {
         let ProxyResponse { response, outcome } = self;
+        let local_length = http_body::Body::size_hint(response.body())
+            .exact()
+            .unwrap_or(0);
         match response.body_mut().exchange_mut() {
             Some(exchange) => exchange.on_end(Box::new(hook)),
-            None => hook(match &outcome.error {
-                Some(e) => ExchangeEnd::Failed(e.kind()),
-                None => ExchangeEnd::Completed,
-            }),
+            None => hook(&ExchangeReport::new(
+                match &outcome.error {
+                    Some(e) => ExchangeEnd::Failed(e.kind()),
+                    None => ExchangeEnd::Completed,
+                },
+                0,
+                local_length,
+            )),
         }
     }
 }

@@ -224,7 +224,7 @@ impl DestinationAddress {
 /// A destination as the current snapshot knows it.
 #[derive(Debug, Clone)]
 pub struct Destination {
-    id: Arc<str>,
+    pub(crate) id: Arc<str>,
     address: DestinationAddress,
     host: HeaderValue,
     config: DestinationConfig,

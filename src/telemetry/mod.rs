@@ -14,11 +14,15 @@
 //! `cluster`, `destination`, `status`, `duration_ms` and `error`; a DEBUG event
 //! `request finished` is emitted inside it when the response headers are ready.
 //!
+//! With a subscriber for [`access::TARGET`], it also writes the [access log](access):
+//! one record per request when the exchange is over.
+//!
 //! Durations are measured until the response headers are ready (response bodies
 //! stream afterwards); errors while a body streams are not counted here. Requests the
 //! proxy answers before choosing a destination (404, 429, 503 from limits or
 //! affinity) are counted with empty `route`, `cluster` and `destination` labels.
 
+pub mod access;
 mod metrics;
 
 use std::sync::Arc;
@@ -48,6 +52,8 @@ pub struct Started {
     start: Instant,
     span: tracing::Span,
     _in_flight: InFlight,
+    /// For the access log, when one is written.
+    access: Option<access::Arrival>,
 }
 
 impl Telemetry {
@@ -59,7 +65,7 @@ impl Telemetry {
     }
 }
 
-impl<B> InPlace<http::Request<B>> for Telemetry {
+impl<B: 'static> InPlace<http::Request<B>> for Telemetry {
     /// [`Stage::on_request`] on the request where it lies (the default fused pipeline
     /// calls this: the request is not moved in and out).
     #[inline]
@@ -83,12 +89,13 @@ impl<B> InPlace<http::Request<B>> for Telemetry {
             start: crate::clock::now(),
             span,
             _in_flight: self.metrics.enter(),
+            access: access::enabled().then(|| access::Arrival::of(request)),
         };
         Ok(started)
     }
 }
 
-impl<B> Stage<http::Request<B>> for Telemetry {
+impl<B: 'static> Stage<http::Request<B>> for Telemetry {
     type Out = http::Request<B>;
     type State = Started;
 
@@ -144,6 +151,11 @@ impl<B> Stage<http::Request<B>> for Telemetry {
                 span.record("error", kind_name(kind));
             }
             tracing::debug!(target: "fuseway::telemetry", parent: span, "request finished");
+        }
+        if let Some(arrival) = started.access {
+            let upstream = outcome.destination().is_some().then_some(elapsed);
+            let record = arrival.answered(started.start, upstream, status, outcome);
+            response.on_exchange_report(move |report| record.write(report));
         }
     }
 }

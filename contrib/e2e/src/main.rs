@@ -184,6 +184,7 @@ fn main() {
         ),
         start_fuseway(&dir, &tmp, backend_addr, Kind::Fuseway, false),
         start_fuseway(&dir, &tmp, backend_addr, Kind::FusewayHyper, false),
+        start_fuseway(&dir, &tmp, backend_addr, Kind::FusewayAccessLog, false),
         start_fuseway(&dir, &tmp, backend_addr, Kind::Fuseway, true),
     ];
     for kind in [Kind::HyperLegacy, Kind::HyperPool, Kind::HyperPinned] {

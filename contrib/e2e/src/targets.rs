@@ -17,6 +17,10 @@ pub(crate) enum Kind {
     /// The same binary with `--http1-engine hyper` (HTTP/1.1 rounds only: HTTP/2 is
     /// hyper's in both).
     FusewayHyper,
+    /// The same binary writing its access log (to `/dev/null`: what formatting and
+    /// handing records to the writer thread cost); the others run with it off, as
+    /// nginx runs with `access_log off`.
+    FusewayAccessLog,
     HyperLegacy,
     HyperPool,
     HyperPinned,
@@ -30,6 +34,7 @@ impl Kind {
             Kind::Direct => "direct",
             Kind::Fuseway => "fuseway",
             Kind::FusewayHyper => "fuseway-hyper",
+            Kind::FusewayAccessLog => "fuseway-alog",
             Kind::HyperLegacy => "hyper-legacy",
             Kind::HyperPool => "hyper-pool",
             Kind::HyperPinned => "hyper-pinned",
@@ -76,8 +81,9 @@ impl Target {
     }
 }
 
-/// The fuseway binary (`kind`: on its own HTTP/1.1 engine or hyper's) forwarding to
-/// `backend` over HTTP/1.1, or over h2c when `h2c_destination`.
+/// The fuseway binary (`kind`: on its own HTTP/1.1 engine or hyper's, with or without
+/// its access log) forwarding to `backend` over HTTP/1.1, or over h2c when
+/// `h2c_destination`.
 pub(crate) fn start_fuseway(
     dir: &Path,
     tmp: &Path,
@@ -114,6 +120,14 @@ pub(crate) fn start_fuseway(
             .arg(&config)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--http1-engine", engine])
+            .args([
+                "--access-log",
+                if kind == Kind::FusewayAccessLog {
+                    "/dev/null"
+                } else {
+                    "off"
+                },
+            ])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::piped()),

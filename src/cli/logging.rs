@@ -1,0 +1,110 @@
+//! The binary's logs: the log proper on stderr (`RUST_LOG` filters it; colours only on a
+//! terminal) and the access log ([`telemetry::access`](crate::telemetry::access)) on
+//! stdout or a file, written by a thread of its own so that a worker never waits for
+//! it (a slow reader makes it drop records rather than stall requests); text or JSON.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use tracing_subscriber::filter::{filter_fn, FilterExt};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use super::BoxError;
+use crate::telemetry::access::TARGET;
+
+/// How log records are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line per record: time, level, target, message and `key=value` fields.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the
+    /// fields, at the top level.
+    Json,
+}
+
+/// Where the access log goes (`--access-log`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLog {
+    /// Standard output (the default).
+    Stdout,
+    /// Standard error, after the log proper's lines.
+    Stderr,
+    /// Appended to a file.
+    File(PathBuf),
+    /// None.
+    Off,
+}
+
+impl std::str::FromStr for AccessLog {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "stdout" | "-" => AccessLog::Stdout,
+            "stderr" => AccessLog::Stderr,
+            "off" => AccessLog::Off,
+            path => AccessLog::File(path.into()),
+        })
+    }
+}
+
+/// Flushes the access log's last records when dropped (at exit).
+#[must_use = "the access log's last records are lost if this is dropped early"]
+pub struct LogGuard(Option<tracing_appender::non_blocking::WorkerGuard>);
+
+impl std::fmt::Debug for LogGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LogGuard").field(&self.0.is_some()).finish()
+    }
+}
+
+/// Set up the process's logging as `format` and `access` say (call once, early).
+pub fn init(format: LogFormat, access: &AccessLog) -> Result<LogGuard, BoxError> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let not_access = filter_fn(|meta| meta.target() != TARGET);
+    let log = layer(format, std::io::stderr, std::io::stderr().is_terminal())
+        .with_filter(filter.and(not_access));
+    let (writer, guard) = match access {
+        AccessLog::Off => {
+            tracing_subscriber::registry().with(log).try_init()?;
+            return Ok(LogGuard(None));
+        }
+        AccessLog::Stdout => tracing_appender::non_blocking(std::io::stdout()),
+        AccessLog::Stderr => tracing_appender::non_blocking(std::io::stderr()),
+        AccessLog::File(path) => tracing_appender::non_blocking(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("--access-log {}: {e}", path.display()))?,
+        ),
+    };
+    let access_layer = layer(format, writer, false).with_filter(filter_fn(|meta| {
+        meta.target() == TARGET && *meta.level() <= tracing::Level::INFO
+    }));
+    tracing_subscriber::registry()
+        .with(log)
+        .with(access_layer)
+        .try_init()?;
+    Ok(LogGuard(Some(guard)))
+}
+
+/// A formatting layer writing to `writer`.
+fn layer<S, W>(format: LogFormat, writer: W, ansi: bool) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        // A closed stderr must not stop the proxy: by default a failed log write is
+        // reported with `eprintln!`, which panics when stderr itself is gone.
+        .log_internal_errors(false);
+    match format {
+        LogFormat::Text => fmt.with_ansi(ansi).boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).boxed(),
+    }
+}

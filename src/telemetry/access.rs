@@ -1,0 +1,264 @@
+//! The access log: one record per request, an INFO event on the `fuseway::access`
+//! target ([`TARGET`]) written by the telemetry stage when the exchange is over (the
+//! response body sent, failed, or abandoned by the client).
+//!
+//! Its fields: `client` (address and port), `method`, `host` (the URI's authority, else
+//! `Host`), `path` (with the query),
+//! `protocol`, `status`, `bytes_in` and `bytes_out` (request body bytes sent on to the
+//! destination, response body bytes passed on to the client), `duration_ms` (from the
+//! request's arrival in the pipeline to the exchange's end), `upstream_ms` (to the
+//! destination's response head, or to the failure of forwarding; absent for answers
+//! the proxy gave itself), `route`,
+//! `cluster`, `destination` (absent where none was chosen), `error` (YARP's kind
+//! names, `ResponseBodyClient` for a client that went away while the body streamed)
+//! and `request_id`: the client's `X-Request-Id`, else the trace id of its
+//! `traceparent`, else one generated (16 hex digits, unique in the process).
+//!
+//! Nothing is captured when no subscriber takes the target, so a program without an
+//! access log pays one filter check per request. The `fuseway` binary writes it to
+//! stdout (or a file) from a thread of its own, as text or JSON (`--access-log`,
+//! `--log-format`): a worker never waits for the log.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderValue, Method, Uri, Version};
+use tokio::time::Instant;
+
+use super::kind_name;
+use crate::request::{ExchangeEnd, ExchangeReport, ForwardErrorKind, Outcome};
+
+/// The `tracing` target of the access log's records.
+pub const TARGET: &str = "fuseway::access";
+
+/// Whether a subscriber takes access records now.
+#[inline]
+pub(crate) fn enabled() -> bool {
+    tracing::enabled!(target: "fuseway::access", tracing::Level::INFO)
+}
+
+/// What the access log keeps of a request from its arrival.
+#[derive(Debug)]
+pub(crate) struct Arrival {
+    method: Method,
+    uri: Uri,
+    /// `Host`, where the URI has no authority (HTTP/1.1 in origin form).
+    host: Option<HeaderValue>,
+    version: Version,
+    client: Option<SocketAddr>,
+    request_id: RequestId,
+}
+
+impl Arrival {
+    pub(crate) fn of<B: 'static>(request: &http::Request<B>) -> Self {
+        let headers = request.headers();
+        let request_id = match headers.get("x-request-id") {
+            Some(id) => RequestId::Header(id.clone()),
+            None => match headers.get("traceparent").filter(|t| trace_id(t).is_some()) {
+                Some(traceparent) => RequestId::Trace(traceparent.clone()),
+                None => RequestId::generate(),
+            },
+        };
+        Arrival {
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            host: match request.uri().authority() {
+                Some(_) => None,
+                None => headers.get(http::header::HOST).cloned(),
+            },
+            version: request.version(),
+            client: crate::request::ConnectionInfo::of(request).map(|c| c.remote),
+            request_id,
+        }
+    }
+
+    /// The record so far, once the pipeline has answered: written by
+    /// [`Record::write`] when the exchange is over.
+    pub(crate) fn answered(
+        self,
+        start: Instant,
+        upstream: Option<Duration>,
+        status: u16,
+        outcome: &Outcome,
+    ) -> Record {
+        let route = outcome.route().map(|r| r.id.clone());
+        let (cluster, destination) = match (outcome.cluster(), outcome.destination()) {
+            (Some(cluster), Some(destination)) => {
+                (Some(cluster.id.clone()), Some(destination.id.clone()))
+            }
+            (cluster, _) => (cluster.map(|c| c.id.clone()), None),
+        };
+        Record {
+            arrival: self,
+            start,
+            upstream,
+            status,
+            route,
+            cluster,
+            destination,
+            error: outcome.error.as_ref().map(|e| e.kind()),
+        }
+    }
+}
+
+/// An access record waiting for its exchange's end.
+#[derive(Debug)]
+pub(crate) struct Record {
+    arrival: Arrival,
+    start: Instant,
+    upstream: Option<Duration>,
+    status: u16,
+    route: Option<Arc<str>>,
+    cluster: Option<Arc<str>>,
+    destination: Option<Arc<str>>,
+    error: Option<ForwardErrorKind>,
+}
+
+impl Record {
+    /// Write it, for an exchange that ended as `report` says.
+    pub(crate) fn write(self, report: &ExchangeReport) {
+        let duration = crate::clock::now().saturating_duration_since(self.start);
+        let error = match report.end {
+            ExchangeEnd::Failed(kind) => Some(kind),
+            ExchangeEnd::Abandoned => Some(ForwardErrorKind::ResponseBodyClient),
+            _ => self.error,
+        };
+        let a = &self.arrival;
+        let client = a.client.map(tracing::field::display);
+        tracing::info!(
+            target: "fuseway::access",
+            client,
+            method = a.method.as_str(),
+            host = a
+                .uri
+                .authority()
+                .map(|authority| authority.as_str())
+                .or_else(|| a.host.as_ref().and_then(|h| h.to_str().ok())),
+            path = a.uri.path_and_query().map_or("/", |p| p.as_str()),
+            protocol = protocol(a.version),
+            status = self.status,
+            bytes_in = report.request_bytes,
+            bytes_out = report.response_bytes,
+            duration_ms = millis(duration),
+            upstream_ms = self.upstream.map(millis),
+            route = self.route.as_deref(),
+            cluster = self.cluster.as_deref(),
+            destination = self.destination.as_deref(),
+            error = error.map(kind_name),
+            request_id = %a.request_id,
+            "request"
+        );
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    // Microsecond resolution: enough, and short in the log.
+    (d.as_micros() as f64) / 1000.0
+}
+
+fn protocol(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_11 => "HTTP/1.1",
+        Version::HTTP_2 => "HTTP/2",
+        Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP",
+    }
+}
+
+/// A request's id in the access log.
+#[derive(Debug)]
+enum RequestId {
+    /// The client's `X-Request-Id`.
+    Header(HeaderValue),
+    /// The client's `traceparent` (its trace id is shown).
+    Trace(HeaderValue),
+    /// Made here.
+    Generated(u64),
+}
+
+impl RequestId {
+    /// An id unique in the process and unlikely to repeat across processes: a counter
+    /// from a random start, mixed by a bijection (so never two alike).
+    fn generate() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        static SEED: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            h.finish()
+        });
+        let n = SEED.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+        // An odd multiplier and an xor-shift: both invertible.
+        let mixed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        RequestId::Generated(mixed ^ (mixed >> 31))
+    }
+}
+
+/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if it is one.
+fn trace_id(traceparent: &HeaderValue) -> Option<&str> {
+    let value = traceparent.to_str().ok()?;
+    let id = value.get(3..35)?;
+    (value.len() >= 55
+        && value.as_bytes()[2] == b'-'
+        && id.bytes().all(|b| b.is_ascii_hexdigit())
+        && id.bytes().any(|b| b != b'0'))
+    .then_some(id)
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestId::Header(id) => match id.to_str() {
+                Ok(id) => f.write_str(id),
+                Err(_) => f.write_str("(not text)"),
+            },
+            RequestId::Trace(traceparent) => f.write_str(trace_id(traceparent).unwrap_or("-")),
+            RequestId::Generated(n) => write!(f, "{n:016x}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_come_from_the_client_or_are_made_unique() {
+        fn id(headers: &[(&'static str, &str)]) -> String {
+            let mut request = http::Request::get("/").body(()).unwrap();
+            for (k, v) in headers {
+                request
+                    .headers_mut()
+                    .insert(*k, HeaderValue::from_str(v).unwrap());
+            }
+            Arrival::of(&request).request_id.to_string()
+        }
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(id(&[("x-request-id", "abc-1")]), "abc-1");
+        assert_eq!(
+            id(&[("traceparent", traceparent)]),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(
+            id(&[("x-request-id", "abc-1"), ("traceparent", traceparent)]),
+            "abc-1"
+        );
+        // Not a traceparent (an all-zero trace id is invalid): one is made.
+        let zero = [(
+            "traceparent",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        )];
+        let made: Vec<String> = (0..1000)
+            .map(|i| id(if i == 0 { &zero } else { &[] }))
+            .collect();
+        assert!(made
+            .iter()
+            .all(|m| m.len() == 16 && m.bytes().all(|b| b.is_ascii_hexdigit())));
+        let unique: std::collections::HashSet<&String> = made.iter().collect();
+        assert_eq!(unique.len(), made.len());
+    }
+}
