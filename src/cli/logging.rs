@@ -1,7 +1,8 @@
 //! The binary's logs: the log proper on stderr (`RUST_LOG` filters it; colours only on a
 //! terminal) and the access log ([`telemetry::access`](crate::telemetry::access)) on
-//! stdout or a file, written by a thread of its own so that a worker never waits for
-//! it (a slow reader makes it drop records rather than stall requests); text or JSON.
+//! stdout or a file, batched and written by a thread of its own so that a worker never
+//! waits for it (a slow reader makes it drop records rather than stall requests; see
+//! [`access_writer`](super::access_writer)); text or JSON.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -53,7 +54,7 @@ impl std::str::FromStr for AccessLog {
 
 /// Flushes the access log's last records when dropped (at exit).
 #[must_use = "the access log's last records are lost if this is dropped early"]
-pub struct LogGuard(Option<tracing_appender::non_blocking::WorkerGuard>);
+pub struct LogGuard(Option<super::access_writer::Flusher>);
 
 impl std::fmt::Debug for LogGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -67,14 +68,14 @@ pub fn init(format: LogFormat, access: &AccessLog) -> Result<LogGuard, BoxError>
     let not_access = filter_fn(|meta| meta.target() != TARGET);
     let log = layer(format, std::io::stderr, std::io::stderr().is_terminal())
         .with_filter(filter.and(not_access));
-    let (writer, guard) = match access {
+    let sink: Box<dyn std::io::Write + Send> = match access {
         AccessLog::Off => {
             tracing_subscriber::registry().with(log).try_init()?;
             return Ok(LogGuard(None));
         }
-        AccessLog::Stdout => tracing_appender::non_blocking(std::io::stdout()),
-        AccessLog::Stderr => tracing_appender::non_blocking(std::io::stderr()),
-        AccessLog::File(path) => tracing_appender::non_blocking(
+        AccessLog::Stdout => Box::new(std::io::stdout()),
+        AccessLog::Stderr => Box::new(std::io::stderr()),
+        AccessLog::File(path) => Box::new(
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -82,14 +83,15 @@ pub fn init(format: LogFormat, access: &AccessLog) -> Result<LogGuard, BoxError>
                 .map_err(|e| format!("--access-log {}: {e}", path.display()))?,
         ),
     };
-    let access_layer = layer(format, writer, false).with_filter(filter_fn(|meta| {
+    let (access_layer, flusher) = super::access_writer::access_log(format, sink)?;
+    let access_layer = access_layer.with_filter(filter_fn(|meta| {
         meta.target() == TARGET && *meta.level() <= tracing::Level::INFO
     }));
     tracing_subscriber::registry()
         .with(log)
         .with(access_layer)
         .try_init()?;
-    Ok(LogGuard(Some(guard)))
+    Ok(LogGuard(Some(flusher)))
 }
 
 /// A formatting layer writing to `writer`.

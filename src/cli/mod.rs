@@ -1,5 +1,6 @@
 //! The `fuseway` command line: run a configuration file, or the embedded demo.
 
+mod access_writer;
 mod demo;
 mod lifecycle;
 pub mod logging;

@@ -1,0 +1,315 @@
+//! The binary's access-log writer: a `tracing` layer that formats each
+//! `fuseway::access` record itself (its fields are known: no generic field
+//! formatting) and appends it to a shared batch, which a thread of its own writes out
+//! when it fills or every [`FLUSH_EVERY`]; a worker's cost per record is the formatting
+//! and one uncontended lock, never a system call. When the writer falls behind by
+//! [`MAX_BATCH`] bytes, records are dropped (and the drops logged) rather than a worker
+//! kept waiting.
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::Context;
+
+use super::logging::LogFormat;
+
+/// The batch is written out at least this often while it has records.
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(200);
+
+/// A batch this large wakes the writer at once.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// Past this many bytes waiting, records are dropped.
+pub(crate) const MAX_BATCH: usize = 4 * 1024 * 1024;
+
+struct Shared {
+    batch: Mutex<Batch>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    dropped: u64,
+    closed: bool,
+}
+
+/// The layer that formats access records into the batch.
+pub(crate) struct AccessLayer {
+    shared: Arc<Shared>,
+    format: LogFormat,
+}
+
+/// Writes the last batch and stops the writer thread when dropped.
+pub(crate) struct Flusher {
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A layer formatting records as `format` and the thread writing them to `sink`.
+pub(crate) fn access_log(
+    format: LogFormat,
+    sink: Box<dyn Write + Send>,
+) -> std::io::Result<(AccessLayer, Flusher)> {
+    let shared = Arc::new(Shared {
+        batch: Mutex::new(Batch::default()),
+        wake: Condvar::new(),
+    });
+    let writer = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("fuseway-access-log".into())
+        .spawn(move || write_batches(&writer, sink))?;
+    Ok((
+        AccessLayer {
+            shared: shared.clone(),
+            format,
+        },
+        Flusher {
+            shared,
+            thread: Some(thread),
+        },
+    ))
+}
+
+fn write_batches(shared: &Shared, mut sink: Box<dyn Write + Send>) {
+    let mut spare = Vec::with_capacity(FLUSH_AT);
+    loop {
+        let (closed, dropped) = {
+            // Until the batch fills, or the interval ends, or the log closes.
+            let deadline = std::time::Instant::now() + FLUSH_EVERY;
+            let mut batch = shared.batch.lock().unwrap_or_else(|e| e.into_inner());
+            while batch.bytes.len() < FLUSH_AT && !batch.closed {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                batch = shared
+                    .wake
+                    .wait_timeout(batch, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            std::mem::swap(&mut batch.bytes, &mut spare);
+            (batch.closed, std::mem::take(&mut batch.dropped))
+        };
+        if !spare.is_empty() {
+            if let Err(e) = sink.write_all(&spare).and_then(|()| sink.flush()) {
+                tracing::warn!(error = %e, "cannot write the access log");
+            }
+            spare.clear();
+            // Keep a batch's worth, not a burst's.
+            spare.shrink_to(FLUSH_AT);
+        }
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "access log records dropped: the writer fell behind the traffic"
+            );
+        }
+        if closed {
+            return;
+        }
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.shared
+            .batch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .closed = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+thread_local! {
+    static LINE: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(512));
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        LINE.with(|line| {
+            let Ok(mut line) = line.try_borrow_mut() else {
+                return;
+            };
+            line.clear();
+            let json = self.format == LogFormat::Json;
+            let mut stamp = [0u8; 27];
+            let stamp = timestamp(SystemTime::now(), &mut stamp);
+            if json {
+                let _ = write!(
+                    line,
+                    r#"{{"timestamp":"{stamp}","level":"INFO","target":"{}""#,
+                    event.metadata().target()
+                );
+            } else {
+                let _ = write!(line, "{stamp}  INFO {}: request", event.metadata().target());
+            }
+            event.record(&mut Fields {
+                line: &mut line,
+                json,
+            });
+            line.push_str(if json { "}\n" } else { "\n" });
+            let mut batch = self.shared.batch.lock().unwrap_or_else(|e| e.into_inner());
+            if batch.bytes.len() + line.len() > MAX_BATCH {
+                batch.dropped += 1;
+                return;
+            }
+            batch.bytes.extend_from_slice(line.as_bytes());
+            if batch.bytes.len() >= FLUSH_AT {
+                drop(batch);
+                self.shared.wake.notify_one();
+            }
+        });
+    }
+}
+
+/// Appends each field of a record to the line.
+struct Fields<'a> {
+    line: &'a mut String,
+    json: bool,
+}
+
+impl Fields<'_> {
+    fn key(&mut self, field: &Field) {
+        if self.json {
+            let _ = write!(self.line, r#","{}":"#, field.name());
+        } else {
+            let _ = write!(self.line, " {}=", field.name());
+        }
+    }
+
+    fn text(&mut self, value: &str) {
+        if self.json {
+            json_string(self.line, value);
+        } else if value.is_empty()
+            || value
+                .bytes()
+                .any(|b| b <= b' ' || b == b'"' || b == b'\\' || b >= 0x7f)
+        {
+            let _ = write!(self.line, "{value:?}");
+        } else {
+            self.line.push_str(value);
+        }
+    }
+}
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.key(field);
+        self.text(value);
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.key(field);
+        let _ = write!(self.line, "{value}");
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.key(field);
+        let _ = write!(self.line, "{value}");
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.key(field);
+        let _ = write!(self.line, "{value}");
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.key(field);
+        let _ = write!(self.line, "{value}");
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        // The message is the text format's fixed word ("request"), written above.
+        if field.name() == "message" {
+            if self.json {
+                self.line.push_str(r#","message":"request""#);
+            }
+            return;
+        }
+        self.key(field);
+        // Display values (`client`, `request_id`) come through `Debug` as themselves.
+        let mut scratch = String::new();
+        let _ = write!(scratch, "{value:?}");
+        self.text(&scratch);
+    }
+}
+
+/// `value` as a JSON string.
+fn json_string(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// `at` as RFC 3339 in UTC with microseconds (`2026-12-02T17:46:47.151453Z`).
+fn timestamp(at: SystemTime, out: &mut [u8; 27]) -> &str {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let mut cursor = std::io::Cursor::new(&mut out[..]);
+    let _ = write!(
+        cursor,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_micros()
+    );
+    let n = cursor.position() as usize;
+    std::str::from_utf8(&out[..n]).unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        let mut out = [0u8; 27];
+        assert_eq!(
+            timestamp(UNIX_EPOCH, &mut out),
+            "1970-01-01T00:00:00.000000Z"
+        );
+        // 2026-12-02T17:46:47.151453Z
+        let at = UNIX_EPOCH + Duration::new(1_796_233_607, 151_453_000);
+        assert_eq!(timestamp(at, &mut out), "2026-12-02T17:46:47.151453Z");
+        // A leap day.
+        let at = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(timestamp(at, &mut out), "2000-02-29T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        let mut out = String::new();
+        json_string(&mut out, "a\"b\\c\nd");
+        assert_eq!(out, r#""a\"b\\c\u000ad""#);
+    }
+}
