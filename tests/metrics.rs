@@ -140,6 +140,29 @@ async fn traffic_then_scrape(form: Form) {
     for (series, want) in expect {
         assert_eq!(value(&m, series), Some(want), "{form:?}: {series} in\n{m}");
     }
+    // The finest bucket is 100 µs; the build and the process describe themselves.
+    assert!(
+        value(
+            &m,
+            r#"fuseway_request_duration_seconds_bucket{route="ok",cluster="c",destination="d1",le="0.0001"}"#
+        )
+        .is_some(),
+        "{m}"
+    );
+    let version = format!(
+        r#"fuseway_build_info{{version="{}"}}"#,
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(value(&m, &version), Some(1.0), "{m}");
+    for series in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(value(&m, series).unwrap_or(0.0) > 0.0, "{series} in\n{m}");
+    }
+    assert!(value(&m, "process_cpu_seconds_total").is_some(), "{m}");
     let status = fuseway::admin::status(&p.state);
     let dests = &status["clusters"][1]["destinations"][0];
     assert_eq!(dests["id"], "x");

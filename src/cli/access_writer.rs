@@ -131,6 +131,34 @@ impl Drop for Flusher {
 
 thread_local! {
     static LINE: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(512));
+    static STAMP: std::cell::Cell<Stamp> = const { std::cell::Cell::new(Stamp { second: u64::MAX, text: [0; 27] }) };
+}
+
+/// The last second's timestamp text, kept per thread: within a second only the
+/// microseconds are written anew.
+#[derive(Clone, Copy)]
+struct Stamp {
+    second: u64,
+    text: [u8; 27],
+}
+
+impl Stamp {
+    fn at(mut self, now: SystemTime, out: &mut [u8; 27]) -> &str {
+        let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+        if since.as_secs() != self.second {
+            timestamp(now, &mut self.text);
+            self.second = since.as_secs();
+            STAMP.with(|cached| cached.set(self));
+        }
+        *out = self.text;
+        // `YYYY-MM-DDTHH:MM:SS.` then six digits and `Z`.
+        let mut micros = since.subsec_micros();
+        for i in (20..26).rev() {
+            out[i] = b'0' + (micros % 10) as u8;
+            micros /= 10;
+        }
+        std::str::from_utf8(&out[..]).unwrap_or("")
+    }
 }
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
@@ -142,7 +170,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
             line.clear();
             let json = self.format == LogFormat::Json;
             let mut stamp = [0u8; 27];
-            let stamp = timestamp(SystemTime::now(), &mut stamp);
+            let stamp = STAMP.with(|cached| cached.get().at(SystemTime::now(), &mut stamp));
             if json {
                 let _ = write!(
                     line,
@@ -189,16 +217,20 @@ impl Fields<'_> {
     fn text(&mut self, value: &str) {
         if self.json {
             json_string(self.line, value);
-        } else if value.is_empty()
-            || value
-                .bytes()
-                .any(|b| b <= b' ' || b == b'"' || b == b'\\' || b >= 0x7f)
-        {
+        } else if needs_quotes(value) {
             let _ = write!(self.line, "{value:?}");
         } else {
             self.line.push_str(value);
         }
     }
+}
+
+/// Whether a text value must be quoted (and escaped) to stay one token.
+fn needs_quotes(value: &str) -> bool {
+    value.is_empty()
+        || value
+            .bytes()
+            .any(|b| b <= b' ' || b == b'"' || b == b'\\' || b >= 0x7f)
 }
 
 impl Visit for Fields<'_> {
@@ -219,7 +251,14 @@ impl Visit for Fields<'_> {
 
     fn record_f64(&mut self, field: &Field, value: f64) {
         self.key(field);
-        let _ = write!(self.line, "{value}");
+        // Durations in milliseconds with microseconds: integer formatting, cheaper than
+        // a float's.
+        if (0.0..1e12).contains(&value) {
+            let micros = (value * 1000.0).round() as u64;
+            let _ = write!(self.line, "{}.{:03}", micros / 1000, micros % 1000);
+        } else {
+            let _ = write!(self.line, "{value}");
+        }
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
@@ -236,10 +275,25 @@ impl Visit for Fields<'_> {
             return;
         }
         self.key(field);
-        // Display values (`client`, `request_id`) come through `Debug` as themselves.
-        let mut scratch = String::new();
-        let _ = write!(scratch, "{value:?}");
-        self.text(&scratch);
+        // Display values (`client`, `request_id`) come through `Debug` as themselves:
+        // written in place, and written again quoted in the rare case they must be.
+        let start = self.line.len();
+        let _ = write!(self.line, "{value:?}");
+        let written = &self.line[start..];
+        let plain = if self.json {
+            !written.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
+        } else {
+            !needs_quotes(written)
+        };
+        if plain {
+            if self.json {
+                self.line.insert(start, '"');
+                self.line.push('"');
+            }
+        } else {
+            let value = self.line.split_off(start);
+            self.text(&value);
+        }
     }
 }
 
@@ -304,6 +358,26 @@ mod tests {
         // A leap day.
         let at = UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(timestamp(at, &mut out), "2000-02-29T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn the_cached_second_is_reused_and_renewed() {
+        let stamp = |at: Duration| {
+            let mut out = [0u8; 27];
+            STAMP.with(|cached| cached.get().at(UNIX_EPOCH + at, &mut out).to_string())
+        };
+        assert_eq!(
+            stamp(Duration::new(1_796_233_607, 151_453_000)),
+            "2026-12-02T17:46:47.151453Z"
+        );
+        assert_eq!(
+            stamp(Duration::new(1_796_233_607, 999_999_000)),
+            "2026-12-02T17:46:47.999999Z"
+        );
+        assert_eq!(
+            stamp(Duration::new(1_796_233_608, 7_000)),
+            "2026-12-02T17:46:48.000007Z"
+        );
     }
 
     #[test]

@@ -7,7 +7,6 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use tracing_subscriber::filter::{filter_fn, FilterExt};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -64,10 +63,12 @@ impl std::fmt::Debug for LogGuard {
 
 /// Set up the process's logging as `format` and `access` say (call once, early).
 pub fn init(format: LogFormat, access: &AccessLog) -> Result<LogGuard, BoxError> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let not_access = filter_fn(|meta| meta.target() != TARGET);
-    let log = layer(format, std::io::stderr, std::io::stderr().is_terminal())
-        .with_filter(filter.and(not_access));
+    // Static filters only (decided once per call site, not per event): the access
+    // target is kept out of the log proper by a directive of its own.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .add_directive(format!("{TARGET}=off").parse()?);
+    let log = layer(format, std::io::stderr, std::io::stderr().is_terminal()).with_filter(filter);
     let sink: Box<dyn std::io::Write + Send> = match access {
         AccessLog::Off => {
             tracing_subscriber::registry().with(log).try_init()?;
@@ -84,9 +85,9 @@ pub fn init(format: LogFormat, access: &AccessLog) -> Result<LogGuard, BoxError>
         ),
     };
     let (access_layer, flusher) = super::access_writer::access_log(format, sink)?;
-    let access_layer = access_layer.with_filter(filter_fn(|meta| {
-        meta.target() == TARGET && *meta.level() <= tracing::Level::INFO
-    }));
+    let access_layer = access_layer.with_filter(
+        tracing_subscriber::filter::Targets::new().with_target(TARGET, tracing::Level::INFO),
+    );
     tracing_subscriber::registry()
         .with(log)
         .with(access_layer)
