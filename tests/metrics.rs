@@ -68,7 +68,9 @@ async fn traffic_then_scrape(form: Form) {
   "Routes": {{
     "ok": {{ "ClusterId": "c", "Match": {{ "Path": "/ok/{{**rest}}" }} }},
     "fail": {{ "ClusterId": "c", "Match": {{ "Path": "/fail/{{**rest}}" }} }},
-    "dead": {{ "ClusterId": "gone", "Match": {{ "Path": "/dead/{{**rest}}" }} }}
+    "dead": {{ "ClusterId": "gone", "Match": {{ "Path": "/dead/{{**rest}}" }} }},
+    "small": {{ "ClusterId": "c", "MaxRequestBodySize": 4, "Match": {{ "Path": "/small/{{**rest}}" }} }},
+    "lost": {{ "ClusterId": "missing", "Match": {{ "Path": "/lost/{{**rest}}" }} }}
   }},
   "Clusters": {{
     "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }},
@@ -85,9 +87,16 @@ async fn traffic_then_scrape(form: Form) {
         ("/fail/b", 3, 500),
         ("/dead/c", 2, 502),
         ("/nowhere", 4, 404),
+        ("/small/d", 2, 413),
+        ("/lost/e", 1, 503),
     ] {
         for _ in 0..n {
-            let r = client.get(p.url(path)).send().await.unwrap();
+            let r = client
+                .post(p.url(path))
+                .body("0123456789")
+                .send()
+                .await
+                .unwrap();
             assert_eq!(r.status(), status, "{path}");
             r.bytes().await.unwrap();
         }
@@ -110,6 +119,15 @@ async fn traffic_then_scrape(form: Form) {
         (
             r#"fuseway_requests_total{route="",cluster="",destination="",status="404"}"#,
             4.0,
+        ),
+        // Answered before a destination was chosen: on their route (and cluster).
+        (
+            r#"fuseway_requests_total{route="small",cluster="c",destination="",status="413"}"#,
+            2.0,
+        ),
+        (
+            r#"fuseway_requests_total{route="lost",cluster="",destination="",status="503"}"#,
+            1.0,
         ),
         (
             r#"fuseway_forward_errors_total{route="dead",cluster="gone",destination="x",kind="Request"}"#,

@@ -381,7 +381,8 @@ impl<B: 'static> InPlace<Routed<B>> for SessionAffinity {
                 match failure_policy {
                     AffinityFailurePolicyName::Redistribute => Ok(AffinityState::write(secure)),
                     AffinityFailurePolicyName::Return503Error => {
-                        Err(ProxyResponse::status(StatusCode::SERVICE_UNAVAILABLE))
+                        Err(ProxyResponse::status(StatusCode::SERVICE_UNAVAILABLE)
+                            .for_route(context))
                     }
                 }
             }

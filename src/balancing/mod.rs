@@ -148,7 +148,8 @@ impl<B> ByRef<Routed<B>> for LoadBalancing {
                 );
                 Err(ProxyResponse::error(ForwardError::kind_only(
                     ForwardErrorKind::NoAvailableDestinations,
-                )))
+                ))
+                .for_route(&routed.context))
             }
         }
     }

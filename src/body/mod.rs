@@ -233,8 +233,7 @@ impl Upstream {
         result: Result<(), ForwardErrorKind>,
     ) {
         if let Some(mut g) = guard.take() {
-            g.transferred.0 = progress.map_or(0, |p| p.bytes());
-            g.finish(Some(result));
+            g.finish_sent(Some(result), progress.map_or(0, |p| p.bytes()));
         }
     }
 
@@ -264,7 +263,7 @@ impl Upstream {
                     t.apply(trailers);
                 }
                 if let (Some(g), Some(data)) = (this.guard.as_mut(), frame.data_ref()) {
-                    g.transferred.1 += data.len() as u64;
+                    g.response_bytes += data.len() as u64;
                 }
                 if this.body.is_end_stream() {
                     Self::finish(this.guard, this.progress.as_ref(), Ok(()));

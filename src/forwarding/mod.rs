@@ -74,8 +74,9 @@ pub struct ExchangeGuard {
     /// to its pool when the body ends cleanly.
     upstream: Option<pool::BoxExchange>,
     target: Arc<DestinationState>,
-    /// Body bytes so far: request (to the destination) and response (to the client).
-    pub(crate) transferred: (u64, u64),
+    /// Response body bytes passed on to the client so far (the request body's are
+    /// counted by its progress record and handed to [`finish_sent`](Self::finish_sent)).
+    pub(crate) response_bytes: u64,
 }
 
 impl std::fmt::Debug for ExchangeGuard {
@@ -101,7 +102,7 @@ impl ExchangeGuard {
             continue_closer: None,
             upstream: None,
             target: target.clone(),
-            transferred: (0, 0),
+            response_bytes: 0,
         }
     }
 
@@ -162,6 +163,15 @@ impl ExchangeGuard {
     /// The exchange is over: `Some(result)` when the body ended or failed, `None` when
     /// it was abandoned (client gone).
     pub(crate) fn finish(&mut self, result: Option<Result<(), ForwardErrorKind>>) {
+        self.finish_sent(result, 0);
+    }
+
+    /// [`finish`](Self::finish), `request_bytes` of request body having been sent.
+    pub(crate) fn finish_sent(
+        &mut self,
+        result: Option<Result<(), ForwardErrorKind>>,
+        request_bytes: u64,
+    ) {
         if let Some(upstream) = self.upstream.take() {
             // A connection whose `Expect: 100-continue` body was never sent has broken
             // framing: it is closed, not reused.
@@ -175,11 +185,10 @@ impl ExchangeGuard {
         if let Held::Many(mut hooks) = std::mem::replace(&mut self.held, Held::None) {
             // Guards first, then the hooks, in the order they were added.
             hooks.retain(|hook| matches!(hook, Hook::End(_)));
-            let (request_bytes, response_bytes) = self.transferred;
             let report = ExchangeReport::new(
                 ExchangeEnd::from_result(result),
                 request_bytes,
-                response_bytes,
+                self.response_bytes,
             );
             for hook in *hooks {
                 if let (Hook::End(hook), false) = (hook, panicking) {

@@ -281,13 +281,16 @@ async fn tunnel(
         "upgraded connection closed"
     );
     if let Some(guard) = guard.as_mut() {
-        guard.transferred = bytes;
-        guard.finish(match end {
-            // A silent socket timing out is the client's choice, not a failure.
-            End::Closed | End::Idle => Some(Ok(())),
-            End::Client => None,
-            End::Destination => Some(Err(ForwardErrorKind::ResponseBodyDestination)),
-        });
+        guard.response_bytes = bytes.1;
+        guard.finish_sent(
+            match end {
+                // A silent socket timing out is the client's choice, not a failure.
+                End::Closed | End::Idle => Some(Ok(())),
+                End::Client => None,
+                End::Destination => Some(Err(ForwardErrorKind::ResponseBodyDestination)),
+            },
+            bytes.0,
+        );
     }
 }
 

@@ -330,8 +330,7 @@ impl PassiveHealth {
 
     fn arm(response: &mut ProxyResponse) {
         let outcome = &response.outcome;
-        // An outcome has a cluster exactly when it has a destination.
-        let Some(cluster) = outcome.cluster() else {
+        let (Some(cluster), Some(_)) = (outcome.cluster(), outcome.destination_index()) else {
             return; // never sent to a destination
         };
         let Some(settings) = cluster.health().passive() else {

@@ -144,7 +144,7 @@ impl<B> InPlace<Routed<B>> for Limits {
                 .and_then(|v| v.parse::<u64>().ok());
             if declared.is_some_and(|len| len > max) {
                 tracing::debug!(route = route.id(), max, "request body over the limit: 413");
-                return Err(reject(StatusCode::PAYLOAD_TOO_LARGE, None));
+                return Err(reject(StatusCode::PAYLOAD_TOO_LARGE, None).for_route(&routed.context));
             }
         }
         // The clock is read only for a route that needs it (rate limit, timeout).
@@ -155,7 +155,8 @@ impl<B> InPlace<Routed<B>> for Limits {
                 return Err(reject(
                     StatusCode::TOO_MANY_REQUESTS,
                     Some(wait.as_secs() + u64::from(wait.subsec_nanos() > 0)),
-                ));
+                )
+                .for_route(&routed.context));
             }
         }
         let guard = match limits.max_concurrent_requests {
@@ -163,7 +164,9 @@ impl<B> InPlace<Routed<B>> for Limits {
                 Some(g) => Some(g),
                 None => {
                     tracing::debug!(route = route.id(), max, "route concurrency limit: 503");
-                    return Err(reject(StatusCode::SERVICE_UNAVAILABLE, Some(1)));
+                    return Err(
+                        reject(StatusCode::SERVICE_UNAVAILABLE, Some(1)).for_route(&routed.context)
+                    );
                 }
             },
             None => None,

@@ -213,6 +213,11 @@ impl RouteContext {
         (self.snapshot, self.route, self.cluster)
     }
 
+    /// The snapshot, route and cluster, borrowed.
+    pub(crate) fn target(&self) -> (&Arc<Snapshot>, usize, usize) {
+        (&self.snapshot, self.route, self.cluster)
+    }
+
     /// Move the decision to cluster `cluster` (an index into the snapshot's) with these
     /// candidates, and destination `destination` when one was chosen (see
     /// `balancing::reassign`, which defines [`RouteContext::reassign_cluster`]).

@@ -179,18 +179,32 @@ pub struct Outcome {
     pub error: Option<ForwardError>,
 }
 
-/// The route, cluster and destination (indices into the snapshot) of an exchange.
+/// The route, cluster and destination (indices into the snapshot) of an exchange; the
+/// cluster and destination are [`NONE`] for an answer given before they were chosen
+/// (`u32`s: the outcome moves with every response).
 #[derive(Debug)]
 struct Target {
     snapshot: Arc<Snapshot>,
     route: usize,
-    cluster: usize,
-    destination: usize,
+    cluster: u32,
+    destination: u32,
+}
+
+/// [`Target`]'s cluster or destination: not chosen.
+const NONE: u32 = u32::MAX;
+
+/// An index as a [`Target`] keeps it.
+fn index(i: Option<usize>) -> u32 {
+    i.and_then(|i| u32::try_from(i).ok()).unwrap_or(NONE)
 }
 
 impl Target {
-    fn cluster(&self) -> &Cluster {
-        &self.snapshot.clusters()[self.cluster]
+    fn cluster(&self) -> Option<&Cluster> {
+        (self.cluster != NONE).then(|| &self.snapshot.clusters()[self.cluster as usize])
+    }
+
+    fn destination(&self) -> Option<usize> {
+        (self.destination != NONE).then_some(self.destination as usize)
     }
 }
 
@@ -201,8 +215,21 @@ impl Outcome {
         self.target = Some(Target {
             snapshot,
             route,
-            cluster,
-            destination: index,
+            cluster: self::index(Some(cluster)),
+            destination: self::index(Some(index)),
+        });
+    }
+
+    /// Record the route (and cluster) of a request the proxy answered before a
+    /// destination was chosen (429, 413, 503 from limits, affinity or balancing), so
+    /// that telemetry and the route's policies see it; a stage answering early calls
+    /// this through [`ProxyResponse::for_route`].
+    pub fn set_route(&mut self, snapshot: Arc<Snapshot>, route: usize, cluster: Option<usize>) {
+        self.target = Some(Target {
+            snapshot,
+            route,
+            cluster: index(cluster),
+            destination: NONE,
         });
     }
 
@@ -223,19 +250,18 @@ impl Outcome {
 
     /// The cluster the request was sent to.
     pub fn cluster(&self) -> Option<&Cluster> {
-        self.target.as_ref().map(Target::cluster)
+        self.target.as_ref().and_then(Target::cluster)
     }
 
     /// The destination the request was sent to.
     pub fn destination(&self) -> Option<&Destination> {
-        self.target
-            .as_ref()
-            .map(|t| &t.cluster().destinations()[t.destination])
+        let target = self.target.as_ref()?;
+        Some(&target.cluster()?.destinations()[target.destination()?])
     }
 
     /// The index of that destination in its cluster.
     pub fn destination_index(&self) -> Option<usize> {
-        self.target.as_ref().map(|t| t.destination)
+        self.target.as_ref().and_then(Target::destination)
     }
 
     /// The destination's runtime state.
@@ -263,6 +289,15 @@ impl ProxyResponse {
             response,
             outcome: Outcome::default(),
         }
+    }
+
+    /// This answer, given before a destination was chosen, attributed to `context`'s
+    /// route and cluster (see [`Outcome::set_route`]).
+    pub fn for_route(mut self, context: &RouteContext) -> Self {
+        let (snapshot, route, cluster) = context.target();
+        self.outcome
+            .set_route(snapshot.clone(), route, Some(cluster));
+        self
     }
 
     /// The error response for a forwarding failure (status from its kind, empty body).

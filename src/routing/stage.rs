@@ -62,7 +62,9 @@ impl<B: 'static> ByRef<Request<B>> for Routing {
                     .unwrap_or(""),
                 "route's cluster does not exist: 503"
             );
-            return Err(ProxyResponse::status(StatusCode::SERVICE_UNAVAILABLE));
+            let mut answer = ProxyResponse::status(StatusCode::SERVICE_UNAVAILABLE);
+            answer.outcome.set_route(snapshot.clone(), route, None);
+            return Err(answer);
         };
         let candidates = crate::health::available(&snapshot.clusters()[cluster]);
         let context = RouteContext::new(snapshot, route, cluster, candidates);

@@ -19,8 +19,10 @@
 //!
 //! Durations are measured until the response headers are ready (response bodies
 //! stream afterwards); errors while a body streams are not counted here. Requests the
-//! proxy answers before choosing a destination (404, 429, 503 from limits or
-//! affinity) are counted with empty `route`, `cluster` and `destination` labels.
+//! proxy answers before choosing a destination (429, 413 or 503 from limits, affinity
+//! or balancing) are counted on their route and cluster with an empty `destination`
+//! label; those without a route (404, 400, a route policy's own answer) with all three
+//! empty.
 
 pub mod access;
 mod metrics;
@@ -133,6 +135,8 @@ impl<B: 'static> Stage<http::Request<B>> for Telemetry {
                     },
                 })
             }
+            // Answered before a destination was chosen: counted on its route, if any.
+            (_, Some(route), _, None) => route.telemetry().early().map(TargetRef::Cached),
             _ => None,
         };
         self.metrics.record(target, status, elapsed, error);

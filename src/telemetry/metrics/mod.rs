@@ -106,7 +106,7 @@ impl Metrics {
         let mut registry = Registry::default();
         registry.register(
             "fuseway_requests",
-            "Requests answered, by route, cluster, destination and status (labels empty when the proxy answered before choosing a destination)",
+            "Requests answered, by route, cluster, destination and status (destination empty when the proxy answered before choosing one; route and cluster too when no route matched)",
             requests.clone(),
         );
         registry.register(
@@ -158,6 +158,17 @@ impl Metrics {
     /// The handles a snapshot caches for a route of `cluster` (`None`: the route's
     /// cluster does not exist).
     pub(crate) fn route(&self, route: &Arc<str>, cluster: Option<&Cluster>) -> RouteTelemetry {
+        // Answers before a destination was chosen: the route's and cluster's labels, an
+        // empty destination.
+        let early = Target::new(
+            TargetLabels {
+                route: route.clone(),
+                cluster: cluster.map_or_else(|| Arc::from(""), |c| Arc::from(c.id())),
+                destination: Arc::from(""),
+            },
+            &self.durations,
+            None,
+        );
         let targets = cluster.map_or_else(Vec::new, |c| {
             let cluster_id: Arc<str> = Arc::from(c.id());
             c.destinations()
@@ -182,6 +193,7 @@ impl Metrics {
         });
         RouteTelemetry {
             targets: targets.into_boxed_slice(),
+            early: Some(early),
         }
     }
 
@@ -236,7 +248,7 @@ impl Metrics {
     }
 
     /// Record one answered request. `target` is `None` for requests the proxy answered
-    /// before choosing a destination.
+    /// without a route.
     pub(crate) fn record(
         &self,
         target: Option<TargetRef<'_>>,
@@ -337,16 +349,23 @@ pub(crate) enum TargetRef<'a> {
     },
 }
 
-/// A route's metric handles, one set per destination of its cluster, created at
-/// configuration load so that recording a request takes no lock and allocates nothing.
+/// A route's metric handles, one set per destination of its cluster and one for the
+/// answers given before a destination was chosen, created at configuration load so
+/// that recording a request takes no lock and allocates nothing.
 #[derive(Debug, Default)]
 pub struct RouteTelemetry {
     targets: Box<[Target]>,
+    early: Option<Target>,
 }
 
 impl RouteTelemetry {
     pub(crate) fn target(&self, destination: usize) -> Option<&Target> {
         self.targets.get(destination)
+    }
+
+    /// The handles of the route's answers given before a destination was chosen.
+    pub(crate) fn early(&self) -> Option<&Target> {
+        self.early.as_ref()
     }
 }
 
