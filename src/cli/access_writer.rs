@@ -22,6 +22,10 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(200);
 /// A batch this large wakes the writer at once.
 const FLUSH_AT: usize = 64 * 1024;
 
+/// What each of the two batch buffers keeps: room for what gathers between the wake-up
+/// at [`FLUSH_AT`] and the swap, so that the buffer is not grown under load.
+const BATCH_CAPACITY: usize = 4 * FLUSH_AT;
+
 /// Past this many bytes waiting, records are dropped.
 pub(crate) const MAX_BATCH: usize = 4 * 1024 * 1024;
 
@@ -55,7 +59,10 @@ pub(crate) fn access_log(
     sink: Box<dyn Write + Send>,
 ) -> std::io::Result<(AccessLayer, Flusher)> {
     let shared = Arc::new(Shared {
-        batch: Mutex::new(Batch::default()),
+        batch: Mutex::new(Batch {
+            bytes: Vec::with_capacity(BATCH_CAPACITY),
+            ..Batch::default()
+        }),
         wake: Condvar::new(),
     });
     let writer = shared.clone();
@@ -75,7 +82,7 @@ pub(crate) fn access_log(
 }
 
 fn write_batches(shared: &Shared, mut sink: Box<dyn Write + Send>) {
-    let mut spare = Vec::with_capacity(FLUSH_AT);
+    let mut spare = Vec::with_capacity(BATCH_CAPACITY);
     loop {
         let (closed, dropped) = {
             // Until the batch fills, or the interval ends, or the log closes.
@@ -101,7 +108,7 @@ fn write_batches(shared: &Shared, mut sink: Box<dyn Write + Send>) {
             }
             spare.clear();
             // Keep a batch's worth, not a burst's.
-            spare.shrink_to(FLUSH_AT);
+            spare.shrink_to(BATCH_CAPACITY);
         }
         if dropped > 0 {
             tracing::warn!(

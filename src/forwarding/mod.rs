@@ -123,7 +123,7 @@ impl ExchangeGuard {
         }
     }
 
-    pub(crate) fn on_end(&mut self, hook: Box<dyn FnOnce(&ExchangeReport) + Send>) {
+    pub(crate) fn on_end(&mut self, hook: EndHook) {
         self.held.push(Hook::End(hook));
     }
 
@@ -182,19 +182,26 @@ impl ExchangeGuard {
         self.cluster.take();
         self.continue_closer.take();
         let panicking = std::thread::panicking();
-        if let Held::Many(mut hooks) = std::mem::replace(&mut self.held, Held::None) {
-            // Guards first, then the hooks, in the order they were added.
-            hooks.retain(|hook| matches!(hook, Hook::End(_)));
-            let report = ExchangeReport::new(
+        let report = || {
+            ExchangeReport::new(
                 ExchangeEnd::from_result(result),
                 request_bytes,
                 self.response_bytes,
-            );
-            for hook in *hooks {
-                if let (Hook::End(hook), false) = (hook, panicking) {
-                    hook(&report);
+            )
+        };
+        match std::mem::replace(&mut self.held, Held::None) {
+            Held::End(hook) if !panicking => (*hook)(&report()),
+            Held::Many(mut hooks) => {
+                // Guards first, then the hooks, in the order they were added.
+                hooks.retain(|hook| matches!(hook, Hook::End(_)));
+                let report = report();
+                for hook in *hooks {
+                    if let (Hook::End(hook), false) = (hook, panicking) {
+                        hook(&report);
+                    }
                 }
             }
+            _ => {}
         }
         // A client that went away is counted in the window's total, not as a failure
         // (as YARP counts `ResponseBodyClient`); a panic records nothing.
@@ -208,12 +215,17 @@ impl ExchangeGuard {
 }
 
 /// The guards and end hooks stages asked an exchange to keep: one guard (the limits
-/// stage's) inline, more in a list allocated when needed.
+/// stage's) or one end hook (the access log's) inline, more in a list allocated when
+/// needed.
 #[derive(Default)]
 enum Held {
     #[default]
     None,
     One(ConcurrencyGuard),
+    // Boxed again: a thin pointer keeps every exchange (and so every response) from
+    // growing by the second word of the hook's.
+    #[allow(clippy::redundant_allocation)]
+    End(Box<EndHook>),
     // Boxed: 8 bytes in every exchange rather than a `Vec`'s 24.
     #[allow(clippy::box_collection)]
     Many(Box<Vec<Hook>>),
@@ -222,7 +234,13 @@ enum Held {
 impl Held {
     fn push(&mut self, hook: Hook) {
         match std::mem::take(self) {
-            Held::None => *self = Held::Many(Box::new(vec![hook])),
+            Held::None => match hook {
+                Hook::End(end) => *self = Held::End(Box::new(end)),
+                hook => *self = Held::Many(Box::new(vec![hook])),
+            },
+            Held::End(first) => {
+                *self = Held::Many(Box::new(vec![Hook::End(*first), hook]));
+            }
             Held::One(first) => {
                 *self = Held::Many(Box::new(vec![Hook::Guard { _held: first }, hook]));
             }
@@ -239,6 +257,7 @@ impl std::fmt::Debug for Held {
         match self {
             Held::None => f.write_str("None"),
             Held::One(guard) => f.debug_tuple("One").field(guard).finish(),
+            Held::End(_) => f.write_str("End"),
             Held::Many(hooks) => write!(f, "Many({})", hooks.len()),
         }
     }
@@ -250,8 +269,11 @@ enum Hook {
     Guard {
         _held: ConcurrencyGuard,
     },
-    End(Box<dyn FnOnce(&ExchangeReport) + Send>),
+    End(EndHook),
 }
+
+/// A stage's end hook ([`ProxyResponse::on_exchange_report`](crate::request::ProxyResponse::on_exchange_report)).
+type EndHook = Box<dyn FnOnce(&ExchangeReport) + Send>;
 
 impl Drop for ExchangeGuard {
     fn drop(&mut self) {
