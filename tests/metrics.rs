@@ -286,3 +286,49 @@ async fn admin_answers_only_its_paths_and_methods() {
     assert_eq!(v["clusters"][0]["destinations"][0]["id"], "d1");
     p.shutdown().await;
 }
+
+/// Client connections by protocol: accepted so far and open now (process-wide, so
+/// other tests' connections may add to both: the test asserts at least its own).
+#[tokio::test]
+async fn connections_are_counted_by_protocol() {
+    let b = backend(|_req: Request<Incoming>| async { Response::new(full("ok")) }).await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let (admin_addr, _stop) = admin(p.state.clone()).await;
+    let before = scrape(admin_addr).await;
+    let accepted = |m: &str, protocol: &str| {
+        value(
+            m,
+            &format!(r#"fuseway_connections_accepted_total{{protocol="{protocol}"}}"#),
+        )
+        .unwrap()
+    };
+    let open = |m: &str, protocol: &str| {
+        value(
+            m,
+            &format!(r#"fuseway_connections_open{{protocol="{protocol}"}}"#),
+        )
+        .unwrap()
+    };
+    // Three HTTP/1.1 connections and one h2c connection, each kept open.
+    let clients = [h1_client(), h1_client(), h1_client(), h2c_client()];
+    for client in &clients {
+        let r = within("a request", client.get(p.url("/c")).send())
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    let after = scrape(admin_addr).await;
+    assert!(
+        accepted(&after, "http1") >= accepted(&before, "http1") + 3.0,
+        "{before}\n{after}"
+    );
+    assert!(
+        accepted(&after, "http2") >= accepted(&before, "http2") + 1.0,
+        "{after}"
+    );
+    assert!(open(&after, "http1") >= 3.0, "{after}");
+    assert!(open(&after, "http2") >= 1.0, "{after}");
+    drop(clients);
+    p.shutdown().await;
+}

@@ -179,7 +179,10 @@ pub(super) fn spawn_connection<I, S, D>(
         let Some((io, protocol, drain)) = known else {
             return Either::Left(std::future::ready(()));
         };
-        Either::Right(serve_known(io, protocol, service, info, &shared, drain))
+        let open = super::counts::Open::enter(protocol);
+        Either::Right(
+            serve_known(io, protocol, service, info, &shared, drain).map(move |()| drop(open)),
+        )
     }));
 }
 

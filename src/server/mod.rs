@@ -3,6 +3,7 @@
 
 mod accept;
 mod chunked;
+pub(crate) mod counts;
 mod drain;
 mod idle;
 pub(crate) mod native;

@@ -548,9 +548,9 @@ impl Collector for SnapshotGauges {
     }
 }
 
-/// `fuseway_build_info` and the process's own metrics (the names Prometheus client
-/// libraries use), read at scrape time; the process metrics on Linux only, from
-/// `/proc/self`.
+/// `fuseway_build_info`, the process's client connections and its own metrics (the
+/// names Prometheus client libraries use), read at scrape time; the `process_` ones on
+/// Linux only, from `/proc/self`.
 #[derive(Debug)]
 struct ProcessMetrics {
     /// When the metrics were created (at the process's start, in the binary).
@@ -568,6 +568,31 @@ impl Collector for ProcessMetrics {
             )?;
             ConstGauge::new(1)
                 .encode(m.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
+        }
+        {
+            let mut accepted = encoder.encode_descriptor(
+                "fuseway_connections_accepted",
+                "Client connections accepted by this process, by protocol (once known)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (i, protocol) in crate::server::counts::PROTOCOLS.iter().enumerate() {
+                let (n, _) = crate::server::counts::connections(i);
+                prometheus_client::metrics::counter::ConstCounter::new(n)
+                    .encode(accepted.encode_family(&[("protocol", *protocol)])?)?;
+            }
+        }
+        {
+            let mut open = encoder.encode_descriptor(
+                "fuseway_connections_open",
+                "Client connections open now in this process, by protocol",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (i, protocol) in crate::server::counts::PROTOCOLS.iter().enumerate() {
+                let (_, n) = crate::server::counts::connections(i);
+                ConstGauge::new(n).encode(open.encode_family(&[("protocol", *protocol)])?)?;
+            }
         }
         let start = self
             .start
