@@ -779,3 +779,50 @@ async fn the_forwarder_builder_sets_what_its_pools_keep() {
         );
     }
 }
+
+/// W3C trace context: a valid `traceparent` reaches the destination as a child (same
+/// trace id and flags, a new parent id), `tracestate` unchanged, over HTTP/1.1 and h2c
+/// clients; an invalid one is dropped with its `tracestate`; none is started.
+#[tokio::test]
+async fn trace_context_goes_on_as_a_child() {
+    let b = echo_backend().await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for client in [h1_client(), h2c_client()] {
+        let r = within(
+            "a traced request",
+            client
+                .get(p.url("/traced"))
+                .header("traceparent", incoming)
+                .header("tracestate", "vendor=abc")
+                .send(),
+        )
+        .await
+        .unwrap();
+        let sent = r.headers()["x-echo-traceparent"].to_str().unwrap();
+        assert_eq!(sent.len(), incoming.len(), "{sent}");
+        assert_eq!(&sent[..36], &incoming[..36], "same version and trace id");
+        assert_ne!(&sent[36..52], &incoming[36..52], "a new parent id");
+        assert_eq!(&sent[52..], &incoming[52..], "same flags");
+        assert_eq!(r.headers()["x-echo-tracestate"], "vendor=abc");
+
+        let r = within(
+            "a request with a broken traceparent",
+            client
+                .get(p.url("/broken"))
+                .header("traceparent", "00-xyz")
+                .header("tracestate", "vendor=abc")
+                .send(),
+        )
+        .await
+        .unwrap();
+        assert!(r.headers().get("x-echo-traceparent").is_none());
+        assert!(r.headers().get("x-echo-tracestate").is_none());
+
+        let r = within("an untraced request", client.get(p.url("/plain")).send())
+            .await
+            .unwrap();
+        assert!(r.headers().get("x-echo-traceparent").is_none());
+    }
+    p.shutdown().await;
+}

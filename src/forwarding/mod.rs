@@ -30,6 +30,7 @@ pub(crate) mod progress;
 pub(crate) mod replay;
 mod request_body;
 mod tls;
+mod trace_context;
 pub(crate) mod upgrade;
 
 use std::convert::Infallible;
@@ -552,6 +553,7 @@ pub(crate) fn outgoing<B: 'static>(
     let normalized = path::normalize(uri.path());
 
     headers::prepare_request(&mut headers, client_version);
+    trace_context::propagate(&mut headers);
     // The client's `Host` never goes through as such: the destination's replaces it,
     // unless a transform sets one (or asks for the original host, routed on above).
     // Taken out first only when a transform may set one, to tell whether it did.

@@ -1,0 +1,154 @@
+//! W3C Trace Context (`traceparent`, `tracestate`) towards destinations.
+//!
+//! A request that comes with a valid `traceparent` goes on as a child of it: the same
+//! trace id and flags, a new parent id (the proxy's own span in the trace, as YARP's
+//! activity gives it), `tracestate` unchanged. An invalid `traceparent` is removed
+//! with its `tracestate` (the W3C rule: a vendor that cannot parse it must not pass it
+//! on). A request without one is forwarded without one: starting a trace would cost an
+//! allocation on every request, and fuseway exports no spans for it to belong to.
+
+use std::cell::Cell;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// Rewrite the request's trace context for the hop to the destination.
+pub(crate) fn propagate(headers: &mut HeaderMap) {
+    let Some(incoming) = headers.get(&TRACEPARENT) else {
+        return;
+    };
+    match child(incoming.as_bytes(), span_id()) {
+        Some(child) => {
+            headers.insert(&TRACEPARENT, child);
+        }
+        None => {
+            headers.remove(&TRACEPARENT);
+            headers.remove(&TRACESTATE);
+        }
+    }
+}
+
+/// `traceparent` with `span` as its parent id, if it is a valid version-00 value
+/// (`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, neither id all zeros; a
+/// later version's value is read as its first four fields, as the spec asks).
+fn child(traceparent: &[u8], span: u64) -> Option<HeaderValue> {
+    let lower_hex = |s: &[u8]| {
+        s.iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    };
+    let not_zero = |s: &[u8]| s.iter().any(|&b| b != b'0');
+    if traceparent.len() < 55 {
+        return None;
+    }
+    let (version, trace, parent, flags) = (
+        &traceparent[0..2],
+        &traceparent[3..35],
+        &traceparent[36..52],
+        &traceparent[53..55],
+    );
+    let dashes = [2, 35, 52].iter().all(|&i| traceparent[i] == b'-');
+    let version_ok = lower_hex(version)
+        && version != b"ff"
+        && (traceparent.len() == 55 || (version != b"00" && traceparent[55] == b'-'));
+    if !(dashes
+        && version_ok
+        && lower_hex(trace)
+        && not_zero(trace)
+        && lower_hex(parent)
+        && not_zero(parent)
+        && lower_hex(flags))
+    {
+        return None;
+    }
+    let mut out = [0u8; 55];
+    out[..3].copy_from_slice(b"00-");
+    out[3..36].copy_from_slice(&traceparent[3..36]);
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, byte) in span.to_be_bytes().iter().enumerate() {
+        out[36 + 2 * i] = HEX[usize::from(byte >> 4)];
+        out[37 + 2 * i] = HEX[usize::from(byte & 0xf)];
+    }
+    out[52] = b'-';
+    out[53..55].copy_from_slice(flags);
+    HeaderValue::from_bytes(&out).ok()
+}
+
+/// A new non-zero span id: a per-thread xorshift generator seeded from the
+/// process's random hasher keys.
+fn span_id() -> u64 {
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(&h as *const _ as usize);
+            h.finish() | 1
+        });
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_valid_traceparent_gets_a_new_parent_id() {
+        let out = child(SAMPLE.as_bytes(), 0x0123_4567_89ab_cdef).unwrap();
+        assert_eq!(
+            out,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0123456789abcdef-01"
+        );
+        // A later version: its first four fields, as version 00.
+        let later = format!("cc{}-extra", &SAMPLE[2..]);
+        let out = child(later.as_bytes(), 1).unwrap();
+        assert_eq!(
+            out,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000001-01"
+        );
+    }
+
+    #[test]
+    fn invalid_traceparents_are_refused() {
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert!(child(bad.as_bytes(), 1).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn headers_are_rewritten_or_removed() {
+        let mut headers = HeaderMap::new();
+        headers.insert(&TRACEPARENT, HeaderValue::from_static(SAMPLE));
+        headers.insert(&TRACESTATE, HeaderValue::from_static("vendor=1"));
+        propagate(&mut headers);
+        let out = headers[&TRACEPARENT].to_str().unwrap().to_owned();
+        assert_eq!(&out[..36], &SAMPLE[..36]);
+        assert_ne!(&out[36..52], &SAMPLE[36..52]);
+        assert_eq!(headers[&TRACESTATE], "vendor=1");
+        headers.insert(&TRACEPARENT, HeaderValue::from_static("garbage"));
+        propagate(&mut headers);
+        assert!(headers.is_empty(), "{headers:?}");
+        let ids: std::collections::HashSet<u64> = (0..1000).map(|_| span_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(!ids.contains(&0));
+    }
+}
