@@ -6,9 +6,9 @@ mod common;
 
 use std::process::Stdio;
 
-use common::{h1_client, h2c_client, listening_addr, within};
+use common::{h1_client, h2c_client, within};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 /// A proxy of one route, `/app/{**rest}`, to `destination`.
@@ -37,24 +37,7 @@ async fn start(name: &str, destination: &str, args: &[&str]) -> (Child, std::net
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = within("the listening line", async {
-        while let Some(line) = log.next_line().await.unwrap() {
-            // The log proper is JSON too with `--log-format json`.
-            let json = serde_json::from_str::<Value>(&line)
-                .ok()
-                .filter(|record| record["message"] == "fuseway listening");
-            if let Some(addr) = json.and_then(|record| record["addr"].as_str()?.parse().ok()) {
-                return addr;
-            }
-            if let Some(addr) = listening_addr(&line) {
-                return addr;
-            }
-        }
-        panic!("fuseway exited before listening");
-    })
-    .await;
-    tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
+    let addr = common::listening(&mut child).await;
     (child, addr)
 }
 

@@ -162,18 +162,7 @@ async fn start_with(
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().unwrap();
-    let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = within("the listening log line", async {
-        while let Some(line) = log.next_line().await.unwrap() {
-            if let Some(addr) = listening_addr(&line) {
-                return addr;
-            }
-        }
-        panic!("fuseway exited before listening");
-    })
-    .await;
-    // Keep draining the log so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
+    let addr = common::listening(&mut child).await;
     (child, addr)
 }
 
@@ -331,4 +320,18 @@ async fn a_route_naming_an_unregistered_policy_is_refused() {
         );
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A duration option that is not a duration is refused with the option named.
+#[tokio::test]
+async fn a_bad_duration_names_its_option() {
+    let out = within(
+        "fuseway to refuse the argument",
+        fuseway().args(["--grace", "soon"]).output(),
+    )
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--grace") && err.contains("soon"), "{err}");
 }

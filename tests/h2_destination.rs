@@ -29,19 +29,10 @@ struct H2Backend {
 
 /// An h2c backend answering `200 ok`.
 async fn h2_backend() -> H2Backend {
-    h2_backend_with(|_req: Request<Incoming>| async { Response::new(full("ok")) }).await
-}
-
-/// An h2c backend answering with `handler`.
-async fn h2_backend_with<F, Fut, B>(handler: F) -> H2Backend
-where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = Response<B>> + Send + 'static,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    h2_backend_limited(None, handler).await
+    h2_backend_limited(None, |_req: Request<Incoming>| async {
+        Response::new(full("ok"))
+    })
+    .await
 }
 
 /// An h2c backend answering with `handler`, announcing `max_streams` as its
@@ -308,7 +299,10 @@ async fn a_silent_destination_is_detected_by_ping() {
 /// An h2c backend echoing each request's body back as its response body, streamed: the
 /// response head goes at once, each chunk as it arrives.
 async fn h2_echo_backend() -> H2Backend {
-    h2_backend_with(|req: Request<Incoming>| async move { Response::new(req.into_body()) }).await
+    h2_backend_limited(None, |req: Request<Incoming>| async move {
+        Response::new(req.into_body())
+    })
+    .await
 }
 
 /// Bodies far larger than HTTP/2's initial flow-control windows go both ways through an

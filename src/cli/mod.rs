@@ -46,11 +46,11 @@ pub struct Args {
     pub admin: Option<SocketAddr>,
     /// After the first SIGTERM or SIGINT, keep accepting and serving connections this
     /// long while `/readyz` fails, so that load balancers notice (`500ms`, `5s`, `1m`).
-    #[arg(long, value_name = "DURATION", value_parser = lifecycle::parse_duration, default_value = "0s")]
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "0s")]
     pub drain_delay: Duration,
     /// Then the graceful shutdown: no new connections, in-flight requests get this
     /// long to finish before the rest are closed. A second signal exits at once.
-    #[arg(long, value_name = "DURATION", value_parser = lifecycle::parse_duration, default_value = "30s")]
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "30s")]
     pub grace: Duration,
     /// Worker threads serving requests, each with its own single-threaded runtime and
     /// connection pools (nginx's worker model). Default: one per CPU.
@@ -89,6 +89,14 @@ pub async fn run(args: Args) -> Result<(), BoxError> {
         Some(path) => run_config(path.clone(), &args).await,
         None => demo::run(&args).await,
     }
+}
+
+/// A duration argument, written as durations are in the configuration (`500ms`, `30s`,
+/// `2m`, or YARP's `00:00:30`).
+fn duration(text: &str) -> Result<Duration, String> {
+    text.parse::<config::ConfigDuration>()
+        .map(config::ConfigDuration::get)
+        .map_err(|e| e.to_string())
 }
 
 /// Read a configuration file with the environment's overrides (`ReverseProxy__...`).

@@ -295,6 +295,12 @@ pub fn h2c_client() -> reqwest::Client {
 /// address from here: a port picked beforehand (bind, note, drop) could be given to
 /// another socket before the binary binds it.
 pub fn listening_addr(line: &str) -> Option<SocketAddr> {
+    // With `--log-format json`: `{"message":"fuseway listening","addr":"..."}`.
+    if let Ok(record) = serde_json::from_str::<serde_json::Value>(line) {
+        return (record["message"] == "fuseway listening")
+            .then(|| record["addr"].as_str()?.parse().ok())
+            .flatten();
+    }
     let line = strip_ansi(line);
     if !line.contains("fuseway listening") {
         return None;
@@ -302,6 +308,24 @@ pub fn listening_addr(line: &str) -> Option<SocketAddr> {
     line.split_whitespace()
         .find_map(|word| word.strip_prefix("addr="))
         .and_then(|addr| addr.parse().ok())
+}
+
+/// Wait for the `fuseway` binary `child`'s first listening line on its piped stderr,
+/// then keep draining its log so that it never blocks on a full pipe: the address.
+pub async fn listening(child: &mut tokio::process::Child) -> SocketAddr {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut log = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    let addr = within("the listening log line", async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if let Some(addr) = listening_addr(&line) {
+                return addr;
+            }
+        }
+        panic!("fuseway exited before listening");
+    })
+    .await;
+    tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
+    addr
 }
 
 /// `s` without its terminal escape sequences (`ESC [ ... m` colours).
