@@ -1,8 +1,8 @@
 //! The binary's logs: the log proper on stderr (`RUST_LOG` filters it; colours only on a
 //! terminal) and the access log ([`telemetry::access`](crate::telemetry::access)) on
 //! stdout or a file, batched and written by a thread of its own so that a worker never
-//! waits for it (a slow reader makes it drop records rather than stall requests; see
-//! [`access_writer`](super::access_writer)); text or JSON.
+//! waits for it (a slow reader makes it drop records rather than stall requests: at
+//! most 4 MiB wait); text or JSON.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
