@@ -387,6 +387,43 @@ mod tests {
         );
     }
 
+    /// A sink that takes nothing until it is let go (a reader that stopped reading).
+    struct Stuck(std::sync::mpsc::Receiver<()>);
+
+    impl Write for Stuck {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            let _ = self.0.recv();
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A writer stuck on its sink never holds up the threads that log: past
+    /// [`MAX_BATCH`] their records are counted as dropped, and what was kept is written
+    /// once the sink moves again.
+    #[test]
+    fn a_stuck_sink_drops_records_instead_of_blocking() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let (release, stuck) = std::sync::mpsc::channel();
+        let (layer, flusher) = access_log(LogFormat::Text, Box::new(Stuck(stuck))).unwrap();
+        let shared = layer.shared.clone();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        // Far more than MAX_BATCH of records (each over 100 bytes).
+        let records = 2 * MAX_BATCH / 100;
+        tracing::subscriber::with_default(subscriber, || {
+            for i in 0..records {
+                tracing::info!(target: "fuseway::access", status = 200u64, path = "/a/long/enough/path/for/the/record", i, "request");
+            }
+        });
+        let dropped = shared.batch.lock().unwrap().dropped;
+        assert!(dropped > 0, "nothing dropped of {records}");
+        // Let the sink go: the writer finishes and the flusher returns.
+        drop(release);
+        drop(flusher);
+    }
+
     #[test]
     fn json_strings_are_escaped() {
         let mut out = String::new();
