@@ -181,6 +181,28 @@ async fn traffic_then_scrape(form: Form) {
         assert!(value(&m, series).unwrap_or(0.0) > 0.0, "{series} in\n{m}");
     }
     assert!(value(&m, "process_cpu_seconds_total").is_some(), "{m}");
+    // The pools: 8 requests one after another to the backend, on connections kept
+    // alive; every connect to the dead destination failed.
+    let pool = |name: &str, address: &str| {
+        value(&m, &format!(r#"{name}{{address="{address}"}}"#))
+            .unwrap_or_else(|| panic!("{name} {address} in\n{m}"))
+    };
+    let live = b.url();
+    let connects = pool("fuseway_pool_connects_total", &live);
+    let reuses = pool("fuseway_pool_reuses_total", &live);
+    assert!(connects >= 1.0 && reuses >= 1.0, "{connects} {reuses}");
+    assert_eq!(
+        connects + reuses,
+        8.0,
+        "every request either opened or reused one"
+    );
+    assert!(pool("fuseway_pool_idle_connections", &live) >= 1.0);
+    assert_eq!(pool("fuseway_pool_connect_errors_total", &live), 0.0);
+    assert_eq!(
+        pool("fuseway_pool_connect_errors_total", &dead),
+        pool("fuseway_pool_connects_total", &dead)
+    );
+    assert!(pool("fuseway_pool_connect_errors_total", &dead) >= 2.0);
     let status = fuseway::admin::status(&p.state);
     let dests = &status["clusters"][1]["destinations"][0];
     assert_eq!(dests["id"], "x");

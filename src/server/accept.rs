@@ -176,13 +176,11 @@ pub(super) fn spawn_connection<I, S, D>(
     D: Future<Output = Option<(I, Protocol, drain::Signal)>> + Send + 'static,
 {
     tokio::spawn(known.then(move |known| {
-        let Some((io, protocol, drain)) = known else {
+        let Some((io, protocol, mut drain)) = known else {
             return Either::Left(std::future::ready(()));
         };
-        let open = super::counts::Open::enter(protocol);
-        Either::Right(
-            serve_known(io, protocol, service, info, &shared, drain).map(move |()| drop(open)),
-        )
+        drain.count(super::counts::Open::enter(protocol));
+        Either::Right(serve_known(io, protocol, service, info, &shared, drain))
     }));
 }
 

@@ -19,9 +19,9 @@ fn slot(protocol: Protocol) -> usize {
     }
 }
 
-/// Counts a connection as open while it lives.
+/// Counts a connection as open while it lives (kept in its drain signal).
 #[derive(Debug)]
-pub(super) struct Open(usize);
+pub(crate) struct Open(u8);
 
 impl Open {
     /// A connection of `protocol` accepted (its protocol known) and open from now on.
@@ -29,13 +29,13 @@ impl Open {
         let i = slot(protocol);
         ACCEPTED[i].fetch_add(1, Ordering::Relaxed);
         OPEN[i].fetch_add(1, Ordering::Relaxed);
-        Open(i)
+        Open(i as u8)
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        OPEN[self.0].fetch_sub(1, Ordering::Relaxed);
+        OPEN[usize::from(self.0)].fetch_sub(1, Ordering::Relaxed);
     }
 }
 

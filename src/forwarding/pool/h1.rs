@@ -88,10 +88,13 @@ impl<B: SendBody> Pool<B> {
         let mut idle = self.idle.lock().expect("pool lock");
         let fresh = idle.pop()?;
         if !fresh.expired_at(crate::clock::now(), self.keep.idle_timeout) {
+            self.stats.set_idle(idle.len());
+            self.stats.reuse();
             return Some(fresh.connection);
         }
         // Everything below it is older still.
         idle.clear();
+        self.stats.set_idle(0);
         None
     }
 
@@ -105,6 +108,7 @@ impl<B: SendBody> Pool<B> {
                 since: now,
             });
         }
+        self.stats.set_idle(idle.len());
         drop(idle);
         if let Some(limit) = &self.limit {
             limit.wake_one();

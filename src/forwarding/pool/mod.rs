@@ -82,6 +82,7 @@ mod limit;
 mod native;
 mod negotiate;
 mod replay;
+mod stats;
 #[cfg(test)]
 mod tests;
 mod timer;
@@ -92,6 +93,8 @@ use h2::{h2_exchange, h2_handshake, h2_on, H2Conns};
 use limit::{Limit, Permit, Ticket};
 use negotiate::{shape, Negotiating};
 use replay::Replay;
+use stats::PoolStats;
+pub(crate) use stats::{pool_totals, PoolTotals};
 use timer::Deadline;
 use upgrade::upgrade_exchange;
 
@@ -413,18 +416,20 @@ impl<B: SendBody> Pools<B> {
             self.connectors
                 .get((version, key.accept_any_certificate, key.tls))
         };
+        let target: Uri = format!(
+            "{}://{}",
+            if key.https { "https" } else { "http" },
+            key.authority
+        )
+        .parse()
+        .expect("scheme and authority make a URI");
         Pool {
+            stats: PoolStats::register(target.to_string().trim_end_matches('/').to_owned()),
             connector: connector(key.version),
             h1_connector: (key.version == UpstreamVersion::Negotiate)
                 .then(|| connector(UpstreamVersion::Http1)),
             learned: AtomicU8::new(UNKNOWN),
-            target: format!(
-                "{}://{}",
-                if key.https { "https" } else { "http" },
-                key.authority
-            )
-            .parse()
-            .expect("scheme and authority make a URI"),
+            target,
             key,
             idle: Mutex::new(Vec::new()),
             h2: Mutex::new(H2Conns::default()),
@@ -472,6 +477,7 @@ fn sweep<B>(pools: &mut HashMap<Key, Arc<Pool<B>>, FxBuild>) {
     pools.retain(|_, pool| {
         let mut idle = pool.idle.lock().expect("pool lock");
         drop_expired(&mut idle, now, pool.keep.idle_timeout);
+        pool.stats.set_idle(idle.len());
         let shared = pool.h2.lock().expect("pool lock").is_live();
         // Exchanges in flight hold it weakly: one that ends after this finds no pool
         // and closes its connection.
@@ -502,6 +508,7 @@ pub(crate) struct Pool<B> {
     /// HTTP/1.1 on fuseway's own codec (else hyper's).
     native: bool,
     keep: Keep,
+    stats: Arc<PoolStats>,
 }
 
 /// [`Pool::learned`]: the destination has not chosen a version yet.
@@ -550,7 +557,14 @@ impl<B: SendBody> Pool<B> {
         connector: &Connector,
     ) -> impl Future<Output = Result<Io, BoxError>> + Send + 'static {
         self.opened.fetch_add(1, Ordering::Relaxed);
+        self.stats.connect();
+        let stats = self.stats.clone();
         let mut connector = connector.clone();
-        connector.call(self.target.clone())
+        futures_util::FutureExt::map(connector.call(self.target.clone()), move |connected| {
+            if connected.is_err() {
+                stats.connect_failed();
+            }
+            connected
+        })
     }
 }

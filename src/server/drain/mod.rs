@@ -236,6 +236,7 @@ impl Drain {
             shared: shared.clone(),
             slot,
             registered: false,
+            open: None,
         }
     }
 
@@ -331,9 +332,16 @@ pub(crate) struct Signal {
     slot: u32,
     /// The task's waker is in the slot (shutdown wakes it).
     registered: bool,
+    /// Counts the connection as open (by protocol) while it lives; in the padding.
+    open: Option<crate::server::counts::Open>,
 }
 
 impl Signal {
+    /// Count the connection as open in `open`'s protocol until it ends.
+    pub(crate) fn count(&mut self, open: crate::server::counts::Open) {
+        self.open = Some(open);
+    }
+
     /// Whether shutdown has started. The first call registers the task's waker (it is
     /// woken when shutdown starts); later ones read a flag.
     pub(crate) fn poll_draining(&mut self, cx: &mut Context<'_>) -> bool {

@@ -594,6 +594,48 @@ impl Collector for ProcessMetrics {
                 ConstGauge::new(n).encode(open.encode_family(&[("protocol", *protocol)])?)?;
             }
         }
+        let pools = crate::forwarding::pool::pool_totals();
+        type Field = fn(&crate::forwarding::pool::PoolTotals) -> u64;
+        let pool_metrics: [(&str, &str, MetricType, Field); 4] = [
+            (
+                "fuseway_pool_connects",
+                "Connections opened to a destination address, by all workers' pools",
+                MetricType::Counter,
+                |t| t.connects,
+            ),
+            (
+                "fuseway_pool_connect_errors",
+                "Connections to a destination address that failed to open",
+                MetricType::Counter,
+                |t| t.connect_errors,
+            ),
+            (
+                "fuseway_pool_reuses",
+                "Requests sent on an idle HTTP/1.1 connection taken from a pool",
+                MetricType::Counter,
+                |t| t.reuses,
+            ),
+            (
+                "fuseway_pool_idle_connections",
+                "HTTP/1.1 connections idle in the pools now",
+                MetricType::Gauge,
+                |t| t.idle,
+            ),
+        ];
+        for (name, help, kind, field) in pool_metrics {
+            let mut m = encoder.encode_descriptor(name, help, None, kind)?;
+            for (address, totals) in &pools {
+                let labels = [("address", address.as_str())];
+                let value = field(totals);
+                match kind {
+                    MetricType::Counter => {
+                        prometheus_client::metrics::counter::ConstCounter::new(value)
+                            .encode(m.encode_family(&labels)?)?
+                    }
+                    _ => ConstGauge::new(value as i64).encode(m.encode_family(&labels)?)?,
+                }
+            }
+        }
         let start = self
             .start
             .duration_since(std::time::UNIX_EPOCH)
