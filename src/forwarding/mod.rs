@@ -30,7 +30,7 @@ pub(crate) mod progress;
 pub(crate) mod replay;
 mod request_body;
 mod tls;
-mod trace_context;
+pub(crate) mod trace_context;
 pub(crate) mod upgrade;
 
 use std::convert::Infallible;

@@ -30,17 +30,24 @@ pub(crate) fn propagate(headers: &mut HeaderMap) {
     }
 }
 
-/// `traceparent` with `span` as its parent id, if it is a valid version-00 value
-/// (`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, neither id all zeros; a
-/// later version's value is read as its first four fields, as the spec asks).
-fn child(traceparent: &[u8], span: u64) -> Option<HeaderValue> {
+/// The trace id of a valid `traceparent` (32 lowercase hex digits): the one the
+/// destination is sent, and the access log's request id.
+pub(crate) fn trace_id(traceparent: &HeaderValue) -> Option<&str> {
+    let bytes = traceparent.as_bytes();
+    valid(bytes).then(|| std::str::from_utf8(&bytes[3..35]).ok())?
+}
+
+/// Whether `traceparent` is a valid version-00 value (`00-<32 hex trace id>-<16 hex
+/// parent id>-<2 hex flags>`, lowercase, neither id all zeros), or a later version's
+/// whose first four fields are (read as version 00, as the spec asks).
+fn valid(traceparent: &[u8]) -> bool {
     let lower_hex = |s: &[u8]| {
         s.iter()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
     };
     let not_zero = |s: &[u8]| s.iter().any(|&b| b != b'0');
     if traceparent.len() < 55 {
-        return None;
+        return false;
     }
     let (version, trace, parent, flags) = (
         &traceparent[0..2],
@@ -52,16 +59,21 @@ fn child(traceparent: &[u8], span: u64) -> Option<HeaderValue> {
     let version_ok = lower_hex(version)
         && version != b"ff"
         && (traceparent.len() == 55 || (version != b"00" && traceparent[55] == b'-'));
-    if !(dashes
+    dashes
         && version_ok
         && lower_hex(trace)
         && not_zero(trace)
         && lower_hex(parent)
         && not_zero(parent)
-        && lower_hex(flags))
-    {
+        && lower_hex(flags)
+}
+
+/// `traceparent` with `span` as its parent id, if it is [valid].
+fn child(traceparent: &[u8], span: u64) -> Option<HeaderValue> {
+    if !valid(traceparent) {
         return None;
     }
+    let flags = &traceparent[53..55];
     let mut out = [0u8; 55];
     out[..3].copy_from_slice(b"00-");
     out[3..36].copy_from_slice(&traceparent[3..36]);

@@ -12,7 +12,8 @@
 //! `cluster`, `destination` (absent where none was chosen), `error` (YARP's kind
 //! names, `ResponseBodyClient` for a client that went away while the body streamed)
 //! and `request_id`: the client's `X-Request-Id`, else the trace id of its
-//! `traceparent`, else one generated (16 hex digits, unique in the process).
+//! `traceparent` (if valid: the one the forwarder passes on), else one generated (16
+//! hex digits, unique in the process).
 //!
 //! Nothing is captured when no subscriber takes the target, so a program without an
 //! access log pays one filter check per request. The `fuseway` binary writes it to
@@ -28,6 +29,7 @@ use http::{HeaderValue, Method, Uri, Version};
 use tokio::time::Instant;
 
 use super::kind_name;
+use crate::forwarding::trace_context::trace_id;
 use crate::request::{ExchangeEnd, ExchangeReport, ForwardErrorKind, Outcome};
 
 /// The `tracing` target of the access log's records.
@@ -196,17 +198,6 @@ impl RequestId {
         let mixed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         RequestId::Generated(mixed ^ (mixed >> 31))
     }
-}
-
-/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if it is one.
-fn trace_id(traceparent: &HeaderValue) -> Option<&str> {
-    let value = traceparent.to_str().ok()?;
-    let id = value.get(3..35)?;
-    (value.len() >= 55
-        && value.as_bytes()[2] == b'-'
-        && id.bytes().all(|b| b.is_ascii_hexdigit())
-        && id.bytes().any(|b| b != b'0'))
-    .then_some(id)
 }
 
 impl std::fmt::Display for RequestId {
