@@ -569,33 +569,36 @@ impl Collector for ProcessMetrics {
             ConstGauge::new(1)
                 .encode(m.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
         }
-        {
-            let mut accepted = encoder.encode_descriptor(
+        use crate::forwarding::pool::{pool_totals, PoolTotals};
+        use crate::server::counts::{connections, PROTOCOLS};
+        let by_protocol = |value: fn((u64, i64)) -> u64| {
+            PROTOCOLS
+                .iter()
+                .enumerate()
+                .map(move |(i, protocol)| (*protocol, value(connections(i))))
+        };
+        encode_rows(
+            &mut encoder,
+            (
                 "fuseway_connections_accepted",
                 "Client connections accepted by this process, by protocol (once known)",
-                None,
-                MetricType::Counter,
-            )?;
-            for (i, protocol) in crate::server::counts::PROTOCOLS.iter().enumerate() {
-                let (n, _) = crate::server::counts::connections(i);
-                prometheus_client::metrics::counter::ConstCounter::new(n)
-                    .encode(accepted.encode_family(&[("protocol", *protocol)])?)?;
-            }
-        }
-        {
-            let mut open = encoder.encode_descriptor(
+            ),
+            MetricType::Counter,
+            "protocol",
+            by_protocol(|(accepted, _)| accepted),
+        )?;
+        encode_rows(
+            &mut encoder,
+            (
                 "fuseway_connections_open",
                 "Client connections open now in this process, by protocol",
-                None,
-                MetricType::Gauge,
-            )?;
-            for (i, protocol) in crate::server::counts::PROTOCOLS.iter().enumerate() {
-                let (_, n) = crate::server::counts::connections(i);
-                ConstGauge::new(n).encode(open.encode_family(&[("protocol", *protocol)])?)?;
-            }
-        }
-        let pools = crate::forwarding::pool::pool_totals();
-        type Field = fn(&crate::forwarding::pool::PoolTotals) -> u64;
+            ),
+            MetricType::Gauge,
+            "protocol",
+            by_protocol(|(_, open)| open.max(0) as u64),
+        )?;
+        let pools = pool_totals();
+        type Field = fn(&PoolTotals) -> u64;
         let pool_metrics: [(&str, &str, MetricType, Field); 4] = [
             (
                 "fuseway_pool_connects",
@@ -623,18 +626,10 @@ impl Collector for ProcessMetrics {
             ),
         ];
         for (name, help, kind, field) in pool_metrics {
-            let mut m = encoder.encode_descriptor(name, help, None, kind)?;
-            for (address, totals) in &pools {
-                let labels = [("address", address.as_str())];
-                let value = field(totals);
-                match kind {
-                    MetricType::Counter => {
-                        prometheus_client::metrics::counter::ConstCounter::new(value)
-                            .encode(m.encode_family(&labels)?)?
-                    }
-                    _ => ConstGauge::new(value as i64).encode(m.encode_family(&labels)?)?,
-                }
-            }
+            let rows = pools
+                .iter()
+                .map(|(address, t)| (address.as_str(), field(t)));
+            encode_rows(&mut encoder, (name, help), kind, "address", rows)?;
         }
         let start = self
             .start
@@ -679,6 +674,28 @@ impl Collector for ProcessMetrics {
         }
         Ok(())
     }
+}
+
+/// One family with one label (`label`), a row per value of it: counters or gauges as
+/// `kind` says.
+fn encode_rows<'a>(
+    encoder: &mut DescriptorEncoder,
+    (name, help): (&str, &str),
+    kind: MetricType,
+    label: &str,
+    rows: impl Iterator<Item = (&'a str, u64)>,
+) -> std::fmt::Result {
+    let mut m = encoder.encode_descriptor(name, help, None, kind)?;
+    for (value, n) in rows {
+        let labels = [(label, value)];
+        match kind {
+            MetricType::Counter => prometheus_client::metrics::counter::ConstCounter::new(n)
+                .encode(m.encode_family(&labels)?)?,
+            _ => ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX))
+                .encode(m.encode_family(&labels)?)?,
+        }
+    }
+    Ok(())
 }
 
 /// The process's figures from `/proc/self` (`None` where there is none).
