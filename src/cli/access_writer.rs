@@ -149,23 +149,26 @@ struct Stamp {
     text: [u8; 27],
 }
 
-impl Stamp {
-    fn at(mut self, now: SystemTime, out: &mut [u8; 27]) -> &str {
-        let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-        if since.as_secs() != self.second {
-            timestamp(now, &mut self.text);
-            self.second = since.as_secs();
-            STAMP.with(|cached| cached.set(self));
+/// `at` as [`timestamp`] writes it, the second's part taken from this thread's
+/// [`Stamp`] when it is the same second.
+fn cached_timestamp(at: SystemTime, out: &mut [u8; 27]) -> &str {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    STAMP.with(|cached| {
+        let mut stamp = cached.get();
+        if since.as_secs() != stamp.second {
+            timestamp(at, &mut stamp.text);
+            stamp.second = since.as_secs();
+            cached.set(stamp);
         }
-        *out = self.text;
-        // `YYYY-MM-DDTHH:MM:SS.` then six digits and `Z`.
-        let mut micros = since.subsec_micros();
-        for i in (20..26).rev() {
-            out[i] = b'0' + (micros % 10) as u8;
-            micros /= 10;
-        }
-        std::str::from_utf8(&out[..]).unwrap_or("")
+        *out = stamp.text;
+    });
+    // `YYYY-MM-DDTHH:MM:SS.` then six digits and `Z`.
+    let mut micros = since.subsec_micros();
+    for i in (20..26).rev() {
+        out[i] = b'0' + (micros % 10) as u8;
+        micros /= 10;
     }
+    std::str::from_utf8(&out[..]).unwrap_or("")
 }
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
@@ -177,7 +180,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
             line.clear();
             let json = self.format == LogFormat::Json;
             let mut stamp = [0u8; 27];
-            let stamp = STAMP.with(|cached| cached.get().at(SystemTime::now(), &mut stamp));
+            let stamp = cached_timestamp(SystemTime::now(), &mut stamp);
             if json {
                 let _ = write!(
                     line,
@@ -371,7 +374,7 @@ mod tests {
     fn the_cached_second_is_reused_and_renewed() {
         let stamp = |at: Duration| {
             let mut out = [0u8; 27];
-            STAMP.with(|cached| cached.get().at(UNIX_EPOCH + at, &mut out).to_string())
+            cached_timestamp(UNIX_EPOCH + at, &mut out).to_string()
         };
         assert_eq!(
             stamp(Duration::new(1_796_233_607, 151_453_000)),

@@ -68,7 +68,7 @@ pub fn init(format: LogFormat, access: &AccessLog) -> Result<LogGuard, BoxError>
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .add_directive(format!("{TARGET}=off").parse()?);
-    let log = layer(format, std::io::stderr, std::io::stderr().is_terminal()).with_filter(filter);
+    let log = log_layer(format).with_filter(filter);
     let sink: Box<dyn std::io::Write + Send> = match access {
         AccessLog::Off => {
             tracing_subscriber::registry().with(log).try_init()?;
@@ -95,19 +95,18 @@ pub fn init(format: LogFormat, access: &AccessLog) -> Result<LogGuard, BoxError>
     Ok(LogGuard(Some(flusher)))
 }
 
-/// A formatting layer writing to `writer`.
-fn layer<S, W>(format: LogFormat, writer: W, ansi: bool) -> Box<dyn Layer<S> + Send + Sync>
+/// The log proper's layer, on stderr (coloured only when it is a terminal).
+fn log_layer<S>(format: LogFormat) -> Box<dyn Layer<S> + Send + Sync>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(writer)
+        .with_writer(std::io::stderr)
         // A closed stderr must not stop the proxy: by default a failed log write is
         // reported with `eprintln!`, which panics when stderr itself is gone.
         .log_internal_errors(false);
     match format {
-        LogFormat::Text => fmt.with_ansi(ansi).boxed(),
+        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).boxed(),
         LogFormat::Json => fmt.json().flatten_event(true).boxed(),
     }
 }
