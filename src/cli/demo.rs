@@ -21,7 +21,7 @@ use crate::server::Server;
 use crate::state::ProxyState;
 
 pub(super) async fn run(args: &super::Args) -> Result<(), BoxError> {
-    let signals = super::lifecycle::Signals::new();
+    let signals = crate::server::Signals::new();
     let a = spawn_backend("backend-a").await?;
     let b = spawn_backend("backend-b").await?;
     let config = parse(&demo_config(a, b), Format::Json)?;

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::admin::Readiness;
+use crate::server::Signals;
 
 /// Completes when the graceful shutdown is to begin. On the first `SIGTERM` or
 /// `SIGINT`, `readiness` turns to draining (`/readyz` answers 503 at once) and systemd
@@ -30,60 +31,6 @@ pub(crate) async fn drain_on_signal(
         std::process::exit(1);
     });
     tokio::time::sleep(drain_delay).await;
-}
-
-/// `SIGTERM` and `SIGINT` (Ctrl-C), caught from [`Signals::new`] on: made before
-/// anything is announced, so that a signal sent as soon as the proxy says it listens
-/// starts the drain rather than killing the process.
-pub(crate) struct Signals {
-    #[cfg(unix)]
-    term: Option<tokio::signal::unix::Signal>,
-    #[cfg(unix)]
-    int: Option<tokio::signal::unix::Signal>,
-}
-
-impl Signals {
-    pub(crate) fn new() -> Signals {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            let catch = |kind| {
-                signal(kind)
-                    .map_err(|e| tracing::warn!(error = %e, "cannot catch a shutdown signal"))
-                    .ok()
-            };
-            Signals {
-                term: catch(SignalKind::terminate()),
-                int: catch(SignalKind::interrupt()),
-            }
-        }
-        #[cfg(not(unix))]
-        Signals {}
-    }
-
-    /// The next signal's name.
-    async fn next(&mut self) -> &'static str {
-        #[cfg(unix)]
-        {
-            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
-                match signal {
-                    Some(signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            }
-            tokio::select! {
-                () = recv(&mut self.term) => "SIGTERM",
-                () = recv(&mut self.int) => "SIGINT",
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-            "Ctrl-C"
-        }
-    }
 }
 
 /// Send `message` (`READY=1`, `STOPPING=1`) to systemd's notification socket when

@@ -123,7 +123,7 @@ fn check_config(path: &std::path::Path) -> Result<(), BoxError> {
 }
 
 async fn run_config(path: PathBuf, args: &Args) -> Result<(), BoxError> {
-    let signals = lifecycle::Signals::new();
+    let signals = crate::server::Signals::new();
     let engine = args.http1_engine.unwrap_or_else(Http1Engine::from_env);
     let config = load(&path)?;
     // The config's `Listen` entries may terminate TLS; `--listen` addresses are plain.

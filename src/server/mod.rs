@@ -415,22 +415,60 @@ fn listener_tls(
 /// Completes on Ctrl-C or SIGTERM: the `shutdown` future to give
 /// [`Server::serve`] in a program that stops on those signals.
 pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    Signals::new().next().await;
+}
+
+/// `SIGTERM` and `SIGINT` (Ctrl-C), caught from [`Signals::new`] on, one after
+/// another (the binary makes them before it announces anything, so that a signal sent
+/// as soon as it says it listens starts the drain rather than killing the process, and
+/// a second one is seen).
+pub(crate) struct Signals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub(crate) fn new() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let catch = |kind| {
+                signal(kind)
+                    .map_err(|e| tracing::warn!(error = %e, "cannot catch a shutdown signal"))
+                    .ok()
+            };
+            Signals {
+                term: catch(SignalKind::terminate()),
+                int: catch(SignalKind::interrupt()),
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// The next signal's name.
+    pub(crate) async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = recv(&mut self.term) => "SIGTERM",
+                () = recv(&mut self.int) => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
     }
 }

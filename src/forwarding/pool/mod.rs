@@ -416,15 +416,14 @@ impl<B: SendBody> Pools<B> {
             self.connectors
                 .get((version, key.accept_any_certificate, key.tls))
         };
-        let target: Uri = format!(
+        let address = format!(
             "{}://{}",
             if key.https { "https" } else { "http" },
             key.authority
-        )
-        .parse()
-        .expect("scheme and authority make a URI");
+        );
+        let target: Uri = address.parse().expect("scheme and authority make a URI");
         Pool {
-            stats: PoolStats::register(target.to_string().trim_end_matches('/').to_owned()),
+            stats: PoolStats::register(address),
             connector: connector(key.version),
             h1_connector: (key.version == UpstreamVersion::Negotiate)
                 .then(|| connector(UpstreamVersion::Http1)),
