@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Stdio;
 
-use common::{h1_client, h2c_client, within};
+use common::{h1_client, h2c_client, within, TempDir};
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
@@ -19,12 +19,11 @@ fn config(destination: &str) -> String {
     )
 }
 
-/// The binary with `args`, its config file in a directory of its own; its address.
-async fn start(name: &str, destination: &str, args: &[&str]) -> (Child, std::net::SocketAddr) {
-    let dir = std::env::temp_dir().join(format!("fuseway-access-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("proxy.json");
-    std::fs::write(&file, config(destination)).unwrap();
+/// The binary with `args`, its config file in a directory of its own (kept as long as
+/// the binary runs); its address.
+async fn start(destination: &str, args: &[&str]) -> (Child, std::net::SocketAddr, TempDir) {
+    let dir = TempDir::new("access");
+    let file = dir.write("proxy.json", &config(destination));
     let mut child = Command::new(env!("CARGO_BIN_EXE_fuseway"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -38,7 +37,7 @@ async fn start(name: &str, destination: &str, args: &[&str]) -> (Child, std::net
         .spawn()
         .unwrap();
     let addr = common::listening(&mut child).await;
-    (child, addr)
+    (child, addr, dir)
 }
 
 /// SIGTERM, then everything it wrote to stdout until it exited.
@@ -62,7 +61,7 @@ async fn stop(mut child: Child) -> String {
 #[tokio::test]
 async fn json_records_on_stdout_name_every_field() {
     let backend = common::echo_backend().await;
-    let (child, addr) = start("json", &backend.url(), &["--log-format", "json"]).await;
+    let (child, addr, _dir) = start(&backend.url(), &["--log-format", "json"]).await;
     let h1 = h1_client();
     let got = within(
         "a GET with a request id",
@@ -151,12 +150,10 @@ async fn json_records_on_stdout_name_every_field() {
 #[tokio::test]
 async fn text_records_to_a_file_and_none_when_off() {
     let backend = common::echo_backend().await;
-    let dir = std::env::temp_dir().join(format!("fuseway-access-file-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("access.log");
-    std::fs::write(&file, "an earlier line\n").unwrap();
+    let dir = TempDir::new("access-file");
+    let file = dir.write("access.log", "an earlier line\n");
     let path = file.to_str().unwrap();
-    let (child, addr) = start("text", &backend.url(), &["--access-log", path]).await;
+    let (child, addr, _dir) = start(&backend.url(), &["--access-log", path]).await;
     let r = within(
         "a request",
         h1_client().get(format!("http://{addr}/app/text")).send(),
@@ -182,7 +179,7 @@ async fn text_records_to_a_file_and_none_when_off() {
     }
     assert!(!lines[1].contains('\u{1b}'), "colour codes: {}", lines[1]);
 
-    let (child, addr) = start("off", &backend.url(), &["--access-log", "off"]).await;
+    let (child, addr, _dir) = start(&backend.url(), &["--access-log", "off"]).await;
     let r = within(
         "a request",
         h1_client().get(format!("http://{addr}/app/off")).send(),
@@ -192,5 +189,4 @@ async fn text_records_to_a_file_and_none_when_off() {
     assert_eq!(r.status(), 200);
     r.bytes().await.unwrap();
     assert_eq!(stop(child).await, "", "no access log");
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -11,7 +11,7 @@ mod common;
 use std::net::SocketAddr;
 use std::process::Stdio;
 
-use common::{h1_client, listening_addr, within};
+use common::{h1_client, listening_addr, within, TempDir};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -28,27 +28,14 @@ struct Running {
     _dir: TempDir,
 }
 
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        std::fs::remove_dir_all(&self.0).ok();
-    }
-}
-
 /// Start the binary on a config forwarding everything to `destination`, with `args`
 /// and `env`; wait for its proxy and admin addresses.
 async fn start(destination: &str, args: &[&str], env: &[(&str, &str)]) -> Running {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "fuseway-lifecycle-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("proxy.json");
-    std::fs::write(&file, common::simple_config(&[("d1", destination)], "")).unwrap();
+    let dir = TempDir::new("lifecycle");
+    let file = dir.write(
+        "proxy.json",
+        &common::simple_config(&[("d1", destination)], ""),
+    );
     let mut command = Command::new(env!("CARGO_BIN_EXE_fuseway"));
     command
         .stdin(Stdio::null())
@@ -104,7 +91,7 @@ async fn start(destination: &str, args: &[&str], env: &[(&str, &str)]) -> Runnin
         admin,
         early,
         log,
-        _dir: TempDir(dir),
+        _dir: dir,
     }
 }
 
@@ -232,10 +219,8 @@ async fn grace_bounds_the_wait_for_in_flight_requests() {
 async fn systemd_is_told_ready_and_stopping() {
     use tokio::net::UnixDatagram;
     let backend = common::echo_backend().await;
-    let dir = std::env::temp_dir().join(format!("fuseway-notify-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let _dir = TempDir(dir.clone());
-    let path = dir.join("notify.sock");
+    let dir = TempDir::new("notify");
+    let path = dir.path().join("notify.sock");
     let abstract_name = format!("fuseway-notify-{}", std::process::id());
     let sockets = [
         (

@@ -6,12 +6,12 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{within, Form};
+use common::{within, Form, TempDir};
 use fuseway::config::ProxyConfig;
 use fuseway::pipeline;
 use fuseway::server::{ProxyService, Server};
@@ -33,34 +33,6 @@ fn self_signed() -> (String, String) {
         rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
             .unwrap();
     (ck.cert.pem(), ck.signing_key.serialize_pem())
-}
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "fuseway-tls-{what}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn write(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, contents).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn json_path(p: &Path) -> String {
@@ -139,7 +111,7 @@ fn https_client(cert_pem: &str, version: Option<Version>) -> reqwest::Client {
 #[tokio::test]
 async fn https_front_serves_http1_and_http2_with_forwarded_proto_https() {
     let (cert, key) = self_signed();
-    let dir = TempDir::new("front");
+    let dir = TempDir::new("tls-front");
     let cert_file = dir.write("cert.pem", &cert);
     let key_file = dir.write("key.pem", &key);
     let backend = common::echo_backend().await;
@@ -187,12 +159,12 @@ async fn https_front_serves_http1_and_http2_with_forwarded_proto_https() {
 fn listen_certificate_and_key_are_validated() {
     let (cert, key) = self_signed();
     let (_, other_key) = self_signed();
-    let dir = TempDir::new("validate");
+    let dir = TempDir::new("tls-validate");
     let cert_file = dir.write("cert.pem", &cert);
     let key_file = dir.write("key.pem", &key);
     let garbage = dir.write("garbage.pem", "not a certificate");
     let other_key_file = dir.write("other-key.pem", &other_key);
-    let missing = dir.0.join("missing.pem");
+    let missing = dir.path().join("missing.pem");
 
     let errors = |listen: String| -> Vec<String> {
         let config: ProxyConfig =

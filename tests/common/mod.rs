@@ -361,3 +361,36 @@ pub async fn h2c_connection(
             .unwrap();
     (sender, tokio::spawn(connection))
 }
+
+/// A fresh directory under the system temp dir (`fuseway-WHAT-PID-N`), removed on drop.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(what: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "fuseway-{what}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// Write `contents` to the file `name` in it: its path.
+    pub fn write(&self, name: &str, contents: &str) -> std::path::PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
