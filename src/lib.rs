@@ -86,6 +86,7 @@ mod http1;
 pub mod limits;
 pub mod pipeline;
 pub mod policy;
+pub mod providers;
 pub mod request;
 pub mod routing;
 pub mod server;

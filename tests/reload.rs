@@ -1,4 +1,4 @@
-//! Hot reload through the file watcher the binary uses (`cli::ConfigWatcher`): a
+//! Hot reload through the file provider the binary uses (`providers::FileProvider`): a
 //! changed file is validated whole and swapped in; an invalid one is rejected and the
 //! old routes keep working; requests in flight finish on the configuration they
 //! started with; destination state survives for unchanged ids. Plus the binary itself:
@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use fuseway::cli::{ConfigWatcher, Reloader};
 use fuseway::health::HealthState;
+use fuseway::providers::{ConfigProvider, FileProvider, Providers, ProvidersTask};
 use fuseway::state::ProxyState;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -35,13 +35,15 @@ fn write_config(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// The proxy's state, running from `file`, with the binary's watcher on it.
-async fn watched(file: &Path) -> (Proxy, ConfigWatcher) {
+/// The proxy's state, running from `file`, with the binary's file provider on it.
+async fn watched(file: &Path) -> (Proxy, ProvidersTask) {
     let text = std::fs::read_to_string(file).unwrap();
     let p = proxy(&text).await;
-    let reloader = Arc::new(Reloader::new(file.to_path_buf(), p.state.clone()));
-    let watcher = ConfigWatcher::spawn(reloader).unwrap();
-    (p, watcher)
+    let provider = Arc::new(FileProvider::open(file.to_path_buf(), Vec::new()));
+    provider.watch().unwrap();
+    let providers: Vec<Arc<dyn ConfigProvider>> = vec![provider];
+    let task = Arc::new(Providers::new(providers)).spawn(p.state.clone());
+    (p, task)
 }
 
 /// Wait until the state has been updated `generation` times.
@@ -411,7 +413,8 @@ fn a_changed_listen_is_logged_as_needing_a_restart() {
         ProxyState::new(fuseway::config::parse(&text, fuseway::config::Format::Json).unwrap())
             .unwrap(),
     );
-    let reloader = Reloader::new(file.clone(), state.clone());
+    let provider: Arc<dyn ConfigProvider> = Arc::new(FileProvider::open(file.clone(), Vec::new()));
+    let reloader = Providers::new(vec![provider]);
 
     let logs = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
     let sink = logs.clone();
@@ -423,11 +426,11 @@ fn a_changed_listen_is_logged_as_needing_a_restart() {
     let logged = || String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
 
     write_config(&file, &config("127.0.0.1:1", "/b"));
-    reloader.reload().unwrap();
+    reloader.reload(&state).unwrap();
     assert!(!logged().contains("needs a restart"), "{}", logged());
 
     write_config(&file, &config("127.0.0.1:2", "/c"));
-    reloader.reload().unwrap();
+    reloader.reload(&state).unwrap();
     assert!(logged().contains("`Listen` changed"), "{}", logged());
     // The rest was applied.
     let snapshot = state.snapshot();
@@ -442,7 +445,7 @@ fn a_changed_listen_is_logged_as_needing_a_restart() {
                  "Routes": { "r": { "ClusterId": "c", "Match": { "Path": "/d" } } },
                  "Clusters": { "c": { "Destinations": { "d1": { "Address": "http://127.0.0.1:9" } } } } }"#;
     write_config(&file, broken);
-    let errors = reloader.reload().unwrap_err();
+    let errors = reloader.reload(&state).unwrap_err();
     assert_eq!(errors.0[0].path, "Listen[0].Certificate", "{errors}");
     assert_eq!(
         state.snapshot().config().routes["r"].match_.path.as_deref(),

@@ -4,7 +4,6 @@ mod access_writer;
 mod demo;
 mod lifecycle;
 pub mod logging;
-mod reload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,12 +13,12 @@ use std::time::Duration;
 use clap::Parser;
 
 pub use crate::config::DEFAULT_LISTEN;
-pub use reload::{ConfigWatcher, Reloader, DEBOUNCE};
 
 use crate::admin::{Admin, Readiness};
 use crate::config::{self, ProxyConfig};
 use crate::health::ActiveHealthChecker;
 use crate::pipeline;
+use crate::providers::{ConfigProvider, EtcdOptions, EtcdProvider, FileProvider, Providers};
 use crate::server::{Http1Engine, Server};
 use crate::state::ProxyState;
 
@@ -33,10 +32,26 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
     about = "A reverse proxy built from fused tower stages"
 )]
 pub struct Args {
-    /// Configuration file (YARP-shaped JSON, or TOML with the same keys). Without it,
-    /// fuseway runs an embedded demo.
-    #[arg(long, short)]
-    pub config: Option<PathBuf>,
+    /// Where the configuration comes from (repeatable: the sources are merged, an id
+    /// defined twice is an error): a file (YARP-shaped JSON, or TOML with the same
+    /// keys), watched for changes, or `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`. Without
+    /// it, fuseway runs an embedded demo.
+    #[arg(long, short, value_name = "FILE|etcd://...")]
+    pub config: Vec<String>,
+    /// etcd user name (etcd's authentication); the password is read from
+    /// `FUSEWAY_ETCD_PASSWORD`.
+    #[arg(long, value_name = "USER")]
+    pub etcd_user: Option<String>,
+    /// PEM file of the certificate authority of etcd's certificates: etcd is reached
+    /// over TLS.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_ca: Option<PathBuf>,
+    /// PEM file of a client certificate for etcd (with `--etcd-key`, `--etcd-ca`).
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_key", "etcd_ca"])]
+    pub etcd_cert: Option<PathBuf>,
+    /// PEM file of the client certificate's key.
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
     /// Address to listen on (repeatable). Default: the config's `Listen`, else 127.0.0.1:8080.
     #[arg(long, short)]
     pub listen: Vec<SocketAddr>,
@@ -61,6 +76,10 @@ pub struct Args {
     /// is served (like `nginx -t`).
     #[arg(long, requires = "config")]
     pub check: bool,
+    /// How long to wait at start for every configuration source to be read once (etcd
+    /// unreachable: retried meanwhile) before giving up.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "60s")]
+    pub config_timeout: Duration,
     /// Also trust the bundled Mozilla root certificates for `https://` destinations.
     /// By default only the system's trust store is (`SSL_CERT_FILE` / `SSL_CERT_DIR`
     /// when set), and the bundled set only where the system has none.
@@ -84,10 +103,14 @@ pub struct Args {
 /// Run the binary with these arguments until Ctrl-C / SIGTERM.
 pub async fn run(args: Args) -> Result<(), BoxError> {
     crate::forwarding::trust_bundled_roots(args.bundled_roots);
-    match &args.config {
-        Some(path) if args.check => check_config(path),
-        Some(path) => run_config(path.clone(), &args).await,
-        None => demo::run(&args).await,
+    if args.config.is_empty() {
+        return demo::run(&args).await;
+    }
+    let providers = Arc::new(providers(&args)?);
+    if args.check {
+        check_config(&providers, &args).await
+    } else {
+        run_config(providers, &args).await
     }
 }
 
@@ -99,33 +122,87 @@ fn duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Read a configuration file with the environment's overrides (`ReverseProxy__...`).
-fn load(path: &std::path::Path) -> Result<ProxyConfig, BoxError> {
-    config::load_file_with_overrides(path, &config::env_overrides())
-        .map_err(|e| format!("invalid configuration {}: {e}", path.display()).into())
+/// The providers `--config` names, each started (files read and watched, etcd being
+/// read).
+fn providers(args: &Args) -> Result<Providers, BoxError> {
+    let overrides = config::env_overrides();
+    let mut list: Vec<Arc<dyn ConfigProvider>> = Vec::new();
+    for source in &args.config {
+        if source.starts_with("etcd://") {
+            let mut options = EtcdOptions::default();
+            if let Some(user) = &args.etcd_user {
+                let password = std::env::var("FUSEWAY_ETCD_PASSWORD").unwrap_or_default();
+                options = options.with_user(user.clone(), password);
+            }
+            if let Some(ca) = &args.etcd_ca {
+                options = options.with_ca(ca.clone());
+            }
+            if let (Some(cert), Some(key)) = (&args.etcd_cert, &args.etcd_key) {
+                options = options.with_identity(cert.clone(), key.clone());
+            }
+            let etcd = EtcdProvider::spawn(source, options)
+                .map_err(|e| format!("--config {source}: {e}"))?;
+            list.push(Arc::new(etcd));
+        } else {
+            let path = PathBuf::from(source);
+            if config::Format::from_path(&path).is_none() {
+                return Err(format!(
+                    "--config {source}: unsupported configuration file type; expected a \
+                     `.json` or `.toml` file, or an `etcd://` URL"
+                )
+                .into());
+            }
+            let file = Arc::new(FileProvider::open(path, overrides.clone()));
+            // `--check` reads once.
+            if !args.check {
+                if let Err(e) = file.watch() {
+                    tracing::warn!(
+                        config = %source,
+                        error = %e,
+                        "cannot watch the configuration file; SIGHUP still reloads it"
+                    );
+                }
+            }
+            list.push(file);
+        }
+    }
+    Ok(Providers::new(list))
+}
+
+/// The sources as error messages name them.
+fn sources(providers: &Providers) -> String {
+    providers.sources().collect::<Vec<_>>().join(", ")
+}
+
+/// Every source read once and merged.
+async fn load(providers: &Providers, args: &Args) -> Result<ProxyConfig, BoxError> {
+    providers
+        .first(args.config_timeout)
+        .await
+        .map_err(|e| format!("invalid configuration {}: {e}", sources(providers)).into())
 }
 
 /// The proxy state of a loaded configuration (its policies checked).
-fn build_state(path: &std::path::Path, config: ProxyConfig) -> Result<ProxyState, BoxError> {
+fn build_state(providers: &Providers, config: ProxyConfig) -> Result<ProxyState, BoxError> {
     ProxyState::new(config)
-        .map_err(|e| format!("invalid configuration {}: {e}", path.display()).into())
+        .map_err(|e| format!("invalid configuration {}: {e}", sources(providers)).into())
 }
 
 /// `--check`: everything a start would check short of binding the listeners (their
 /// certificate files are read).
-fn check_config(path: &std::path::Path) -> Result<(), BoxError> {
-    let config = load(path)?;
+async fn check_config(providers: &Providers, args: &Args) -> Result<(), BoxError> {
+    let config = load(providers, args).await?;
     Server::check_listeners(&config.listen)
-        .map_err(|e| format!("invalid configuration {}: {e}", path.display()))?;
-    build_state(path, config)?;
-    println!("configuration {} is valid", path.display());
+        .map_err(|e| format!("invalid configuration {}: {e}", sources(providers)))?;
+    build_state(providers, config)?;
+    println!("configuration {} is valid", sources(providers));
     Ok(())
 }
 
-async fn run_config(path: PathBuf, args: &Args) -> Result<(), BoxError> {
+async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxError> {
     let signals = crate::server::Signals::new();
     let engine = args.http1_engine.unwrap_or_else(Http1Engine::from_env);
-    let config = load(&path)?;
+    let config = load(&providers, args).await?;
     // The config's `Listen` entries may terminate TLS; `--listen` addresses are plain.
     let server = if args.listen.is_empty() && !config.listen.is_empty() {
         Server::bind_config(&config.listen).await?
@@ -134,18 +211,15 @@ async fn run_config(path: PathBuf, args: &Args) -> Result<(), BoxError> {
     }
     .http1_engine(engine)
     .graceful_timeout(args.grace);
-    let state = Arc::new(build_state(&path, config)?);
+    let state = Arc::new(build_state(&providers, config)?);
+    let sources = sources(&providers);
     for addr in server.local_addrs() {
-        tracing::info!(%addr, config = %path.display(), "fuseway listening");
+        tracing::info!(%addr, config = %sources, "fuseway listening");
     }
     let readiness = Readiness::starting();
     let admin = spawn_admin(args.admin, &state, &readiness).await?;
-    let reloader =
-        Arc::new(Reloader::new(path, state.clone()).with_overrides(config::env_overrides()));
-    spawn_reload_on_sighup(reloader.clone(), server.tls_reloader());
-    let _watcher = ConfigWatcher::spawn(reloader)
-        .map_err(|e| tracing::warn!(error = %e, "cannot watch the configuration file; SIGHUP still reloads it"))
-        .ok();
+    spawn_reload_on_sighup(providers.clone(), state.clone(), server.tls_reloader());
+    let _providers = providers.spawn(state.clone());
     let health = ActiveHealthChecker::spawn(state.clone());
     let workers = args
         .workers
@@ -238,16 +312,20 @@ pub fn listen_addrs(cli: &[SocketAddr], config: &ProxyConfig) -> Result<Vec<Sock
 
 /// `SIGHUP`: reload the configuration file and the listeners' certificate files.
 #[cfg(unix)]
-fn spawn_reload_on_sighup(reloader: Arc<Reloader>, tls: crate::server::TlsReloader) {
+fn spawn_reload_on_sighup(
+    providers: Arc<Providers>,
+    state: Arc<ProxyState>,
+    tls: crate::server::TlsReloader,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         return;
     };
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            let (r, tls) = (reloader.clone(), tls.clone());
+            let (providers, state, tls) = (providers.clone(), state.clone(), tls.clone());
             let _ = tokio::task::spawn_blocking(move || {
-                let _ = r.reload();
+                let _ = providers.reload(&state);
                 match tls.reload() {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(listeners = n, "TLS certificates reloaded"),
@@ -267,4 +345,9 @@ fn spawn_reload_on_sighup(reloader: Arc<Reloader>, tls: crate::server::TlsReload
 }
 
 #[cfg(not(unix))]
-fn spawn_reload_on_sighup(_reloader: Arc<Reloader>, _tls: crate::server::TlsReloader) {}
+fn spawn_reload_on_sighup(
+    _providers: Arc<Providers>,
+    _state: Arc<ProxyState>,
+    _tls: crate::server::TlsReloader,
+) {
+}

@@ -246,6 +246,25 @@ pub fn parse_with_overrides(
     Ok(config)
 }
 
+/// Read and validate the bare proxy object (`Listen`, `Routes`, `Clusters`) already
+/// parsed as JSON, with the same rules as [`parse`] (keys ignoring case, scalars from
+/// strings). Providers that assemble a configuration from pieces (one etcd key per route,
+/// say) build the object and read it here; errors name the path inside it.
+///
+/// ```
+/// use fuseway::config::parse_value;
+/// let value = serde_json::json!({ "routes": { "r1": { "ClusterId": "c1", "Match": { "Path": "/a" } } } });
+/// let config = parse_value(value).unwrap();
+/// assert_eq!(config.routes["r1"].cluster_id.as_deref(), Some("c1"));
+/// let err = parse_value(serde_json::json!({ "Routes": { "r1": { "Order": "x" } } })).unwrap_err();
+/// assert_eq!(err.iter().next().unwrap().path, "Routes.r1.Order");
+/// ```
+pub fn parse_value(value: Value) -> Result<ProxyConfig, ConfigErrors> {
+    let config: ProxyConfig = typed(value, false, |e: serde_json::Error| e.to_string())?;
+    config.validate()?;
+    Ok(config)
+}
+
 /// Read, parse and validate a configuration file; the format follows the extension
 /// (`.json` or `.toml`).
 pub fn load_file(path: &Path) -> Result<ProxyConfig, ConfigErrors> {

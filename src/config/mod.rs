@@ -13,7 +13,8 @@ mod validate;
 pub use duration::ConfigDuration;
 pub use error::{ConfigError, ConfigErrors};
 pub use load::{
-    env_overrides, load_file, load_file_with_overrides, parse, parse_with_overrides, Format,
+    env_overrides, load_file, load_file_with_overrides, parse, parse_value, parse_with_overrides,
+    Format,
 };
 pub use model::*;
 pub use names::{

@@ -33,8 +33,8 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 
 pub use metrics::{
-    health_name, kind_name, Metrics, RouteTelemetry, CONTENT_TYPE, DURATION_BUCKETS,
-    RECENT_ERRORS_WINDOW,
+    health_name, kind_name, ConfigSourceStatus, Metrics, RouteTelemetry, CONTENT_TYPE,
+    DURATION_BUCKETS, RECENT_ERRORS_WINDOW,
 };
 
 use crate::request::ProxyResponse;

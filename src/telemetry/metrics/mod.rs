@@ -79,6 +79,60 @@ pub struct Metrics {
     recent: Mutex<HashMap<DestinationKey, Arc<RecentErrors>>>,
     unrouted: Target,
     started: Instant,
+    sources: ConfigSources,
+}
+
+/// Where the configuration comes from, as the status page and the metrics show it: one
+/// entry per configuration provider (a file, an etcd prefix).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConfigSourceStatus {
+    /// The provider's source: a file's path, an `etcd://` URL.
+    pub source: String,
+    /// Which version of the source the running configuration holds (an etcd revision, a
+    /// digest of the file); empty before the first read.
+    pub version: String,
+    /// The provider's last error, while it lasts (an invalid key, etcd unreachable).
+    pub error: Option<String>,
+}
+
+/// The providers' statuses, also a collector of their metrics.
+#[derive(Debug, Clone, Default)]
+struct ConfigSources(Arc<Mutex<Vec<ConfigSourceStatus>>>);
+
+impl Collector for ConfigSources {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let sources = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if sources.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut m = encoder.encode_descriptor(
+                "fuseway_config_source_info",
+                "1 for each configuration provider, labelled with its source and the version the running configuration holds (etcd revision, file digest)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for s in &sources {
+                ConstGauge::new(1).encode(m.encode_family(&[
+                    ("source", s.source.as_str()),
+                    ("version", s.version.as_str()),
+                ])?)?;
+            }
+        }
+        let rows = sources
+            .iter()
+            .map(|s| (s.source.as_str(), u64::from(s.error.is_some())));
+        encode_rows(
+            &mut encoder,
+            (
+                "fuseway_config_source_error",
+                "1 while a configuration provider's last read failed (the previous configuration keeps serving), else 0",
+            ),
+            MetricType::Gauge,
+            "source",
+            rows,
+        )
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -132,6 +186,8 @@ impl Metrics {
         registry.register_collector(Box::new(ProcessMetrics {
             start: std::time::SystemTime::now(),
         }));
+        let sources = ConfigSources::default();
+        registry.register_collector(Box::new(sources.clone()));
         let empty: Arc<str> = Arc::from("");
         let unrouted = Target::new(
             TargetLabels {
@@ -152,6 +208,7 @@ impl Metrics {
             recent: Mutex::default(),
             unrouted,
             started: Instant::now(),
+            sources,
         }
     }
 
@@ -245,6 +302,20 @@ impl Metrics {
     pub fn record_reload(&self, ok: bool) {
         let result = if ok { "success" } else { "failure" };
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// Set what the configuration providers report (see [`ConfigSourceStatus`]).
+    pub fn set_config_sources(&self, sources: Vec<ConfigSourceStatus>) {
+        *self.sources.0.lock().unwrap_or_else(|e| e.into_inner()) = sources;
+    }
+
+    /// What the configuration providers last reported.
+    pub fn config_sources(&self) -> Vec<ConfigSourceStatus> {
+        self.sources
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Record one answered request. `target` is `None` for requests the proxy answered
