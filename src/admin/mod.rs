@@ -177,7 +177,8 @@ fn text(
     r
 }
 
-/// The status page's data: routes, clusters and destinations (health, availability,
+/// The status page's data: where the configuration comes from (each provider's source,
+/// version and last error), routes, clusters and destinations (health, availability,
 /// in-flight requests, recent errors).
 pub fn status(state: &ProxyState) -> Value {
     let snapshot = state.snapshot();
@@ -237,6 +238,7 @@ pub fn status(state: &ProxyState) -> Value {
         "uptime_seconds": metrics.uptime().as_secs_f64(),
         "in_flight": metrics.in_flight(),
         "recent_errors_window_seconds": RECENT_ERRORS_WINDOW.as_secs(),
+        "config_sources": metrics.config_sources(),
         "routes": routes,
         "clusters": clusters,
     })

@@ -184,8 +184,10 @@ async fn load(providers: &Providers, args: &Args) -> Result<ProxyConfig, BoxErro
 
 /// The proxy state of a loaded configuration (its policies checked).
 fn build_state(providers: &Providers, config: ProxyConfig) -> Result<ProxyState, BoxError> {
-    ProxyState::new(config)
-        .map_err(|e| format!("invalid configuration {}: {e}", sources(providers)).into())
+    ProxyState::new(config).map_err(|e| {
+        let e = providers.locate(e);
+        format!("invalid configuration {}: {e}", sources(providers)).into()
+    })
 }
 
 /// `--check`: everything a start would check short of binding the listeners (their

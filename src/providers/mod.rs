@@ -223,6 +223,14 @@ impl Providers {
     pub fn merged(&self) -> Result<ProxyConfig, ConfigErrors> {
         let snapshots = self.snapshots();
         self.merge_snapshots(&snapshots)
+            .map_err(|e| ConfigErrors(located(&snapshots, e).map(|(_, e)| e).collect()))
+    }
+
+    /// Errors about the merged configuration (from [`ProxyState::new`], say), each named
+    /// as the provider holding its route or cluster names it (an etcd key).
+    pub fn locate(&self, errors: ConfigErrors) -> ConfigErrors {
+        let snapshots = self.snapshots();
+        ConfigErrors(located(&snapshots, errors).map(|(_, e)| e).collect())
     }
 
     fn merge_snapshots(&self, snapshots: &[ProviderSnapshot]) -> Result<ProxyConfig, ConfigErrors> {
@@ -233,22 +241,7 @@ impl Providers {
             .zip(snapshots)
             .map(|(p, s)| (p.source(), s.config.as_deref().unwrap_or(&empty)))
             .collect();
-        merge(&parts).map_err(|e| self.locate(snapshots, e))
-    }
-
-    /// Errors about the merged configuration, each named as the provider that holds
-    /// its route or cluster names it.
-    fn locate(&self, snapshots: &[ProviderSnapshot], errors: ConfigErrors) -> ConfigErrors {
-        ConfigErrors(
-            errors
-                .0
-                .into_iter()
-                .map(|e| match owner(snapshots, &e.path) {
-                    Some(i) => snapshots[i].locate(e),
-                    None => e,
-                })
-                .collect(),
-        )
+        merge(&parts)
     }
 
     /// Read every source again now (`SIGHUP`) and apply the result, even if nothing
@@ -280,16 +273,33 @@ impl Providers {
                 own.0.extend(self.in_source(p.source(), (**e).clone()).0);
             }
         }
-        let applied = self.apply_snapshots(state, &snapshots, force);
+        let applied = self
+            .apply_snapshots(state, &snapshots, force)
+            .map_err(|e| located(&snapshots, e).collect::<Vec<_>>());
         let metrics = state.metrics();
+        // Each provider's status shows its own error and those of the merged
+        // configuration in its parts (all of them when they are in no provider's part).
+        let mut errors: Vec<Vec<String>> = snapshots
+            .iter()
+            .map(|s| s.error.iter().map(|e| e.to_string()).collect())
+            .collect();
+        if let Err(merged) = &applied {
+            for (owner, e) in merged {
+                match owner {
+                    Some(i) => errors[*i].push(e.to_string()),
+                    None => errors.iter_mut().for_each(|list| list.push(e.to_string())),
+                }
+            }
+        }
         let statuses = self
             .providers
             .iter()
             .zip(&snapshots)
-            .map(|(p, s)| ConfigSourceStatus {
+            .zip(errors)
+            .map(|((p, s), errors)| ConfigSourceStatus {
                 source: p.source().to_string(),
                 version: s.version.clone(),
-                error: s.error.as_ref().map(|e| e.to_string()),
+                error: (!errors.is_empty()).then(|| errors.join("; ")),
             })
             .collect();
         metrics.set_config_sources(statuses);
@@ -300,9 +310,10 @@ impl Providers {
                 tracing::info!(%config, "configuration reloaded");
             }
             Ok(false) => {}
-            Err(mut e) => {
-                e.0.append(&mut own.0);
-                own = e;
+            Err(merged) => {
+                let mut merged: Vec<ConfigError> = merged.into_iter().map(|(_, e)| e).collect();
+                merged.append(&mut own.0);
+                own = ConfigErrors(merged);
             }
         }
         if own.is_empty() {
@@ -330,7 +341,8 @@ impl Providers {
         in_source(source, errors)
     }
 
-    /// Whether a new configuration was applied.
+    /// Whether a new configuration was applied; errors are about the merged
+    /// configuration (paths in it, not yet [`located`]).
     fn apply_snapshots(
         &self,
         state: &ProxyState,
@@ -344,9 +356,7 @@ impl Providers {
         }
         let listen_changed = config.listen != running.config().listen;
         crate::server::Server::check_listeners(&config.listen)?;
-        state
-            .update(config)
-            .map_err(|e| self.locate(snapshots, e))?;
+        state.update(config)?;
         if listen_changed {
             tracing::warn!(
                 config = %self.sources_list(),
@@ -391,6 +401,21 @@ impl Drop for ProvidersTask {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Errors about the merged configuration, each with the index of the provider holding
+/// the route or cluster it is about, and named as that provider names it (an etcd key).
+fn located(
+    snapshots: &[ProviderSnapshot],
+    errors: ConfigErrors,
+) -> impl Iterator<Item = (Option<usize>, ConfigError)> + '_ {
+    errors
+        .0
+        .into_iter()
+        .map(|e| match owner(snapshots, &e.path) {
+            Some(i) => (Some(i), snapshots[i].locate(e)),
+            None => (None, e),
+        })
 }
 
 /// The index of the snapshot whose configuration holds the route or cluster `path`

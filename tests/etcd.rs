@@ -1,0 +1,584 @@
+//! A fleet fed from one etcd: two `fuseway --config etcd://...` binaries on one prefix,
+//! against a real etcd server started here (Debian's `etcd-server`, installed by
+//! `.ci/run`; where it is absent the tests say so and check nothing), real backends and
+//! real clients on 127.0.0.1.
+
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{backend, full, h1_client, listening_addr, within, TempDir};
+use etcd_client::{Client, PutOptions};
+use http::Response;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+const PREFIX: &str = "/fuseway";
+
+/// The etcd binary, when installed.
+fn etcd_binary() -> Option<PathBuf> {
+    ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// A port free now (etcd cannot be started on port 0 and tell which it took).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A single-member etcd on 127.0.0.1, its data in a directory of its own.
+struct Etcd {
+    binary: PathBuf,
+    dir: TempDir,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+impl Etcd {
+    /// Start one, or `None` (said on stderr) where etcd is not installed.
+    async fn start() -> Option<Etcd> {
+        let Some(binary) = etcd_binary() else {
+            eprintln!(
+                "SKIPPED: etcd is not installed (Debian: apt-get install etcd-server); \
+                 nothing was checked"
+            );
+            return None;
+        };
+        let mut etcd = Etcd {
+            binary,
+            dir: TempDir::new("etcd"),
+            client_port: free_port(),
+            peer_port: free_port(),
+            child: None,
+        };
+        etcd.run().await;
+        Some(etcd)
+    }
+
+    fn url(&self) -> String {
+        format!("etcd://127.0.0.1:{}{PREFIX}", self.client_port)
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Start the server (again, on the same data) and wait until it answers.
+    async fn run(&mut self) {
+        let client = self.endpoint();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(&self.binary)
+            .arg("--name")
+            .arg("fuseway-test")
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .arg("--initial-cluster")
+            .arg(format!("fuseway-test={peer}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start etcd");
+        self.child = Some(child);
+        within("etcd to answer", async {
+            loop {
+                if let Ok(mut c) = Client::connect([client.as_str()], None).await {
+                    if c.status().await.is_ok() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+    }
+
+    /// Kill the server and wait until it is gone.
+    async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.unwrap();
+        }
+    }
+
+    async fn client(&self) -> Client {
+        within(
+            "an etcd client",
+            Client::connect([self.endpoint().as_str()], None),
+        )
+        .await
+        .unwrap()
+    }
+}
+
+/// One `fuseway` binary reading `etcd`.
+struct Instance {
+    _child: Child,
+    proxy: SocketAddr,
+    admin: SocketAddr,
+    log: mpsc::UnboundedReceiver<String>,
+}
+
+impl Instance {
+    async fn start(etcd: &Etcd) -> Instance {
+        Instance::start_with(etcd, &[]).await
+    }
+
+    /// With more `--config` sources before etcd's.
+    async fn start_with(etcd: &Etcd, configs: &[&std::path::Path]) -> Instance {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_fuseway"));
+        for config in configs {
+            command.arg("--config").arg(config);
+        }
+        let mut child = command
+            .args(["--config", &etcd.url()])
+            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--workers", "1", "--access-log", "off"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let (tx, mut log) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = tx.send(common::strip_ansi(&line));
+            }
+        });
+        let (proxy, admin) = within("the proxy and admin listening lines", async {
+            let (mut proxy, mut admin) = (None, None);
+            while let Some(line) = log.recv().await {
+                proxy = proxy.or_else(|| listening_addr(&line));
+                if line.contains("fuseway admin listening") {
+                    admin = line
+                        .split_whitespace()
+                        .find_map(|word| word.strip_prefix("addr="))
+                        .and_then(|addr| addr.parse().ok());
+                }
+                if let (Some(proxy), Some(admin)) = (proxy, admin) {
+                    return (proxy, admin);
+                }
+            }
+            panic!("fuseway exited before listening");
+        })
+        .await;
+        Instance {
+            _child: child,
+            proxy,
+            admin,
+            log,
+        }
+    }
+
+    /// `GET path` through the proxy: status and body.
+    async fn get(&self, path: &str) -> (u16, String) {
+        let r = within(
+            path,
+            h1_client()
+                .get(format!("http://{}{path}", self.proxy))
+                .send(),
+        )
+        .await
+        .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// The admin listener's `/status.json`.
+    async fn status(&self) -> serde_json::Value {
+        let r = within(
+            "status.json",
+            h1_client()
+                .get(format!("http://{}/status.json", self.admin))
+                .send(),
+        )
+        .await
+        .unwrap();
+        serde_json::from_str(&r.text().await.unwrap()).unwrap()
+    }
+
+    /// The ids of `cluster`'s destinations now.
+    async fn destinations(&self, cluster: &str) -> Vec<String> {
+        let status = self.status().await;
+        status["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["id"] == cluster)
+            .flat_map(|c| c["destinations"].as_array().unwrap().iter())
+            .map(|d| d["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// The etcd source's last error on the status page.
+    async fn source_error(&self) -> Option<String> {
+        let status = self.status().await;
+        status["config_sources"][0]["error"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// Wait for a log line containing `text`.
+    async fn log_until(&mut self, text: &str) -> String {
+        within(&format!("a log line with `{text}`"), async {
+            while let Some(line) = self.log.recv().await {
+                if line.contains(text) {
+                    return line;
+                }
+            }
+            panic!("the log ended before `{text}`");
+        })
+        .await
+    }
+}
+
+/// Poll (every 10 ms, bounded by `limit`) until `check` holds; how long it took.
+async fn until<F, Fut>(what: &str, limit: Duration, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A backend answering every request with `name`.
+async fn named(name: &'static str) -> common::Backend {
+    backend(move |_| async move { Response::new(full(name)) }).await
+}
+
+fn key(rest: &str) -> String {
+    format!("{PREFIX}/{rest}")
+}
+
+fn destination(address: &str) -> String {
+    format!(r#"{{ "Address": "{address}" }}"#)
+}
+
+/// Two instances on one prefix serve the same routes; a cluster change reaches both
+/// within 1 s; a destination registered under a 2 s lease appears in both and goes when
+/// the lease expires.
+#[tokio::test]
+async fn two_instances_serve_one_prefix_and_follow_its_changes() {
+    let Some(etcd) = Etcd::start().await else {
+        return;
+    };
+    let (a, b, c) = (named("a").await, named("b").await, named("c").await);
+    let mut client = etcd.client().await;
+    client
+        .put(
+            key("Routes/api"),
+            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
+            None,
+        )
+        .await
+        .unwrap();
+    client
+        .put(
+            key("Clusters/backend"),
+            format!(
+                r#"{{ "LoadBalancingPolicy": "FirstAlphabetical", "Destinations": {{ "d1": {} }} }}"#,
+                destination(&a.url())
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    let fleet = [Instance::start(&etcd).await, Instance::start(&etcd).await];
+    for instance in &fleet {
+        assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
+        assert_eq!(instance.get("/other").await.0, 404);
+        let status = instance.status().await;
+        let source = &status["config_sources"][0];
+        assert_eq!(source["source"], etcd.url());
+        assert!(
+            source["version"].as_str().unwrap().starts_with("revision "),
+            "{source}"
+        );
+    }
+
+    // A cluster change: both instances move to the new destination within 1 s.
+    client
+        .put(
+            key("Clusters/backend"),
+            format!(
+                r#"{{ "LoadBalancingPolicy": "FirstAlphabetical", "Destinations": {{ "d1": {} }} }}"#,
+                destination(&b.url())
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    let changed = Instant::now();
+    for instance in &fleet {
+        until(
+            "the change to reach an instance",
+            Duration::from_secs(1),
+            || async { instance.get("/api/x").await.1 == "b" },
+        )
+        .await;
+    }
+    let elapsed = changed.elapsed();
+    assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
+
+    // A destination registering itself under a 2 s lease (and not keeping it alive).
+    let lease = client.lease_grant(2, None).await.unwrap().id();
+    client
+        .put(
+            key("Clusters/backend/Destinations/a0"),
+            destination(&c.url()),
+            Some(PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .unwrap();
+    for instance in &fleet {
+        until(
+            "the registered destination",
+            Duration::from_secs(1),
+            || async {
+                instance
+                    .destinations("backend")
+                    .await
+                    .contains(&"a0".to_string())
+            },
+        )
+        .await;
+        // First alphabetically: it takes the requests.
+        assert_eq!(instance.get("/api/x").await, (200, "c".to_string()));
+    }
+    for instance in &fleet {
+        until("the lease to expire", Duration::from_secs(10), || async {
+            !instance
+                .destinations("backend")
+                .await
+                .contains(&"a0".to_string())
+        })
+        .await;
+        assert_eq!(instance.get("/api/x").await, (200, "b".to_string()));
+    }
+}
+
+/// An invalid route value keeps the old configuration serving and is reported with its
+/// key (log, status page, metrics); removing it clears the error.
+#[tokio::test]
+async fn an_invalid_key_keeps_the_old_configuration_and_names_the_key() {
+    let Some(etcd) = Etcd::start().await else {
+        return;
+    };
+    let a = named("a").await;
+    let mut client = etcd.client().await;
+    client
+        .put(
+            key("Routes/api"),
+            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
+            None,
+        )
+        .await
+        .unwrap();
+    client
+        .put(
+            key("Clusters/backend/Destinations/d1"),
+            destination(&a.url()),
+            None,
+        )
+        .await
+        .unwrap();
+    let mut instance = Instance::start(&etcd).await;
+    assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
+
+    // Not JSON at all: the provider refuses it.
+    client
+        .put(key("Routes/broken"), "{ not json", None)
+        .await
+        .unwrap();
+    let line = instance.log_until("configuration rejected").await;
+    assert!(line.contains("/fuseway/Routes/broken"), "{line}");
+    assert!(line.contains("invalid JSON"), "{line}");
+    assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
+    let error = instance
+        .source_error()
+        .await
+        .expect("an error on the status page");
+    assert!(error.contains("/fuseway/Routes/broken"), "{error}");
+
+    // JSON, but a route template that does not compile: refused when the merged
+    // configuration is built, and still named by its key.
+    client.delete(key("Routes/broken"), None).await.unwrap();
+    client
+        .put(
+            key("Routes/bad"),
+            r#"{ "ClusterId": "backend", "Match": { "Path": "/{oops" } }"#,
+            None,
+        )
+        .await
+        .unwrap();
+    let line = instance.log_until("/fuseway/Routes/bad").await;
+    assert!(line.contains("Match.Path"), "{line}");
+    assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
+    let metrics = within(
+        "metrics",
+        h1_client()
+            .get(format!("http://{}/metrics", instance.admin))
+            .send(),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    let series = format!("fuseway_config_source_error{{source=\"{}\"}} 1", etcd.url());
+    assert!(metrics.contains(&series), "{metrics}");
+
+    client.delete(key("Routes/bad"), None).await.unwrap();
+    until("the error to clear", Duration::from_secs(5), || async {
+        instance.source_error().await.is_none()
+    })
+    .await;
+    assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
+}
+
+/// etcd stopped: both instances keep serving (and say etcd is unreachable); etcd back
+/// with a change: both converge on it.
+#[tokio::test]
+async fn instances_keep_serving_while_etcd_is_down_and_converge_after() {
+    let Some(mut etcd) = Etcd::start().await else {
+        return;
+    };
+    let (a, b) = (named("a").await, named("b").await);
+    let mut client = etcd.client().await;
+    client
+        .put(
+            key("Routes/api"),
+            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
+            None,
+        )
+        .await
+        .unwrap();
+    client
+        .put(
+            key("Clusters/backend/Destinations/d1"),
+            destination(&a.url()),
+            None,
+        )
+        .await
+        .unwrap();
+    drop(client);
+    let fleet = [Instance::start(&etcd).await, Instance::start(&etcd).await];
+    for instance in &fleet {
+        assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
+    }
+
+    etcd.stop().await;
+    for instance in &fleet {
+        until(
+            "etcd unreachable on the status page",
+            Duration::from_secs(10),
+            || async {
+                instance
+                    .source_error()
+                    .await
+                    .is_some_and(|e| e.contains("unreachable"))
+            },
+        )
+        .await;
+        assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
+    }
+
+    etcd.run().await;
+    let mut client = etcd.client().await;
+    client
+        .put(
+            key("Clusters/backend/Destinations/d1"),
+            destination(&b.url()),
+            None,
+        )
+        .await
+        .unwrap();
+    for instance in &fleet {
+        // The provider retries with backoff (at most 5 s between attempts).
+        until(
+            "the instance to converge",
+            Duration::from_secs(10),
+            || async { instance.get("/api/x").await.1 == "b" },
+        )
+        .await;
+        assert_eq!(instance.source_error().await, None);
+    }
+}
+
+/// A file and etcd together: their routes and clusters are merged (an etcd route to a
+/// cluster of the file works), and an id both define is refused, naming both sources.
+#[tokio::test]
+async fn a_file_and_etcd_are_merged_and_an_id_in_both_is_refused() {
+    let Some(etcd) = Etcd::start().await else {
+        return;
+    };
+    let a = named("a").await;
+    let dir = TempDir::new("etcd-file");
+    let file = dir.write(
+        "proxy.json",
+        &format!(
+            r#"{{ "Routes": {{ "local": {{ "ClusterId": "backend", "Match": {{ "Path": "/local" }} }} }},
+                 "Clusters": {{ "backend": {{ "Destinations": {{ "d1": {} }} }} }} }}"#,
+            destination(&a.url())
+        ),
+    );
+    let mut client = etcd.client().await;
+    client
+        .put(
+            key("Routes/api"),
+            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
+            None,
+        )
+        .await
+        .unwrap();
+    let mut instance = Instance::start_with(&etcd, &[&file]).await;
+    assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
+    assert_eq!(instance.get("/local").await, (200, "a".to_string()));
+    let status = instance.status().await;
+    assert_eq!(
+        status["config_sources"].as_array().unwrap().len(),
+        2,
+        "{status}"
+    );
+
+    client
+        .put(
+            key("Routes/local"),
+            r#"{ "ClusterId": "backend", "Match": { "Path": "/elsewhere" } }"#,
+            None,
+        )
+        .await
+        .unwrap();
+    let line = instance.log_until("configuration rejected").await;
+    assert!(line.contains("route `local` is defined by both"), "{line}");
+    assert!(line.contains(&file.display().to_string()), "{line}");
+    assert!(line.contains(&etcd.url()), "{line}");
+    assert_eq!(instance.get("/local").await, (200, "a".to_string()));
+    assert_eq!(instance.get("/elsewhere").await.0, 404);
+}
