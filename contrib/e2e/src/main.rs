@@ -21,6 +21,7 @@
 //! cargo e2e                                  # 3 rounds x (5 s warm-up + 10 s) per target and protocol
 //! cargo e2e --quick --profile dev            # 1 round x (1 s + 2 s), debug build: a smoke test (CI)
 //! cargo e2e --rounds 5 --seconds 20
+//! cargo e2e --reload-only                    # p99 on 10 000 routes, steady and reloaded every 250 ms
 //! ```
 //!
 //! (`cargo e2e` is an alias, in `.cargo/config.toml`, of `cargo run -p fuseway-e2e
@@ -39,6 +40,7 @@
 mod idle;
 mod process;
 mod procfs;
+mod reload;
 mod run;
 mod scenario;
 mod targets;
@@ -54,6 +56,7 @@ use clap::Parser;
 use crate::idle::idle_phase;
 use crate::process::{on_path, raise_fd_limit, read_line, spawn};
 use crate::procfs::clock_ticks;
+use crate::reload::reload_phase;
 use crate::run::{run_once, summary};
 use crate::scenario::Scenario;
 use crate::targets::{start_bare, start_fuseway, start_haproxy, start_nginx, Kind, Target};
@@ -85,6 +88,13 @@ struct Args {
     /// memory phase) [default: 10 000; 200 with --quick].
     #[arg(long)]
     idle: Option<usize>,
+    /// Also the reload phase: p99 latency on a 10 000-route configuration, steady and
+    /// while it is reloaded every 250 ms (on with --quick, as a smoke test).
+    #[arg(long)]
+    reload: bool,
+    /// Only the reload phase (no path runs, no idle phase).
+    #[arg(long)]
+    reload_only: bool,
 }
 
 /// What one benchmark run does, from [`Args`].
@@ -96,6 +106,8 @@ pub(crate) struct Settings {
     /// Idle keep-alive connections opened to each proxy in the memory phase.
     pub(crate) idle: usize,
     pub(crate) quick: bool,
+    /// Run the reload phase.
+    pub(crate) reload: bool,
 }
 
 impl From<&Args> for Settings {
@@ -108,6 +120,7 @@ impl From<&Args> for Settings {
             connections: args.connections,
             idle: args.idle.unwrap_or(if quick { 200 } else { 10_000 }),
             quick,
+            reload: args.reload || args.reload_only || quick,
         }
     }
 }
@@ -170,6 +183,13 @@ fn main() {
         .expect("bench_backend prints `listening ADDR`");
     eprintln!("e2e: backend on {backend_addr}");
 
+    if args.reload_only {
+        reload_phase(&dir, &tmp, &backend, backend_addr, &settings, ticks);
+        backend.stop();
+        let _ = std::fs::remove_dir_all(&tmp);
+        return;
+    }
+
     let port = backend_addr.port();
     let mut targets = vec![
         // The baseline of each scenario (see `Scenario::baseline`).
@@ -229,6 +249,9 @@ fn main() {
     }
     summary(&runs, &kinds);
     idle_phase(&targets, settings.idle);
+    if settings.reload {
+        reload_phase(&dir, &tmp, &backend, backend_addr, &settings, ticks);
+    }
     for t in &mut targets {
         if let Some(p) = &mut t.process {
             p.stop();

@@ -21,6 +21,8 @@ pub(crate) enum Kind {
     /// handing records to the writer thread cost); the others run with it off, as
     /// nginx runs with `access_log off`.
     FusewayAccessLog,
+    /// The binary on a 10 000-route configuration, for the reload phase.
+    FusewayReload,
     HyperLegacy,
     HyperPool,
     HyperPinned,
@@ -35,6 +37,7 @@ impl Kind {
             Kind::Fuseway => "fuseway",
             Kind::FusewayHyper => "fuseway-hyper",
             Kind::FusewayAccessLog => "fuseway-alog",
+            Kind::FusewayReload => "fuseway-10k",
             Kind::HyperLegacy => "hyper-legacy",
             Kind::HyperPool => "hyper-pool",
             Kind::HyperPinned => "hyper-pinned",
@@ -98,11 +101,6 @@ pub(crate) fn start_fuseway(
     } else {
         ""
     };
-    let engine = if kind == Kind::FusewayHyper {
-        "hyper"
-    } else {
-        "native"
-    };
     std::fs::write(
         &config,
         format!(
@@ -113,11 +111,45 @@ pub(crate) fn start_fuseway(
         ),
     )
     .expect("write fuseway config");
+    let (process, allocs) = spawn_fuseway(dir, &config, port, kind, &[]);
+    let serves: &[(Scenario, u16)] = match (kind, h2c_destination) {
+        (_, true) => &[
+            (Scenario::H1ToH2, port),
+            (Scenario::H2ToH2, port),
+            (Scenario::Grpc, port),
+        ],
+        // HTTP/2 is hyper's in both engines: one of them is enough for h2c clients.
+        (Kind::FusewayHyper, false) => &[(Scenario::H1ToH1, port)],
+        _ => &[(Scenario::H1ToH1, port), (Scenario::H2ToH1, port)],
+    };
+    let mut target = Target::new(kind, Some(process), serves);
+    target.allocs = Some(allocs);
+    if h2c_destination {
+        target.note = "h2c destination";
+    }
+    target
+}
+
+/// The fuseway binary on `config`, listening on `port` (`kind`: which engine, whether it
+/// writes its access log), with `args` besides; its allocation totals (SIGUSR1) come
+/// from the receiver.
+pub(crate) fn spawn_fuseway(
+    dir: &Path,
+    config: &Path,
+    port: u16,
+    kind: Kind,
+    args: &[&str],
+) -> (Process, mpsc::Receiver<(u64, u64)>) {
+    let engine = if kind == Kind::FusewayHyper {
+        "hyper"
+    } else {
+        "native"
+    };
     let mut process = spawn(
         "fuseway",
         Command::new(dir.join("fuseway"))
             .arg("--config")
-            .arg(&config)
+            .arg(config)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--http1-engine", engine])
             .args([
@@ -128,6 +160,7 @@ pub(crate) fn start_fuseway(
                     "off"
                 },
             ])
+            .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::piped()),
@@ -148,22 +181,7 @@ pub(crate) fn start_fuseway(
         listening(SocketAddr::from(([127, 0, 0, 1], port)), &mut process),
         "e2e: fuseway is not listening on 127.0.0.1:{port}"
     );
-    let serves: &[(Scenario, u16)] = match (kind, h2c_destination) {
-        (_, true) => &[
-            (Scenario::H1ToH2, port),
-            (Scenario::H2ToH2, port),
-            (Scenario::Grpc, port),
-        ],
-        // HTTP/2 is hyper's in both engines: one of them is enough for h2c clients.
-        (Kind::FusewayHyper, false) => &[(Scenario::H1ToH1, port)],
-        _ => &[(Scenario::H1ToH1, port), (Scenario::H2ToH1, port)],
-    };
-    let mut target = Target::new(kind, Some(process), serves);
-    target.allocs = Some(rx);
-    if h2c_destination {
-        target.note = "h2c destination";
-    }
-    target
+    (process, rx)
 }
 
 /// `examples/bare_proxy.rs` with hyper-util's legacy client, its composable pool or
