@@ -335,3 +335,23 @@ async fn a_bad_duration_names_its_option() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--grace") && err.contains("soon"), "{err}");
 }
+
+/// The example configurations shipped in `contrib/examples` are valid (`--check`), so
+/// what the packaging docs point at works.
+#[tokio::test]
+async fn the_contrib_example_configurations_pass_check() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let out = within(
+            "fuseway --check to exit",
+            fuseway().arg("--check").arg("--config").arg(&path).output(),
+        )
+        .await
+        .unwrap();
+        assert!(out.status.success(), "{}: {out:?}", path.display());
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} example configurations");
+}

@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{backend, full, h1_client, listening_addr, within, TempDir};
-use etcd_client::{Client, PutOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, PutOptions, TlsOptions};
 use http::Response;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -45,11 +45,22 @@ struct Etcd {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    /// Serving clients over TLS: the CA's PEM file (the server's certificate and key
+    /// are beside it).
+    tls: Option<PathBuf>,
+    /// The test's own credentials, once authentication is on.
+    user: Option<(String, String)>,
 }
 
 impl Etcd {
     /// Start one, or `None` (said on stderr) where etcd is not installed.
     async fn start() -> Option<Etcd> {
+        Etcd::start_with(false).await
+    }
+
+    /// Serving clients over TLS when `tls`, with a certificate signed by a CA of its
+    /// own.
+    async fn start_with(tls: bool) -> Option<Etcd> {
         let Some(binary) = etcd_binary() else {
             eprintln!(
                 "SKIPPED: etcd is not installed (Debian: apt-get install etcd-server); \
@@ -63,9 +74,44 @@ impl Etcd {
             client_port: free_port(),
             peer_port: free_port(),
             child: None,
+            tls: None,
+            user: None,
         };
+        if tls {
+            etcd.tls = Some(etcd.certificates());
+        }
         etcd.run().await;
         Some(etcd)
+    }
+
+    /// A CA, and a certificate it signs for 127.0.0.1 (`server.pem`, `server.key`):
+    /// the CA's file.
+    fn certificates(&self) -> PathBuf {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        self.dir.write("server.pem", &server.pem());
+        self.dir.write("server.key", &key.serialize_pem());
+        self.dir.write("ca.pem", &ca.pem())
+    }
+
+    fn connect_options(&self) -> Option<ConnectOptions> {
+        let mut options = ConnectOptions::new();
+        if let Some(ca) = &self.tls {
+            let pem = std::fs::read(ca).unwrap();
+            options =
+                options.with_tls(TlsOptions::new().ca_certificate(Certificate::from_pem(pem)));
+        }
+        if let Some((user, password)) = &self.user {
+            options = options.with_user(user, password);
+        }
+        Some(options)
     }
 
     fn url(&self) -> String {
@@ -73,14 +119,23 @@ impl Etcd {
     }
 
     fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// Start the server (again, on the same data) and wait until it answers.
     async fn run(&mut self) {
         let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if self.tls.is_some() {
+            command
+                .arg("--cert-file")
+                .arg(self.dir.path().join("server.pem"))
+                .arg("--key-file")
+                .arg(self.dir.path().join("server.key"));
+        }
+        let child = command
             .arg("--name")
             .arg("fuseway-test")
             .arg("--data-dir")
@@ -98,9 +153,10 @@ impl Etcd {
             .spawn()
             .expect("start etcd");
         self.child = Some(child);
+        let options = self.connect_options();
         within("etcd to answer", async {
             loop {
-                if let Ok(mut c) = Client::connect([client.as_str()], None).await {
+                if let Ok(mut c) = Client::connect([client.as_str()], options.clone()).await {
                     if c.status().await.is_ok() {
                         return;
                     }
@@ -121,7 +177,7 @@ impl Etcd {
     async fn client(&self) -> Client {
         within(
             "an etcd client",
-            Client::connect([self.endpoint().as_str()], None),
+            Client::connect([self.endpoint().as_str()], self.connect_options()),
         )
         .await
         .unwrap()
@@ -143,7 +199,7 @@ impl Instance {
 
     /// With more `--config` sources before etcd's.
     async fn start_with(etcd: &Etcd, configs: &[&std::path::Path]) -> Instance {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_fuseway"));
+        let mut command = fuseway(etcd);
         for config in configs {
             command.arg("--config").arg(config);
         }
@@ -249,6 +305,20 @@ impl Instance {
         })
         .await
     }
+}
+
+/// The binary, with `etcd`'s credentials and CA.
+fn fuseway(etcd: &Etcd) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_fuseway"));
+    if let Some(ca) = &etcd.tls {
+        command.arg("--etcd-ca").arg(ca);
+    }
+    if let Some((user, password)) = &etcd.user {
+        command
+            .args(["--etcd-user", user])
+            .env("FUSEWAY_ETCD_PASSWORD", password);
+    }
+    command
 }
 
 /// Poll (every 10 ms, bounded by `limit`) until `check` holds; how long it took.
@@ -581,4 +651,83 @@ async fn a_file_and_etcd_are_merged_and_an_id_in_both_is_refused() {
     assert!(line.contains(&etcd.url()), "{line}");
     assert_eq!(instance.get("/local").await, (200, "a".to_string()));
     assert_eq!(instance.get("/elsewhere").await.0, 404);
+}
+
+/// etcd over TLS (its certificate signed by a CA given with `--etcd-ca`) and with
+/// authentication on (`--etcd-user`, the password from `FUSEWAY_ETCD_PASSWORD`); a
+/// wrong password never gets a configuration, and the start says why.
+#[tokio::test]
+async fn tls_and_authentication() {
+    let Some(mut etcd) = Etcd::start_with(true).await else {
+        return;
+    };
+    let a = named("a").await;
+    let mut client = etcd.client().await;
+    client
+        .put(
+            key("Routes/api"),
+            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
+            None,
+        )
+        .await
+        .unwrap();
+    client
+        .put(
+            key("Clusters/backend/Destinations/d1"),
+            destination(&a.url()),
+            None,
+        )
+        .await
+        .unwrap();
+    // Authentication on: a root user with the root role.
+    client.user_add("root", "s3cret", None).await.unwrap();
+    let _ = client.role_add("root").await;
+    client.user_grant_role("root", "root").await.unwrap();
+    client.auth_enable().await.unwrap();
+    etcd.user = Some(("root".into(), "s3cret".into()));
+
+    let instance = Instance::start(&etcd).await;
+    assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
+
+    let out = within(
+        "fuseway with a wrong password to give up",
+        fuseway(&etcd)
+            .env("FUSEWAY_ETCD_PASSWORD", "wrong")
+            .args(["--config", &etcd.url(), "--config-timeout", "1s"])
+            .args(["--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = common::strip_ansi(&String::from_utf8_lossy(&out.stderr));
+    assert!(stderr.contains("not read within"), "{stderr}");
+    assert!(stderr.contains("authentication failed"), "{stderr}");
+
+    // With another CA, the server's certificate is not trusted.
+    let other = {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&KeyPair::generate().unwrap()).unwrap();
+        etcd.dir.write("other-ca.pem", &ca.pem())
+    };
+    let out = within(
+        "fuseway trusting another CA to give up",
+        Command::new(env!("CARGO_BIN_EXE_fuseway"))
+            .arg("--etcd-ca")
+            .arg(&other)
+            .args(["--etcd-user", "root"])
+            .env("FUSEWAY_ETCD_PASSWORD", "s3cret")
+            .args(["--config", &etcd.url(), "--config-timeout", "1s"])
+            .args(["--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = common::strip_ansi(&String::from_utf8_lossy(&out.stderr));
+    assert!(stderr.contains("not read within"), "{stderr}");
 }
