@@ -375,14 +375,30 @@ impl Providers {
         let mut receivers: Vec<_> = self.providers.iter().map(|p| p.subscribe()).collect();
         let task = tokio::spawn(async move {
             loop {
-                let this = self.clone();
-                let state = state.clone();
-                let _ = tokio::task::spawn_blocking(move || this.apply(&state, false)).await;
+                let (this, s) = (self.clone(), state.clone());
+                let _ = tokio::task::spawn_blocking(move || this.apply(&s, false)).await;
                 if receivers.is_empty() {
                     return;
                 }
-                let changes = receivers.iter_mut().map(|rx| Box::pin(rx.changed()));
-                let (changed, _, _) = futures_util::future::select_all(changes).await;
+                // Until the next change, free the replaced configurations here as the
+                // requests holding them finish (10 ms, doubling up to 1 s while some
+                // long request keeps one).
+                let mut wait = Duration::from_millis(10);
+                let changed = loop {
+                    let s = state.clone();
+                    let held = tokio::task::spawn_blocking(move || s.release_retired())
+                        .await
+                        .unwrap_or(0);
+                    let changes = receivers.iter_mut().map(|rx| Box::pin(rx.changed()));
+                    let next = futures_util::future::select_all(changes);
+                    if held == 0 {
+                        break next.await.0;
+                    }
+                    match tokio::time::timeout(wait, next).await {
+                        Ok((changed, _, _)) => break changed,
+                        Err(_) => wait = (wait * 2).min(Duration::from_secs(1)),
+                    }
+                };
                 if changed.is_err() {
                     // A provider is gone: keep the last configuration.
                     return;
