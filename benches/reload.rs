@@ -25,8 +25,11 @@ use criterion::{BatchSize, Criterion};
 use fuseway::config::{parse, Format, ProxyConfig};
 use fuseway::state::ProxyState;
 
+// mimalloc, as the binary: glibc's malloc spends half of a large reload consolidating
+// its free lists.
 #[global_allocator]
-static ALLOCATOR: alloc_count::Counting = alloc_count::Counting::new(std::alloc::System);
+static ALLOCATOR: alloc_count::Counting<mimalloc::MiMalloc> =
+    alloc_count::Counting::new(mimalloc::MiMalloc);
 
 const SIZES: [usize; 2] = [1_000, 10_000];
 

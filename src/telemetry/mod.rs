@@ -176,21 +176,22 @@ impl ProxyState {
 
 /// Compiled for every route when a state is built (the telemetry stage's
 /// [`RouteData`](crate::state::RouteData)): the metric handles of each destination of
-/// the route's cluster, from the state's metrics.
+/// the route's cluster, from the state's metrics (made at each one's first request;
+/// the previous snapshot's kept when the route's cluster and destinations are the same).
 impl crate::state::RouteData for RouteTelemetry {
     fn compile(
         source: &crate::state::RouteSource<'_>,
-        _previous: Option<&Self>,
+        previous: Option<&Self>,
     ) -> Result<Option<Self>, crate::config::ConfigErrors> {
         Ok(source
             .shared
             .get::<Arc<Metrics>>()
-            .map(|metrics| metrics.route(&Arc::from(source.id), source.cluster)))
+            .map(|metrics| metrics.route(&Arc::from(source.id), source.cluster, previous)))
     }
 }
 
 impl crate::state::Route {
-    /// Its metric handles, created at configuration load.
+    /// Its metric handles (each set made at its first request).
     pub fn telemetry(&self) -> &RouteTelemetry {
         static NONE_COMPILED: std::sync::LazyLock<RouteTelemetry> =
             std::sync::LazyLock::new(Default::default);

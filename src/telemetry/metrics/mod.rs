@@ -213,45 +213,42 @@ impl Metrics {
     }
 
     /// The handles a snapshot caches for a route of `cluster` (`None`: the route's
-    /// cluster does not exist).
-    pub(crate) fn route(&self, route: &Arc<str>, cluster: Option<&Cluster>) -> RouteTelemetry {
-        // Answers before a destination was chosen: the route's and cluster's labels, an
-        // empty destination.
-        let early = Target::new(
-            TargetLabels {
-                route: route.clone(),
-                cluster: cluster.map_or_else(|| Arc::from(""), |c| Arc::from(c.id())),
-                destination: Arc::from(""),
-            },
-            &self.durations,
-            None,
-        );
-        let targets = cluster.map_or_else(Vec::new, |c| {
-            let cluster_id: Arc<str> = Arc::from(c.id());
-            c.destinations()
-                .iter()
-                .map(|d| {
-                    let destination: Arc<str> = Arc::from(d.id());
-                    let recent = self.recent_errors(&cluster_id, &destination);
-                    let target = Target::new(
-                        TargetLabels {
-                            route: route.clone(),
-                            cluster: cluster_id.clone(),
-                            destination,
-                        },
-                        &self.durations,
-                        Some(recent),
-                    );
-                    // The common status, so the first requests do not allocate either.
-                    target.count(&self.requests, 200, false);
-                    target
-                })
-                .collect()
-        });
-        RouteTelemetry {
-            targets: targets.into_boxed_slice(),
-            early: Some(early),
+    /// cluster does not exist): `previous`'s (the same route's in the snapshot before)
+    /// when the cluster and its destinations are the same, else new ones, each set made
+    /// at its first request.
+    pub(crate) fn route(
+        self: &Arc<Self>,
+        route: &Arc<str>,
+        cluster: Option<&Cluster>,
+        previous: Option<&RouteTelemetry>,
+    ) -> RouteTelemetry {
+        let cluster_id = cluster.map_or("", |c| c.id());
+        if let Some(previous) = previous.and_then(|p| p.0.as_ref()) {
+            let same = Arc::ptr_eq(&previous.metrics, self)
+                && previous.route == *route
+                && &*previous.cluster == cluster_id
+                && cluster.map_or(0, |c| c.destinations().len()) == previous.destinations.len()
+                && cluster.is_none_or(|c| {
+                    c.destinations()
+                        .iter()
+                        .zip(previous.destinations.iter())
+                        .all(|(d, p)| d.id() == &**p)
+                });
+            if same {
+                return RouteTelemetry(Some(previous.clone()));
+            }
         }
+        let destinations: Box<[Arc<str>]> = cluster.map_or_else(Default::default, |c| {
+            c.destinations().iter().map(|d| Arc::from(d.id())).collect()
+        });
+        RouteTelemetry(Some(Arc::new(RouteTargets {
+            metrics: self.clone(),
+            route: route.clone(),
+            cluster: Arc::from(cluster_id),
+            targets: destinations.iter().map(|_| OnceLock::new()).collect(),
+            destinations,
+            early: OnceLock::new(),
+        })))
     }
 
     /// Forget the recent-error windows of destinations no longer in `snapshot`.
@@ -420,23 +417,61 @@ pub(crate) enum TargetRef<'a> {
     },
 }
 
-/// A route's metric handles, one set per destination of its cluster and one for the
-/// answers given before a destination was chosen, created at configuration load so
-/// that recording a request takes no lock and allocates nothing.
+/// A route's metric handles: one set per destination of its cluster and one for the
+/// answers given before a destination was chosen. Each set is made at its first request
+/// (after that, recording takes no lock and allocates nothing), and the sets carry over
+/// a reload when the route's cluster and its destinations are the same, so that a
+/// configuration of many routes over large clusters neither builds nor keeps handles
+/// for pairs that see no traffic.
 #[derive(Debug, Default)]
-pub struct RouteTelemetry {
-    targets: Box<[Target]>,
-    early: Option<Target>,
+pub struct RouteTelemetry(Option<Arc<RouteTargets>>);
+
+#[derive(Debug)]
+struct RouteTargets {
+    metrics: Arc<Metrics>,
+    route: Arc<str>,
+    /// The cluster's id, empty when it does not exist.
+    cluster: Arc<str>,
+    destinations: Box<[Arc<str>]>,
+    targets: Box<[OnceLock<Box<Target>>]>,
+    early: OnceLock<Box<Target>>,
+}
+
+impl RouteTargets {
+    /// The handles of `destination` (an index in `destinations`), or of the early
+    /// answers.
+    fn make(&self, destination: Option<usize>) -> Box<Target> {
+        let metrics = &self.metrics;
+        let labels = |destination: Arc<str>| TargetLabels {
+            route: self.route.clone(),
+            cluster: self.cluster.clone(),
+            destination,
+        };
+        Box::new(match destination {
+            None => Target::new(labels(Arc::from("")), &metrics.durations, None),
+            Some(i) => {
+                let destination = self.destinations[i].clone();
+                let recent = metrics.recent_errors(&self.cluster, &destination);
+                let target = Target::new(labels(destination), &metrics.durations, Some(recent));
+                // The common status, so the route's next requests do not allocate.
+                target.count(&metrics.requests, 200, false);
+                target
+            }
+        })
+    }
 }
 
 impl RouteTelemetry {
     pub(crate) fn target(&self, destination: usize) -> Option<&Target> {
-        self.targets.get(destination)
+        let targets = self.0.as_ref()?;
+        let slot = targets.targets.get(destination)?;
+        Some(slot.get_or_init(|| targets.make(Some(destination))))
     }
 
     /// The handles of the route's answers given before a destination was chosen.
     pub(crate) fn early(&self) -> Option<&Target> {
-        self.early.as_ref()
+        let targets = self.0.as_ref()?;
+        Some(targets.early.get_or_init(|| targets.make(None)))
     }
 }
 

@@ -76,3 +76,51 @@ fn a_thread_gauge_sums_its_threads_also_past_the_own_slots_and_across_threads() 
     });
     assert_eq!(gauge.get(), 0);
 }
+
+/// A route's handles are made at its first request (a configuration's untouched pairs
+/// cost nothing), and carried over a reload that leaves its cluster's destinations as
+/// they were; a changed destination list gets new ones.
+#[test]
+fn route_handles_are_made_lazily_and_kept_across_reloads() {
+    use crate::config::{parse, Format};
+    use crate::state::ProxyState;
+    let config = |destinations: &str| {
+        parse(
+            &format!(
+                r#"{{ "Routes": {{ "r": {{ "ClusterId": "c", "Match": {{ "Path": "/" }} }} }},
+                     "Clusters": {{ "c": {{ "Destinations": {{ {destinations} }} }} }} }}"#
+            ),
+            Format::Json,
+        )
+        .unwrap()
+    };
+    let one = r#""d1": { "Address": "http://127.0.0.1:1" }"#;
+    let state = ProxyState::new(config(one)).unwrap();
+    let encoded = |state: &ProxyState| {
+        let mut out = String::new();
+        state.metrics().encode(&state.snapshot(), &mut out).unwrap();
+        out
+    };
+    let series = r#"fuseway_requests_total{route="r",cluster="c",destination="d1",status="200"}"#;
+    assert!(
+        !encoded(&state).contains(series),
+        "no handles before a request"
+    );
+
+    let snapshot = state.snapshot();
+    let target = snapshot.routes()[0].telemetry().target(0).unwrap() as *const Target;
+    assert!(
+        encoded(&state).contains(series),
+        "made at the first request"
+    );
+
+    state.update(config(one)).unwrap();
+    let again = state.snapshot().routes()[0].telemetry().target(0).unwrap() as *const Target;
+    assert_eq!(target, again, "the same handles after a reload");
+
+    let two = format!(r#"{one}, "d2": {{ "Address": "http://127.0.0.1:2" }}"#);
+    state.update(config(&two)).unwrap();
+    let changed = state.snapshot().routes()[0].telemetry().target(0).unwrap() as *const Target;
+    assert_ne!(target, changed, "new handles for a new destination list");
+    assert!(state.snapshot().routes()[0].telemetry().target(1).is_some());
+}
