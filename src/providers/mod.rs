@@ -144,8 +144,13 @@ impl ProviderSnapshot {
 /// atomically. See the [module docs](self).
 pub struct Providers {
     providers: Vec<Arc<dyn ConfigProvider>>,
-    receivers: Mutex<Vec<watch::Receiver<ProviderSnapshot>>>,
+    /// What the last [`apply`](Self::apply) saw of each provider (its configuration
+    /// and error), so that an apply with nothing new does nothing.
+    seen: Mutex<Vec<Seen>>,
 }
+
+/// A provider's configuration and error, by identity.
+type Seen = (Option<Arc<ProxyConfig>>, Option<Arc<ConfigErrors>>);
 
 impl std::fmt::Debug for Providers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -159,10 +164,9 @@ impl Providers {
     /// Run these providers (in this order: listeners are taken in it, and errors name
     /// the first of two providers defining an id first).
     pub fn new(providers: Vec<Arc<dyn ConfigProvider>>) -> Self {
-        let receivers = providers.iter().map(|p| p.subscribe()).collect();
         Providers {
             providers,
-            receivers: Mutex::new(receivers),
+            seen: Mutex::default(),
         }
     }
 
@@ -258,18 +262,35 @@ impl Providers {
     /// stays. The outcome is logged and counted (`fuseway_config_reloads_total`), and
     /// each provider's version and error set on the state's metrics.
     pub fn apply(&self, state: &ProxyState, force: bool) -> Result<(), ConfigErrors> {
-        let snapshots = {
-            let mut receivers = self.receivers.lock().unwrap_or_else(|e| e.into_inner());
-            receivers
-                .iter_mut()
-                .map(|rx| rx.borrow_and_update().clone())
-                .collect::<Vec<_>>()
-        };
-        // A provider's own error (its source invalid or unreachable) is reported; the
-        // others' changes still apply over its last good configuration.
+        let snapshots = self.snapshots();
+        let seen: Vec<Seen> = snapshots
+            .iter()
+            .map(|s| (s.config.clone(), s.error.clone()))
+            .collect();
+        {
+            let mut last = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            let same = |(a, b): (&Seen, &Seen)| {
+                fn eq<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+                    match (a, b) {
+                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                        (None, None) => true,
+                        _ => false,
+                    }
+                }
+                eq(&a.0, &b.0) && eq(&a.1, &b.1)
+            };
+            if !force && last.len() == seen.len() && last.iter().zip(&seen).all(same) {
+                // Reported when it was new.
+                return Ok(());
+            }
+            *last = seen;
+        }
+        // A provider's own error (its source invalid) is reported; the others' changes
+        // still apply over its last good configuration. An unreachable source is only
+        // shown (the provider logs its retries): it is not a rejected configuration.
         let mut own = ConfigErrors::default();
         for (p, s) in self.providers.iter().zip(&snapshots) {
-            if let Some(e) = &s.error {
+            if let (Some(e), false) = (&s.error, s.retrying) {
                 own.0.extend(self.in_source(p.source(), (**e).clone()).0);
             }
         }
