@@ -2,12 +2,40 @@ use std::io::Write;
 
 use clap::Parser;
 
-// The control plane (reload, health probes, admin, signals) runs here; requests are
-// served on the worker threads `Server::serve_workers` starts.
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+// The control plane (reload, health probes, admin, signals) runs on this thread and its
+// runtime's blocking threads; requests are served on the worker threads
+// `Server::serve_workers` starts.
+fn main() {
     #[cfg(feature = "mimalloc")]
     purge_freed_pages_at_once();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_start(yield_to_workers)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "fuseway: cannot start a runtime: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The blocking threads of the control plane (configuration reads, reloads, freeing
+/// replaced configurations) run at a lower priority (nice 10) than the workers, so that
+/// reloading a large configuration under load takes CPU from no request: the reload
+/// takes longer instead. (The main thread keeps its priority: the workers it starts
+/// inherit it.)
+fn yield_to_workers() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `setpriority` with `who` 0 changes the calling thread's nice value on
+    // Linux (a thread is a process there); no memory is involved.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
+}
+
+async fn run() {
     let args = fuseway::cli::Args::parse();
     let logs = match fuseway::cli::logging::init(args.log_format, &args.access_log) {
         Ok(guard) => guard,
