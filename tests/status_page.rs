@@ -161,3 +161,165 @@ async fn status_page_loads_in_headless_chromium_and_shows_health() {
     checker.shutdown().await;
     p.shutdown().await;
 }
+
+/// Run headless chromium on `url` with `args`: its standard output.
+async fn chromium_run(chromium: &std::path::Path, args: &[String], url: &str) -> Vec<u8> {
+    let profile = common::TempDir::new("chromium");
+    let run = tokio::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1280,1000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(90), run)
+        .await
+        .expect("chromium finished within 90 s")
+        .unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    out.stdout
+}
+
+/// The number of samples the status page's data has for route `all` (0: none yet).
+async fn route_points(addr: SocketAddr) -> usize {
+    let status: serde_json::Value =
+        serde_json::from_str(&get(&format!("http://{addr}/status.json")).await).unwrap();
+    status["history"]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "all")
+        .map_or(0, |r| r["points"].as_array().unwrap().len())
+}
+
+async fn get(url: &str) -> String {
+    let r = within(url, h1_client().get(url).send()).await.unwrap();
+    r.text().await.unwrap()
+}
+
+/// Under load the page charts each cluster and route (requests per second, latency,
+/// 5xx share), and the charts move: two screenshots a few samples apart differ. With
+/// `FUSEWAY_STATUS_SCREENSHOT=PATH` the second screenshot is kept there (the README's
+/// picture: `docs/status-page.png`).
+#[tokio::test]
+async fn status_page_charts_traffic_live_in_headless_chromium() {
+    let Some(chromium) = chromium() else {
+        eprintln!(
+            "SKIPPED: chromium is not installed (`apt-get install -y chromium`; .ci/run does)"
+        );
+        return;
+    };
+    let live = echo_backend().await;
+    let dead = Refused::bind();
+    let (p, checker) = probed_proxy(&live, &dead).await;
+    let (addr, _stop) = admin(&p).await;
+    let sampler = fuseway::admin::spawn_history(p.state.clone(), Duration::from_millis(200));
+    // Load: a client sending requests one after another until stopped (some 404s too,
+    // answered without a route, which no chart counts).
+    let (stop_load, mut stopped) = tokio::sync::watch::channel(false);
+    let url = p.url("/load");
+    let load = tokio::spawn(async move {
+        let client = h1_client();
+        let mut n = 0u64;
+        while !*stopped.borrow_and_update() {
+            let r = client.get(&url).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+            n += 1;
+        }
+        n
+    });
+    let wait_points = |at_least: usize| async move {
+        within("history samples", async {
+            while route_points(addr).await < at_least {
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+    };
+    wait_points(3).await;
+
+    let dom = String::from_utf8_lossy(
+        &chromium_run(
+            &chromium,
+            &["--virtual-time-budget=1000".into(), "--dump-dom".into()],
+            &format!("http://{addr}/"),
+        )
+        .await,
+    )
+    .into_owned();
+    for chart in [
+        "route:all:rps",
+        "route:all:latency",
+        "route:all:err",
+        "cluster:c:rps",
+    ] {
+        let at = dom
+            .find(&format!("data-chart=\"{chart}\""))
+            .unwrap_or_else(|| panic!("no chart {chart} in:\n{dom}"));
+        let points: usize = dom[at..]
+            .split("data-points=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(points >= 3, "{chart}: {points} points");
+    }
+    assert!(dom.contains("<polyline"), "{dom}");
+    assert!(!dom.contains(r#"id="no-traffic""#), "{dom}");
+
+    let shots = common::TempDir::new("screenshots");
+    let shoot = |name: &str| {
+        let path = shots.path().join(name);
+        let chromium = chromium.clone();
+        async move {
+            chromium_run(
+                &chromium,
+                &[
+                    "--virtual-time-budget=1000".into(),
+                    format!("--screenshot={}", path.display()),
+                ],
+                &format!("http://{addr}/"),
+            )
+            .await;
+            std::fs::read(&path).unwrap()
+        }
+    };
+    let first = shoot("first.png").await;
+    let before = route_points(addr).await;
+    // For the README's picture, a fuller window (40 samples: 8 s).
+    let keep = std::env::var_os("FUSEWAY_STATUS_SCREENSHOT");
+    wait_points(if keep.is_some() { 40 } else { before + 3 }).await;
+    let second = shoot("second.png").await;
+    assert!(
+        first.len() > 10_000 && second.len() > 10_000,
+        "{} {}",
+        first.len(),
+        second.len()
+    );
+    assert_ne!(first, second, "the charts moved between the screenshots");
+    if let Some(keep) = keep {
+        std::fs::write(keep, &second).unwrap();
+    }
+
+    stop_load.send(true).unwrap();
+    let sent = within("the load to stop", load).await.unwrap();
+    assert!(sent > 0);
+    sampler.abort();
+    checker.shutdown().await;
+    p.shutdown().await;
+}

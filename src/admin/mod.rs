@@ -3,7 +3,7 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `/` | an HTML status page (routes, clusters, destinations with health, in-flight requests and recent errors) that refreshes itself every 2 s |
+//! | `/` | an HTML status page that refreshes itself every 2 s: live charts per cluster and route (requests per second, p50 and p99 latency, 5xx share over the last 5 minutes, when [`spawn_history`] samples), destinations with their health as colours, in-flight requests and recent errors, the configuration's sources, the routes |
 //! | `/status.json` | the same data as JSON |
 //! | `/metrics` | every metric in the Prometheus text format (see [`telemetry`](crate::telemetry)) |
 //! | `/healthz` | liveness: `200 ok` while the process answers |
@@ -177,6 +177,23 @@ fn text(
     r
 }
 
+/// Sample `state`'s metrics every `every` for the status page's charts (see
+/// [`Metrics::sample_history`](crate::telemetry::Metrics::sample_history)), until the
+/// task is aborted. The binary samples every 2 s while its admin listener runs.
+pub fn spawn_history(
+    state: Arc<ProxyState>,
+    every: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            state.metrics().sample_history(&state.snapshot());
+        }
+    })
+}
+
 /// The status page's data: where the configuration comes from (each provider's source,
 /// version and last error), routes, clusters and destinations (health, availability,
 /// in-flight requests, recent errors).
@@ -232,6 +249,13 @@ pub fn status(state: &ProxyState) -> Value {
             })
         })
         .collect();
+    let (route_charts, cluster_charts) = metrics.history();
+    let charts = |charts: crate::telemetry::Charts| -> Vec<Value> {
+        charts
+            .into_iter()
+            .map(|(id, points)| json!({ "id": &*id, "points": points }))
+            .collect()
+    };
     let generation = *state.subscribe().borrow();
     json!({
         "generation": generation,
@@ -239,6 +263,11 @@ pub fn status(state: &ProxyState) -> Value {
         "in_flight": metrics.in_flight(),
         "recent_errors_window_seconds": RECENT_ERRORS_WINDOW.as_secs(),
         "config_sources": metrics.config_sources(),
+        "history": {
+            "points": crate::telemetry::POINTS,
+            "routes": charts(route_charts),
+            "clusters": charts(cluster_charts),
+        },
         "routes": routes,
         "clusters": clusters,
     })

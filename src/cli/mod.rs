@@ -265,6 +265,15 @@ impl AdminTask {
     }
 }
 
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The configuration is loaded and the listeners are bound: `/readyz` answers 200 and
 /// systemd is told `READY=1`.
 fn ready(readiness: &Readiness) {
@@ -292,10 +301,12 @@ pub(crate) async fn spawn_admin(
     }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let admin = Admin::new(state.clone()).with_readiness(readiness.clone());
+    let history = crate::admin::spawn_history(state.clone(), std::time::Duration::from_secs(2));
     let task = tokio::spawn(async move {
         let stopped = async {
             let _ = stopped.await;
         };
+        let _history = AbortOnDrop(history);
         if let Err(e) = server.serve(admin, stopped).await {
             tracing::error!(error = %e, "admin listener failed");
         }

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::field::Empty;
 
+pub use metrics::history::{Charts, Point, POINTS};
 pub use metrics::{
     health_name, kind_name, ConfigSourceStatus, Metrics, RouteTelemetry, CONTENT_TYPE,
     DURATION_BUCKETS, RECENT_ERRORS_WINDOW,

@@ -80,6 +80,7 @@ pub struct Metrics {
     unrouted: Target,
     started: Instant,
     sources: ConfigSources,
+    history: history::History,
 }
 
 /// Where the configuration comes from, as the status page and the metrics show it: one
@@ -209,6 +210,7 @@ impl Metrics {
             unrouted,
             started: Instant::now(),
             sources,
+            history: history::History::default(),
         }
     }
 
@@ -299,6 +301,19 @@ impl Metrics {
     pub fn record_reload(&self, ok: bool) {
         let result = if ok { "success" } else { "failure" };
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// Take a sample for the status page's charts: each route's and cluster's requests
+    /// per second, p50 and p99 latency and 5xx share since the last sample (see
+    /// [`history`]). The admin listener of the binary samples every 2 s
+    /// ([`admin::spawn_history`](crate::admin::spawn_history)).
+    pub fn sample_history(&self, snapshot: &Snapshot) {
+        self.history.sample(snapshot, Instant::now());
+    }
+
+    /// The charted series: the routes' and the clusters', the busiest first.
+    pub fn history(&self) -> (history::Charts, history::Charts) {
+        self.history.charts()
     }
 
     /// Set what the configuration providers report (see [`ConfigSourceStatus`]).
@@ -855,6 +870,7 @@ mod proc_self {
     }
 }
 
+pub(super) mod history;
 #[cfg(test)]
 mod tests;
 mod types;

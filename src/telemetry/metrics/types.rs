@@ -43,6 +43,13 @@ impl DurationHistogram {
     }
 }
 
+impl DurationHistogram {
+    /// The observations per bucket now (the last: above the last bound).
+    pub(super) fn counts(&self) -> [u64; DURATION_BUCKETS.len() + 1] {
+        std::array::from_fn(|i| self.0.buckets[i].load(Ordering::Relaxed))
+    }
+}
+
 impl TypedMetric for DurationHistogram {
     const TYPE: MetricType = MetricType::Histogram;
 }
