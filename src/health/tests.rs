@@ -338,6 +338,9 @@ fn the_cluster_counts_its_unhealthy_destinations() {
         .unwrap();
     assert_eq!(count(&s.snapshot()), 2, "the old snapshot still holds d1");
     drop(snap);
+    // The state frees the replaced snapshot once no request holds it.
+    assert_eq!(count(&s.snapshot()), 2, "kept until released");
+    assert_eq!(s.release_retired(), 0);
     let snap = s.snapshot();
     assert_eq!(count(&snap), 1, "d0 is still passively unhealthy");
     dest(&snap, 0).health().store_passive(HealthState::Healthy);

@@ -227,14 +227,13 @@ impl Providers {
     pub fn merged(&self) -> Result<ProxyConfig, ConfigErrors> {
         let snapshots = self.snapshots();
         self.merge_snapshots(&snapshots)
-            .map_err(|e| ConfigErrors(located(&snapshots, e).map(|(_, e)| e).collect()))
+            .map_err(|e| located_errors(&snapshots, e))
     }
 
     /// Errors about the merged configuration (from [`ProxyState::new`], say), each named
     /// as the provider holding its route or cluster names it (an etcd key).
     pub fn locate(&self, errors: ConfigErrors) -> ConfigErrors {
-        let snapshots = self.snapshots();
-        ConfigErrors(located(&snapshots, errors).map(|(_, e)| e).collect())
+        located_errors(&self.snapshots(), errors)
     }
 
     fn merge_snapshots(&self, snapshots: &[ProviderSnapshot]) -> Result<ProxyConfig, ConfigErrors> {
@@ -453,6 +452,11 @@ fn located(
             Some(i) => (Some(i), snapshots[i].locate(e)),
             None => (None, e),
         })
+}
+
+/// [`located`], the errors alone.
+fn located_errors(snapshots: &[ProviderSnapshot], errors: ConfigErrors) -> ConfigErrors {
+    ConfigErrors(located(snapshots, errors).map(|(_, e)| e).collect())
 }
 
 /// The index of the snapshot whose configuration holds the route or cluster `path`

@@ -305,7 +305,7 @@ impl Metrics {
 
     /// Take a sample for the status page's charts: each route's and cluster's requests
     /// per second, p50 and p99 latency and 5xx share since the last sample (see
-    /// [`history`]). The admin listener of the binary samples every 2 s
+    /// [`Point`](crate::telemetry::Point)). The admin listener of the binary samples every 2 s
     /// ([`admin::spawn_history`](crate::admin::spawn_history)).
     pub fn sample_history(&self, snapshot: &Snapshot) {
         self.history.sample(snapshot, Instant::now());
