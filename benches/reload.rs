@@ -33,25 +33,14 @@ static ALLOCATOR: alloc_count::Counting<mimalloc::MiMalloc> =
 
 const SIZES: [usize; 2] = [1_000, 10_000];
 
+#[path = "support/routes.rs"]
+mod routes;
+
 /// The JSON text of a configuration with `n` routes.
 fn config_text(n: usize) -> String {
     let clusters = (n / 100).max(1);
     let routes: Vec<String> = (0..n)
-        .map(|i| {
-            let body = match i % 5 {
-                0 => format!(r#""Path": "/svc{i}/users/{{id}}""#),
-                1 => format!(r#""Path": "/svc{i}/items/list""#),
-                2 => format!(r#""Path": "/svc{i}/static/{{**rest}}""#),
-                3 => format!(r#""Path": "/api/{{id}}", "Hosts": ["h{i}.example.com"]"#),
-                _ => format!(
-                    r#""Path": "/svc{i}/h", "Headers": [{{ "Name": "x-tenant", "Values": ["t{i}"], "Mode": "ExactHeader" }}]"#
-                ),
-            };
-            format!(
-                r#""r{i:05}": {{ "ClusterId": "c{}", "Match": {{ {body} }} }}"#,
-                i % clusters
-            )
-        })
+        .map(|i| routes::route(i, &format!("c{}", i % clusters)))
         .collect();
     let clusters: Vec<String> = (0..clusters)
         .map(|c| {

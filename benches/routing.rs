@@ -32,21 +32,11 @@ static ALLOCATOR: alloc_count::Counting = alloc_count::Counting::new(std::alloc:
 
 const SIZES: [usize; 4] = [1, 100, 1_000, 10_000];
 
-fn route(i: usize) -> String {
-    let body = match i % 5 {
-        0 => format!(r#""Path": "/svc{i}/users/{{id}}""#),
-        1 => format!(r#""Path": "/svc{i}/items/list""#),
-        2 => format!(r#""Path": "/svc{i}/static/{{**rest}}""#),
-        3 => format!(r#""Path": "/api/{{id}}", "Hosts": ["h{i}.example.com"]"#),
-        _ => format!(
-            r#""Path": "/svc{i}/h", "Headers": [{{ "Name": "x-tenant", "Values": ["t{i}"], "Mode": "ExactHeader" }}]"#
-        ),
-    };
-    format!(r#""r{i:05}": {{ "ClusterId": "c", "Match": {{ {body} }} }}"#)
-}
+#[path = "support/routes.rs"]
+mod routes;
 
 fn table(n: usize) -> RouteTable {
-    let routes: Vec<String> = (0..n).map(route).collect();
+    let routes: Vec<String> = (0..n).map(|i| routes::route(i, "c")).collect();
     let json = format!(r#"{{ "Routes": {{ {} }} }}"#, routes.join(",\n"));
     let config = parse(&json, Format::Json).expect("config parses");
     RouteTable::build(config.routes.iter().map(|(id, r)| (id.as_str(), r))).expect("valid routes")

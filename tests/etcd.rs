@@ -12,10 +12,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{backend, full, h1_client, listening_addr, within, TempDir};
+use common::{backend, full, h1_client, within, TempDir};
 use etcd_client::{Certificate, Client, ConnectOptions, PutOptions, TlsOptions};
 use http::Response;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
@@ -214,30 +213,9 @@ impl Instance {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let (tx, mut log) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                let _ = tx.send(common::strip_ansi(&line));
-            }
-        });
-        let (proxy, admin) = within("the proxy and admin listening lines", async {
-            let (mut proxy, mut admin) = (None, None);
-            while let Some(line) = log.recv().await {
-                proxy = proxy.or_else(|| listening_addr(&line));
-                if line.contains("fuseway admin listening") {
-                    admin = line
-                        .split_whitespace()
-                        .find_map(|word| word.strip_prefix("addr="))
-                        .and_then(|addr| addr.parse().ok());
-                }
-                if let (Some(proxy), Some(admin)) = (proxy, admin) {
-                    return (proxy, admin);
-                }
-            }
-            panic!("fuseway exited before listening");
-        })
-        .await;
+        let common::Logged {
+            proxy, admin, log, ..
+        } = common::proxy_and_admin(&mut child).await;
         Instance {
             _child: child,
             proxy,
@@ -346,6 +324,27 @@ fn key(rest: &str) -> String {
     format!("{PREFIX}/{rest}")
 }
 
+/// Put `value` at `PREFIX/rest`.
+async fn put(client: &mut Client, rest: &str, value: impl Into<Vec<u8>>) {
+    within("an etcd put", client.put(key(rest), value, None))
+        .await
+        .unwrap();
+}
+
+/// The route `api` (`/api/...`) to the cluster `backend`.
+const API_ROUTE: &str = r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#;
+
+/// The route `api` to `backend`, whose one destination `d1` is `address`.
+async fn seed(client: &mut Client, address: &str) {
+    put(client, "Routes/api", API_ROUTE).await;
+    put(
+        client,
+        "Clusters/backend/Destinations/d1",
+        destination(address),
+    )
+    .await;
+}
+
 fn destination(address: &str) -> String {
     format!(r#"{{ "Address": "{address}" }}"#)
 }
@@ -360,25 +359,16 @@ async fn two_instances_serve_one_prefix_and_follow_its_changes() {
     };
     let (a, b, c) = (named("a").await, named("b").await, named("c").await);
     let mut client = etcd.client().await;
-    client
-        .put(
-            key("Routes/api"),
-            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
-            None,
-        )
-        .await
-        .unwrap();
-    client
-        .put(
-            key("Clusters/backend"),
-            format!(
-                r#"{{ "LoadBalancingPolicy": "FirstAlphabetical", "Destinations": {{ "d1": {} }} }}"#,
-                destination(&a.url())
-            ),
-            None,
-        )
-        .await
-        .unwrap();
+    put(&mut client, "Routes/api", API_ROUTE).await;
+    put(
+        &mut client,
+        "Clusters/backend",
+        format!(
+            r#"{{ "LoadBalancingPolicy": "FirstAlphabetical", "Destinations": {{ "d1": {} }} }}"#,
+            destination(&a.url())
+        ),
+    )
+    .await;
     let fleet = [Instance::start(&etcd).await, Instance::start(&etcd).await];
     for instance in &fleet {
         assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
@@ -393,17 +383,15 @@ async fn two_instances_serve_one_prefix_and_follow_its_changes() {
     }
 
     // A cluster change: both instances move to the new destination within 1 s.
-    client
-        .put(
-            key("Clusters/backend"),
-            format!(
-                r#"{{ "LoadBalancingPolicy": "FirstAlphabetical", "Destinations": {{ "d1": {} }} }}"#,
-                destination(&b.url())
-            ),
-            None,
-        )
-        .await
-        .unwrap();
+    put(
+        &mut client,
+        "Clusters/backend",
+        format!(
+            r#"{{ "LoadBalancingPolicy": "FirstAlphabetical", "Destinations": {{ "d1": {} }} }}"#,
+            destination(&b.url())
+        ),
+    )
+    .await;
     let changed = Instant::now();
     for instance in &fleet {
         until(
@@ -462,30 +450,12 @@ async fn an_invalid_key_keeps_the_old_configuration_and_names_the_key() {
     };
     let a = named("a").await;
     let mut client = etcd.client().await;
-    client
-        .put(
-            key("Routes/api"),
-            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
-            None,
-        )
-        .await
-        .unwrap();
-    client
-        .put(
-            key("Clusters/backend/Destinations/d1"),
-            destination(&a.url()),
-            None,
-        )
-        .await
-        .unwrap();
+    seed(&mut client, &a.url()).await;
     let mut instance = Instance::start(&etcd).await;
     assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
 
     // Not JSON at all: the provider refuses it.
-    client
-        .put(key("Routes/broken"), "{ not json", None)
-        .await
-        .unwrap();
+    put(&mut client, "Routes/broken", "{ not json").await;
     let line = instance.log_until("configuration rejected").await;
     assert!(line.contains("/fuseway/Routes/broken"), "{line}");
     assert!(line.contains("invalid JSON"), "{line}");
@@ -499,14 +469,12 @@ async fn an_invalid_key_keeps_the_old_configuration_and_names_the_key() {
     // JSON, but a route template that does not compile: refused when the merged
     // configuration is built, and still named by its key.
     client.delete(key("Routes/broken"), None).await.unwrap();
-    client
-        .put(
-            key("Routes/bad"),
-            r#"{ "ClusterId": "backend", "Match": { "Path": "/{oops" } }"#,
-            None,
-        )
-        .await
-        .unwrap();
+    put(
+        &mut client,
+        "Routes/bad",
+        r#"{ "ClusterId": "backend", "Match": { "Path": "/{oops" } }"#,
+    )
+    .await;
     let line = instance.log_until("/fuseway/Routes/bad").await;
     assert!(line.contains("Match.Path"), "{line}");
     assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
@@ -541,22 +509,7 @@ async fn instances_keep_serving_while_etcd_is_down_and_converge_after() {
     };
     let (a, b) = (named("a").await, named("b").await);
     let mut client = etcd.client().await;
-    client
-        .put(
-            key("Routes/api"),
-            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
-            None,
-        )
-        .await
-        .unwrap();
-    client
-        .put(
-            key("Clusters/backend/Destinations/d1"),
-            destination(&a.url()),
-            None,
-        )
-        .await
-        .unwrap();
+    seed(&mut client, &a.url()).await;
     drop(client);
     let fleet = [Instance::start(&etcd).await, Instance::start(&etcd).await];
     for instance in &fleet {
@@ -581,14 +534,12 @@ async fn instances_keep_serving_while_etcd_is_down_and_converge_after() {
 
     etcd.run().await;
     let mut client = etcd.client().await;
-    client
-        .put(
-            key("Clusters/backend/Destinations/d1"),
-            destination(&b.url()),
-            None,
-        )
-        .await
-        .unwrap();
+    put(
+        &mut client,
+        "Clusters/backend/Destinations/d1",
+        destination(&b.url()),
+    )
+    .await;
     for instance in &fleet {
         // The provider retries with backoff (at most 5 s between attempts).
         until(
@@ -619,14 +570,7 @@ async fn a_file_and_etcd_are_merged_and_an_id_in_both_is_refused() {
         ),
     );
     let mut client = etcd.client().await;
-    client
-        .put(
-            key("Routes/api"),
-            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
-            None,
-        )
-        .await
-        .unwrap();
+    put(&mut client, "Routes/api", API_ROUTE).await;
     let mut instance = Instance::start_with(&etcd, &[&file]).await;
     assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
     assert_eq!(instance.get("/local").await, (200, "a".to_string()));
@@ -637,14 +581,12 @@ async fn a_file_and_etcd_are_merged_and_an_id_in_both_is_refused() {
         "{status}"
     );
 
-    client
-        .put(
-            key("Routes/local"),
-            r#"{ "ClusterId": "backend", "Match": { "Path": "/elsewhere" } }"#,
-            None,
-        )
-        .await
-        .unwrap();
+    put(
+        &mut client,
+        "Routes/local",
+        r#"{ "ClusterId": "backend", "Match": { "Path": "/elsewhere" } }"#,
+    )
+    .await;
     let line = instance.log_until("configuration rejected").await;
     assert!(line.contains("route `local` is defined by both"), "{line}");
     assert!(line.contains(&file.display().to_string()), "{line}");
@@ -663,22 +605,7 @@ async fn tls_and_authentication() {
     };
     let a = named("a").await;
     let mut client = etcd.client().await;
-    client
-        .put(
-            key("Routes/api"),
-            r#"{ "ClusterId": "backend", "Match": { "Path": "/api/{**rest}" } }"#,
-            None,
-        )
-        .await
-        .unwrap();
-    client
-        .put(
-            key("Clusters/backend/Destinations/d1"),
-            destination(&a.url()),
-            None,
-        )
-        .await
-        .unwrap();
+    seed(&mut client, &a.url()).await;
     // Authentication on: a root user with the root role.
     client.user_add("root", "s3cret", None).await.unwrap();
     let _ = client.role_add("root").await;

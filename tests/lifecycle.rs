@@ -11,8 +11,7 @@ mod common;
 use std::net::SocketAddr;
 use std::process::Stdio;
 
-use common::{h1_client, listening_addr, within, TempDir};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use common::{h1_client, within, TempDir};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
@@ -59,32 +58,12 @@ async fn start(destination: &str, args: &[&str], env: &[(&str, &str)]) -> Runnin
         command.env(k, v);
     }
     let mut child = command.spawn().unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (tx, mut log) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            let _ = tx.send(line);
-        }
-    });
-    let mut early = Vec::new();
-    let (proxy, admin) = within("the proxy and admin listening lines", async {
-        let (mut proxy, mut admin) = (None, None);
-        while let Some(line) = log.recv().await {
-            proxy = proxy.or_else(|| listening_addr(&line));
-            if line.contains("fuseway admin listening") {
-                admin = line
-                    .split_whitespace()
-                    .find_map(|word| word.strip_prefix("addr="))
-                    .and_then(|addr| addr.parse().ok());
-            }
-            early.push(line);
-            if let (Some(proxy), Some(admin)) = (proxy, admin) {
-                return (proxy, admin);
-            }
-        }
-        panic!("fuseway exited before listening");
-    })
-    .await;
+    let common::Logged {
+        proxy,
+        admin,
+        early,
+        log,
+    } = common::proxy_and_admin(&mut child).await;
     Running {
         child,
         proxy,

@@ -114,35 +114,14 @@ async fn status_page_loads_in_headless_chromium_and_shows_health() {
     let dead = Refused::bind();
     let (p, checker) = probed_proxy(&live, &dead).await;
     let (addr, _stop) = admin(&p).await;
-    let profile = std::env::temp_dir().join(format!("fuseway-chromium-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&profile);
-    std::fs::create_dir_all(&profile).unwrap();
-    let run = tokio::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            // Let the page's 2 s refresh timer fire (virtual time: no real wait).
-            "--virtual-time-budget=5000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--dump-dom")
-        .arg(format!("http://{addr}/"))
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(90), run)
-        .await
-        .expect("chromium finished within 90 s")
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&profile);
-    let dom = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{:?}: {dom}", out.status);
+    // Let the page's 2 s refresh timer fire (virtual time: no real wait).
+    let dom = chromium_run(
+        &chromium,
+        &["--virtual-time-budget=5000".into(), "--dump-dom".into()],
+        &format!("http://{addr}/"),
+    )
+    .await;
+    let dom = String::from_utf8_lossy(&dom);
     let live_row = row(&dom, "live");
     assert!(
         live_row.contains(r#"data-check="active" data-health="healthy""#),

@@ -328,6 +328,55 @@ pub async fn listening(child: &mut tokio::process::Child) -> SocketAddr {
     addr
 }
 
+/// A `fuseway` binary started with `--admin`, its log (piped stderr) read line by line.
+pub struct Logged {
+    /// Its proxy listener's address.
+    pub proxy: SocketAddr,
+    /// Its admin listener's address.
+    pub admin: SocketAddr,
+    /// The log lines up to the listening ones, as written.
+    pub early: Vec<String>,
+    /// The lines after them.
+    pub log: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+/// Read `child`'s log until its proxy and admin listening lines.
+pub async fn proxy_and_admin(child: &mut tokio::process::Child) -> Logged {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    let (tx, mut log) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    let mut early = Vec::new();
+    let (proxy, admin) = within("the proxy and admin listening lines", async {
+        let (mut proxy, mut admin) = (None, None);
+        while let Some(line) = log.recv().await {
+            proxy = proxy.or_else(|| listening_addr(&line));
+            if line.contains("fuseway admin listening") {
+                admin = line
+                    .split_whitespace()
+                    .find_map(|word| word.strip_prefix("addr="))
+                    .and_then(|addr| addr.parse().ok());
+            }
+            early.push(line);
+            if let (Some(proxy), Some(admin)) = (proxy, admin) {
+                return (proxy, admin);
+            }
+        }
+        panic!("fuseway exited before listening: {early:?}");
+    })
+    .await;
+    Logged {
+        proxy,
+        admin,
+        early,
+        log,
+    }
+}
+
 /// `s` without its terminal escape sequences (`ESC [ ... m` colours).
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -95,16 +95,19 @@ pub(crate) fn reload_phase(
     let mut steady: Vec<Run> = Vec::new();
     let mut reloading: Vec<Run> = Vec::new();
     let mut done = 0;
-    for _ in 0..settings.rounds {
-        steady.push(run_once(
+    let run = |target: &Target| {
+        run_once(
             dir,
-            &target,
+            target,
             port,
             backend,
             Scenario::H1ToH1,
             settings,
             ticks,
-        ));
+        )
+    };
+    for _ in 0..settings.rounds {
+        steady.push(run(&target));
         let before = reloads(admin).unwrap_or(0);
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
@@ -120,15 +123,7 @@ pub(crate) fn reload_phase(
                 }
             })
         };
-        reloading.push(run_once(
-            dir,
-            &target,
-            port,
-            backend,
-            Scenario::H1ToH1,
-            settings,
-            ticks,
-        ));
+        reloading.push(run(&target));
         stop.store(true, Ordering::Relaxed);
         signaller.join().expect("the signalling thread");
         done += reloads(admin).unwrap_or(0).saturating_sub(before);
