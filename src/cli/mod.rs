@@ -18,7 +18,7 @@ use crate::admin::{Admin, Readiness};
 use crate::config::{self, ProxyConfig};
 use crate::health::ActiveHealthChecker;
 use crate::pipeline;
-use crate::providers::{ConfigProvider, EtcdOptions, EtcdProvider, FileProvider, Providers};
+use crate::providers::{ConfigProvider, FileProvider, Providers};
 use crate::server::{Http1Engine, Server};
 use crate::state::ProxyState;
 
@@ -129,20 +129,7 @@ fn providers(args: &Args) -> Result<Providers, BoxError> {
     let mut list: Vec<Arc<dyn ConfigProvider>> = Vec::new();
     for source in &args.config {
         if source.starts_with("etcd://") {
-            let mut options = EtcdOptions::default();
-            if let Some(user) = &args.etcd_user {
-                let password = std::env::var("FUSEWAY_ETCD_PASSWORD").unwrap_or_default();
-                options = options.with_user(user.clone(), password);
-            }
-            if let Some(ca) = &args.etcd_ca {
-                options = options.with_ca(ca.clone());
-            }
-            if let (Some(cert), Some(key)) = (&args.etcd_cert, &args.etcd_key) {
-                options = options.with_identity(cert.clone(), key.clone());
-            }
-            let etcd = EtcdProvider::spawn(source, options)
-                .map_err(|e| format!("--config {source}: {e}"))?;
-            list.push(Arc::new(etcd));
+            list.push(etcd(source, args)?);
         } else {
             let path = PathBuf::from(source);
             if config::Format::from_path(&path).is_none() {
@@ -167,6 +154,31 @@ fn providers(args: &Args) -> Result<Providers, BoxError> {
         }
     }
     Ok(Providers::new(list))
+}
+
+/// The etcd provider of an `etcd://` source, with the command line's credentials.
+#[cfg(feature = "etcd")]
+fn etcd(source: &str, args: &Args) -> Result<Arc<dyn ConfigProvider>, BoxError> {
+    use crate::providers::{EtcdOptions, EtcdProvider};
+    let mut options = EtcdOptions::default();
+    if let Some(user) = &args.etcd_user {
+        let password = std::env::var("FUSEWAY_ETCD_PASSWORD").unwrap_or_default();
+        options = options.with_user(user.clone(), password);
+    }
+    if let Some(ca) = &args.etcd_ca {
+        options = options.with_ca(ca.clone());
+    }
+    if let (Some(cert), Some(key)) = (&args.etcd_cert, &args.etcd_key) {
+        options = options.with_identity(cert.clone(), key.clone());
+    }
+    let etcd =
+        EtcdProvider::spawn(source, options).map_err(|e| format!("--config {source}: {e}"))?;
+    Ok(Arc::new(etcd))
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd(source: &str, _args: &Args) -> Result<Arc<dyn ConfigProvider>, BoxError> {
+    Err(format!("--config {source}: this fuseway was built without the `etcd` feature").into())
 }
 
 /// The sources as error messages name them.
