@@ -86,10 +86,8 @@ impl Etcd {
     /// A CA, and a certificate it signs for 127.0.0.1 (`server.pem`, `server.key`):
     /// the CA's file.
     fn certificates(&self) -> PathBuf {
-        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        use rcgen::{CertificateParams, CertifiedIssuer, KeyPair};
+        let ca = CertifiedIssuer::self_signed(ca_params(), KeyPair::generate().unwrap()).unwrap();
         let key = KeyPair::generate().unwrap();
         let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
             .unwrap()
@@ -616,37 +614,37 @@ async fn tls_and_authentication() {
     let instance = Instance::start(&etcd).await;
     assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
 
-    let out = within(
-        "fuseway with a wrong password to give up",
-        fuseway(&etcd)
-            .env("FUSEWAY_ETCD_PASSWORD", "wrong")
-            .args(["--config", &etcd.url(), "--config-timeout", "1s"])
-            .args(["--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .output(),
+    let stderr = gives_up(
+        "fuseway with a wrong password",
+        fuseway(&etcd).env("FUSEWAY_ETCD_PASSWORD", "wrong"),
+        &etcd,
     )
-    .await
-    .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let stderr = common::strip_ansi(&String::from_utf8_lossy(&out.stderr));
-    assert!(stderr.contains("not read within"), "{stderr}");
+    .await;
     assert!(stderr.contains("authentication failed"), "{stderr}");
 
     // With another CA, the server's certificate is not trusted.
     let other = {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = params.self_signed(&KeyPair::generate().unwrap()).unwrap();
-        etcd.dir.write("other-ca.pem", &ca.pem())
+        let ca = ca_params().self_signed(&rcgen::KeyPair::generate().unwrap());
+        etcd.dir.write("other-ca.pem", &ca.unwrap().pem())
     };
-    let out = within(
-        "fuseway trusting another CA to give up",
+    gives_up(
+        "fuseway trusting another CA",
         Command::new(env!("CARGO_BIN_EXE_fuseway"))
             .arg("--etcd-ca")
             .arg(&other)
             .args(["--etcd-user", "root"])
-            .env("FUSEWAY_ETCD_PASSWORD", "s3cret")
+            .env("FUSEWAY_ETCD_PASSWORD", "s3cret"),
+        &etcd,
+    )
+    .await;
+}
+
+/// Run `command` on `etcd` with `--config-timeout 1s`: it must give up (exit 1, the
+/// source not read in time); its log.
+async fn gives_up(what: &str, command: &mut Command, etcd: &Etcd) -> String {
+    let out = within(
+        &format!("{what} to give up"),
+        command
             .args(["--config", &etcd.url(), "--config-timeout", "1s"])
             .args(["--listen", "127.0.0.1:0"])
             .stdin(Stdio::null())
@@ -657,4 +655,12 @@ async fn tls_and_authentication() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = common::strip_ansi(&String::from_utf8_lossy(&out.stderr));
     assert!(stderr.contains("not read within"), "{stderr}");
+    stderr
+}
+
+/// The parameters of a certificate authority.
+fn ca_params() -> rcgen::CertificateParams {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
 }

@@ -85,12 +85,20 @@ async fn status_json_shows_health() {
     p.shutdown().await;
 }
 
+/// Chromium on `PATH`, or `None` after saying that the test is skipped.
 fn chromium() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
-        .find(|p| p.is_file())
+    let found = std::env::var_os("PATH").and_then(|path| {
+        ["chromium", "chromium-browser", "google-chrome"]
+            .iter()
+            .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        eprintln!(
+            "SKIPPED: chromium is not installed (`apt-get install -y chromium`; .ci/run does)"
+        );
+    }
+    found
 }
 
 /// The `<tr>` of destination `id` in the dumped DOM.
@@ -105,9 +113,6 @@ fn row<'a>(dom: &'a str, id: &str) -> &'a str {
 #[tokio::test]
 async fn status_page_loads_in_headless_chromium_and_shows_health() {
     let Some(chromium) = chromium() else {
-        eprintln!(
-            "SKIPPED: chromium is not installed (`apt-get install -y chromium`; .ci/run does)"
-        );
         return;
     };
     let live = echo_backend().await;
@@ -196,9 +201,6 @@ async fn get(url: &str) -> String {
 #[tokio::test]
 async fn status_page_charts_traffic_live_in_headless_chromium() {
     let Some(chromium) = chromium() else {
-        eprintln!(
-            "SKIPPED: chromium is not installed (`apt-get install -y chromium`; .ci/run does)"
-        );
         return;
     };
     let live = echo_backend().await;
@@ -206,8 +208,7 @@ async fn status_page_charts_traffic_live_in_headless_chromium() {
     let (p, checker) = probed_proxy(&live, &dead).await;
     let (addr, _stop) = admin(&p).await;
     let sampler = fuseway::admin::spawn_history(p.state.clone(), Duration::from_millis(200));
-    // Load: a client sending requests one after another until stopped (some 404s too,
-    // answered without a route, which no chart counts).
+    // Load: a client sending requests one after another until stopped.
     let (stop_load, mut stopped) = tokio::sync::watch::channel(false);
     let url = p.url("/load");
     let load = tokio::spawn(async move {

@@ -394,8 +394,7 @@ fn assemble(
                 let Value::Object(map) = value else {
                     unreachable!("object() returns objects")
                 };
-                clusters.entry(parts[1].to_string()).or_default().0 = Some(key.clone());
-                clusters.entry(parts[1].to_string()).or_default().1 = map;
+                clusters.insert(parts[1].to_string(), (Some(key.clone()), map));
             }
             4 if section(0, "Clusters")
                 && section(2, "Destinations")

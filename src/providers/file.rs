@@ -71,11 +71,15 @@ impl FileProvider {
     fn read(&self) {
         match std::fs::read(&self.path) {
             Ok(bytes) => self.parse(bytes),
-            Err(e) => self.fail(ConfigErrors::from(ConfigError::new(
-                "",
-                format!("cannot read {}: {e}", self.path.display()),
-            ))),
+            Err(e) => self.cannot_read(e),
         }
+    }
+
+    fn cannot_read(&self, e: std::io::Error) {
+        self.fail(ConfigErrors::from(ConfigError::new(
+            "",
+            format!("cannot read {}: {e}", self.path.display()),
+        )));
     }
 
     /// Read the file if its contents differ from the last read's.
@@ -84,7 +88,7 @@ impl FileProvider {
             Ok(b) => b,
             // Between an editor's delete and its rename: the next event will tell.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(_) => return self.read(),
+            Err(e) => return self.cannot_read(e),
         };
         let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if last.as_deref() == Some(&bytes[..]) {

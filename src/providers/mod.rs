@@ -358,7 +358,19 @@ impl Providers {
         if self.providers.len() < 2 {
             return errors;
         }
-        in_source(source, errors)
+        ConfigErrors(
+            errors
+                .0
+                .into_iter()
+                .map(|e| {
+                    if e.message.starts_with(source) || e.path.starts_with(source) {
+                        e
+                    } else {
+                        ConfigError::new(e.path, format!("{} (in {source})", e.message))
+                    }
+                })
+                .collect(),
+        )
     }
 
     /// Whether a new configuration was applied; errors are about the merged
@@ -477,21 +489,4 @@ fn owner(snapshots: &[ProviderSnapshot], path: &str) -> Option<usize> {
                 .is_some_and(|r| r.is_empty() || r.starts_with('.'))
         })
     })
-}
-
-/// `errors` with the source named at the front of each message.
-fn in_source(source: &str, errors: ConfigErrors) -> ConfigErrors {
-    ConfigErrors(
-        errors
-            .0
-            .into_iter()
-            .map(|e| {
-                if e.message.starts_with(source) || e.path.starts_with(source) {
-                    e
-                } else {
-                    ConfigError::new(e.path, format!("{} (in {source})", e.message))
-                }
-            })
-            .collect(),
-    )
 }
