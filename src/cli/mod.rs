@@ -277,15 +277,6 @@ impl AdminTask {
     }
 }
 
-/// Aborts its task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// The configuration is loaded and the listeners are bound: `/readyz` answers 200 and
 /// systemd is told `READY=1`.
 fn ready(readiness: &Readiness) {
@@ -318,10 +309,10 @@ pub(crate) async fn spawn_admin(
         let stopped = async {
             let _ = stopped.await;
         };
-        let _history = AbortOnDrop(history);
         if let Err(e) = server.serve(admin, stopped).await {
             tracing::error!(error = %e, "admin listener failed");
         }
+        history.abort();
     });
     Ok(AdminTask(Some((stop, task)), addrs))
 }
