@@ -358,15 +358,14 @@ async fn two_instances_serve_one_prefix_and_follow_its_changes() {
     let (a, b, c) = (named("a").await, named("b").await, named("c").await);
     let mut client = etcd.client().await;
     put(&mut client, "Routes/api", API_ROUTE).await;
-    put(
-        &mut client,
-        "Clusters/backend",
+    // The cluster, its one destination `d1` at `address`, picked first of any.
+    let cluster = |address: String| {
         format!(
             r#"{{ "LoadBalancingPolicy": "FirstAlphabetical", "Destinations": {{ "d1": {} }} }}"#,
-            destination(&a.url())
-        ),
-    )
-    .await;
+            destination(&address)
+        )
+    };
+    put(&mut client, "Clusters/backend", cluster(a.url())).await;
     let fleet = [Instance::start(&etcd).await, Instance::start(&etcd).await];
     for instance in &fleet {
         assert_eq!(instance.get("/api/x").await, (200, "a".to_string()));
@@ -381,15 +380,7 @@ async fn two_instances_serve_one_prefix_and_follow_its_changes() {
     }
 
     // A cluster change: both instances move to the new destination within 1 s.
-    put(
-        &mut client,
-        "Clusters/backend",
-        format!(
-            r#"{{ "LoadBalancingPolicy": "FirstAlphabetical", "Destinations": {{ "d1": {} }} }}"#,
-            destination(&b.url())
-        ),
-    )
-    .await;
+    put(&mut client, "Clusters/backend", cluster(b.url())).await;
     let changed = Instant::now();
     for instance in &fleet {
         until(
