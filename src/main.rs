@@ -37,7 +37,7 @@ fn yield_to_workers() {
 
 async fn run() {
     let args = fuseway::cli::Args::parse();
-    let logs = match fuseway::cli::logging::init(args.log_format, &args.access_log) {
+    let logs = match fuseway::cli::logging::init(&args) {
         Ok(guard) => guard,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "fuseway: {e}");

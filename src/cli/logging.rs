@@ -2,7 +2,8 @@
 //! terminal) and the access log ([`telemetry::access`](crate::telemetry::access)) on
 //! stdout or a file, batched and written by a thread of its own so that a worker never
 //! waits for it (a slow reader makes it drop records rather than stall requests: at
-//! most 4 MiB wait); text or JSON.
+//! most 4 MiB wait); text or JSON. With `--otlp-endpoint`, the [span
+//! records](crate::telemetry::span) go to an OTLP exporter.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use super::BoxError;
+use super::{Args, BoxError};
 use crate::telemetry::access::TARGET;
 
 /// How log records are written (`--log-format`).
@@ -51,48 +52,76 @@ impl std::str::FromStr for AccessLog {
     }
 }
 
-/// Flushes the access log's last records when dropped (at exit).
+/// Flushes the access log's last records and sends the last spans when dropped (at
+/// exit).
 #[must_use = "the access log's last records are lost if this is dropped early"]
-pub struct LogGuard(Option<super::access_writer::Flusher>);
+pub struct LogGuard {
+    access: Option<super::access_writer::Flusher>,
+    #[cfg(feature = "otlp")]
+    spans: Option<crate::telemetry::otlp::Export>,
+}
 
 impl std::fmt::Debug for LogGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("LogGuard").field(&self.0.is_some()).finish()
+        let mut f = f.debug_struct("LogGuard");
+        f.field("access", &self.access.is_some());
+        #[cfg(feature = "otlp")]
+        f.field("spans", &self.spans.is_some());
+        f.finish()
     }
 }
 
-/// Set up the process's logging as `format` and `access` say (call once, early).
-pub fn init(format: LogFormat, access: &AccessLog) -> Result<LogGuard, BoxError> {
-    // Static filters only (decided once per call site, not per event): the access
-    // target is kept out of the log proper by a directive of its own.
+/// Set up the process's logging as `args` say (`--log-format`, `--access-log`,
+/// `--otlp-endpoint`; call once, early).
+pub fn init(args: &Args) -> Result<LogGuard, BoxError> {
+    let format = args.log_format;
+    // Static filters only (decided once per call site, not per event): the access and
+    // span records are kept out of the log proper by directives of their own.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
-        .add_directive(format!("{TARGET}=off").parse()?);
-    let log = log_layer(format).with_filter(filter);
-    let sink: Box<dyn std::io::Write + Send> = match access {
-        AccessLog::Off => {
-            tracing_subscriber::registry().with(log).try_init()?;
-            return Ok(LogGuard(None));
-        }
-        AccessLog::Stdout => Box::new(std::io::stdout()),
-        AccessLog::Stderr => Box::new(std::io::stderr()),
-        AccessLog::File(path) => Box::new(
+        .add_directive(format!("{TARGET}=off").parse()?)
+        .add_directive(format!("{}=off", crate::telemetry::span::TARGET).parse()?);
+    // A `Vec` of the layers in use rather than `Option`s: an absent (`None`) layer
+    // would count as interested in everything, enabling every record and span.
+    let mut layers = vec![log_layer(format).with_filter(filter).boxed()];
+    let sink: Option<Box<dyn std::io::Write + Send>> = match &args.access_log {
+        AccessLog::Off => None,
+        AccessLog::Stdout => Some(Box::new(std::io::stdout())),
+        AccessLog::Stderr => Some(Box::new(std::io::stderr())),
+        AccessLog::File(path) => Some(Box::new(
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
                 .map_err(|e| format!("--access-log {}: {e}", path.display()))?,
-        ),
+        )),
     };
-    let (access_layer, flusher) = super::access_writer::access_log(format, sink)?;
-    let access_layer = access_layer.with_filter(
-        tracing_subscriber::filter::Targets::new().with_target(TARGET, tracing::Level::INFO),
-    );
-    tracing_subscriber::registry()
-        .with(log)
-        .with(access_layer)
-        .try_init()?;
-    Ok(LogGuard(Some(flusher)))
+    let access = match sink {
+        Some(sink) => {
+            let (layer, flusher) = super::access_writer::access_log(format, sink)?;
+            let targets = tracing_subscriber::filter::Targets::new()
+                .with_target(TARGET, tracing::Level::INFO);
+            layers.push(layer.with_filter(targets).boxed());
+            Some(flusher)
+        }
+        None => None,
+    };
+    #[cfg(feature = "otlp")]
+    let spans = match &args.otlp_endpoint {
+        Some(endpoint) => {
+            let export = crate::telemetry::otlp::grpc(endpoint)
+                .map_err(|e| format!("--otlp-endpoint {endpoint}: {e}"))?;
+            layers.push(crate::telemetry::otlp::layer(export.processor()).boxed());
+            Some(export)
+        }
+        None => None,
+    };
+    tracing_subscriber::registry().with(layers).try_init()?;
+    Ok(LogGuard {
+        access,
+        #[cfg(feature = "otlp")]
+        spans,
+    })
 }
 
 /// The log proper's layer, on stderr (coloured only when it is a terminal).

@@ -98,6 +98,13 @@ pub struct Args {
     /// line).
     #[arg(long, value_enum, default_value_t)]
     pub log_format: logging::LogFormat,
+    /// Export a span per request over OTLP/gRPC to this endpoint (`http://HOST:4317`):
+    /// requests without a `traceparent` start a trace, destinations are sent the
+    /// proxy's span as their parent. `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`
+    /// and `OTEL_BSP_*` apply.
+    #[cfg(feature = "otlp")]
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Run the binary with these arguments until Ctrl-C / SIGTERM.

@@ -553,7 +553,13 @@ pub(crate) fn outgoing<B: 'static>(
     let normalized = path::normalize(uri.path());
 
     headers::prepare_request(&mut headers, client_version);
-    trace_context::propagate(&mut headers);
+    if request
+        .extensions()
+        .get::<trace_context::OwnSpan>()
+        .is_none()
+    {
+        trace_context::propagate(&mut headers);
+    }
     // The client's `Host` never goes through as such: the destination's replaces it,
     // unless a transform sets one (or asks for the original host, routed on above).
     // Taken out first only when a transform may set one, to tell whether it did.

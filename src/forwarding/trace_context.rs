@@ -4,8 +4,9 @@
 //! trace id and flags, a new parent id (the proxy's own span in the trace, as YARP's
 //! activity gives it), `tracestate` unchanged. An invalid `traceparent` is removed
 //! with its `tracestate` (the W3C rule: a vendor that cannot parse it must not pass it
-//! on). A request without one is forwarded without one: starting a trace would cost an
-//! allocation on every request, and fuseway exports no spans for it to belong to.
+//! on). A request without one is forwarded without one, unless the proxy records spans
+//! of its own (the telemetry stage does when a subscriber takes
+//! [`fuseway::span`](crate::telemetry::span)): then it starts a trace ([`SpanIds`]).
 
 use std::cell::Cell;
 
@@ -14,7 +15,8 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
-/// Rewrite the request's trace context for the hop to the destination.
+/// Rewrite the request's trace context for the hop to the destination (unless the
+/// request carries [`OwnSpan`]: its `traceparent` names the proxy's span already).
 pub(crate) fn propagate(headers: &mut HeaderMap) {
     let Some(incoming) = headers.get(&TRACEPARENT) else {
         return;
@@ -27,6 +29,85 @@ pub(crate) fn propagate(headers: &mut HeaderMap) {
             headers.remove(&TRACEPARENT);
             headers.remove(&TRACESTATE);
         }
+    }
+}
+
+/// A request's place in its trace when the proxy records a span of its own for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SpanIds {
+    /// The trace: the client's, or one started here.
+    pub(crate) trace_id: u128,
+    /// The proxy's span: the parent id the destination is sent.
+    pub(crate) span_id: u64,
+    /// The client's span (0: none, the trace started here).
+    pub(crate) parent_id: u64,
+    /// The trace flags (bit 0: sampled).
+    pub(crate) flags: u8,
+}
+
+/// In a request's extensions: its `traceparent` names the proxy's own span already
+/// ([`SpanIds::enter`]), the forwarder passes it on as it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OwnSpan;
+
+impl SpanIds {
+    /// The proxy's span of a request with these headers: a child of a valid
+    /// `traceparent` (its trace id and flags), else the root of a new sampled trace.
+    /// `traceparent` is set to name the new span as the parent of what follows; an
+    /// invalid one's `tracestate` is removed (a new trace has none).
+    pub(crate) fn enter(headers: &mut HeaderMap) -> SpanIds {
+        let incoming = headers
+            .get(&TRACEPARENT)
+            .map(|t| t.as_bytes())
+            .filter(|t| valid(t))
+            .and_then(|t| {
+                let hex = |range: std::ops::Range<usize>| {
+                    std::str::from_utf8(&t[range])
+                        .ok()
+                        .and_then(|s| u128::from_str_radix(s, 16).ok())
+                };
+                Some((hex(3..35)?, hex(36..52)? as u64, hex(53..55)? as u8))
+            });
+        let ids = match incoming {
+            Some((trace_id, parent_id, flags)) => SpanIds {
+                trace_id,
+                span_id: span_id(),
+                parent_id,
+                flags,
+            },
+            None => {
+                headers.remove(&TRACESTATE);
+                SpanIds {
+                    trace_id: (u128::from(span_id()) << 64) | u128::from(span_id()),
+                    span_id: span_id(),
+                    parent_id: 0,
+                    flags: 1,
+                }
+            }
+        };
+        headers.insert(&TRACEPARENT, ids.traceparent());
+        ids
+    }
+
+    /// `00-<trace id>-<span id>-<flags>`: this span as the parent of what follows.
+    fn traceparent(&self) -> HeaderValue {
+        let mut out = [0u8; 55];
+        out[..3].copy_from_slice(b"00-");
+        hex(&self.trace_id.to_be_bytes(), &mut out[3..35]);
+        out[35] = b'-';
+        hex(&self.span_id.to_be_bytes(), &mut out[36..52]);
+        out[52] = b'-';
+        hex(&[self.flags], &mut out[53..55]);
+        HeaderValue::from_bytes(&out).expect("hex digits and dashes")
+    }
+}
+
+/// `bytes` as lowercase hex digits into `out` (twice as long).
+fn hex(bytes: &[u8], out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (i, byte) in bytes.iter().enumerate() {
+        out[2 * i] = DIGITS[usize::from(byte >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(byte & 0xf)];
     }
 }
 
@@ -77,11 +158,7 @@ fn child(traceparent: &[u8], span: u64) -> Option<HeaderValue> {
     let mut out = [0u8; 55];
     out[..3].copy_from_slice(b"00-");
     out[3..36].copy_from_slice(&traceparent[3..36]);
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (i, byte) in span.to_be_bytes().iter().enumerate() {
-        out[36 + 2 * i] = HEX[usize::from(byte >> 4)];
-        out[37 + 2 * i] = HEX[usize::from(byte & 0xf)];
-    }
+    hex(&span.to_be_bytes(), &mut out[36..52]);
     out[52] = b'-';
     out[53..55].copy_from_slice(flags);
     HeaderValue::from_bytes(&out).ok()
@@ -162,5 +239,49 @@ mod tests {
         let ids: std::collections::HashSet<u64> = (0..1000).map(|_| span_id()).collect();
         assert_eq!(ids.len(), 1000);
         assert!(!ids.contains(&0));
+    }
+
+    #[test]
+    fn the_proxys_span_continues_the_clients_trace_or_starts_one() {
+        let mut headers = HeaderMap::new();
+        headers.insert(&TRACEPARENT, HeaderValue::from_static(SAMPLE));
+        headers.insert(&TRACESTATE, HeaderValue::from_static("vendor=1"));
+        let ids = SpanIds::enter(&mut headers);
+        assert_eq!(ids.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!((ids.parent_id, ids.flags), (0x00f067aa0ba902b7, 1));
+        assert_eq!(
+            headers[&TRACEPARENT],
+            format!(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-{:016x}-01",
+                ids.span_id
+            )
+        );
+        assert_eq!(headers[&TRACESTATE], "vendor=1");
+
+        // Not sampled by the client: kept so.
+        headers.insert(
+            &TRACEPARENT,
+            HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+        );
+        assert_eq!(SpanIds::enter(&mut headers).flags, 0);
+
+        // None, or an invalid one: a new sampled trace, without the old tracestate.
+        for incoming in [None, Some("00-zz")] {
+            let mut headers = HeaderMap::new();
+            if let Some(t) = incoming {
+                headers.insert(&TRACEPARENT, HeaderValue::from_static(t));
+                headers.insert(&TRACESTATE, HeaderValue::from_static("vendor=1"));
+            }
+            let ids = SpanIds::enter(&mut headers);
+            assert_eq!((ids.parent_id, ids.flags), (0, 1));
+            assert_ne!(ids.trace_id, 0);
+            let sent = headers[&TRACEPARENT].to_str().unwrap();
+            assert!(valid(sent.as_bytes()), "{sent}");
+            assert_eq!(
+                sent,
+                format!("00-{:032x}-{:016x}-01", ids.trace_id, ids.span_id)
+            );
+            assert!(headers.get(&TRACESTATE).is_none());
+        }
     }
 }

@@ -29,7 +29,7 @@ use http::{HeaderValue, Method, Uri, Version};
 use tokio::time::Instant;
 
 use super::kind_name;
-use crate::forwarding::trace_context::trace_id;
+use crate::forwarding::trace_context::{trace_id, SpanIds};
 use crate::request::{ExchangeEnd, ExchangeReport, ForwardErrorKind, Outcome};
 
 /// The `tracing` target of the access log's records.
@@ -41,9 +41,14 @@ pub(crate) fn enabled() -> bool {
     tracing::enabled!(target: "fuseway::access", tracing::Level::INFO)
 }
 
-/// What the access log keeps of a request from its arrival.
+/// What the access log and the [span record](super::span) keep of a request from its
+/// arrival.
 #[derive(Debug)]
 pub(crate) struct Arrival {
+    /// Whether an access record is written (a subscriber took it when the request came).
+    log: bool,
+    /// The proxy's span, when a span record is written.
+    pub(super) span: Option<SpanIds>,
     method: Method,
     uri: Uri,
     /// `Host`, where the URI has no authority (HTTP/1.1 in origin form).
@@ -54,7 +59,12 @@ pub(crate) struct Arrival {
 }
 
 impl Arrival {
-    pub(crate) fn of<B: 'static>(request: &http::Request<B>) -> Self {
+    /// `request`'s, for an access record if `log`, for a span record if `span`.
+    pub(crate) fn of<B: 'static>(
+        request: &http::Request<B>,
+        log: bool,
+        span: Option<SpanIds>,
+    ) -> Self {
         let headers = request.headers();
         let request_id = match headers.get("x-request-id") {
             Some(id) => RequestId::Header(id.clone()),
@@ -64,6 +74,8 @@ impl Arrival {
             },
         };
         Arrival {
+            log,
+            span,
             method: request.method().clone(),
             uri: request.uri().clone(),
             host: match request.uri().authority() {
@@ -108,18 +120,19 @@ impl Arrival {
 /// An access record waiting for its exchange's end.
 #[derive(Debug)]
 pub(crate) struct Record {
-    arrival: Arrival,
+    pub(super) arrival: Arrival,
     start: Instant,
-    upstream: Option<Duration>,
-    status: u16,
-    route: Option<Arc<str>>,
-    cluster: Option<Arc<str>>,
-    destination: Option<Arc<str>>,
+    pub(super) upstream: Option<Duration>,
+    pub(super) status: u16,
+    pub(super) route: Option<Arc<str>>,
+    pub(super) cluster: Option<Arc<str>>,
+    pub(super) destination: Option<Arc<str>>,
     error: Option<ForwardErrorKind>,
 }
 
 impl Record {
-    /// Write it, for an exchange that ended as `report` says.
+    /// Write it (and the span record, if one is kept), for an exchange that ended as
+    /// `report` says.
     pub(crate) fn write(self, report: &ExchangeReport) {
         let duration = crate::clock::now().saturating_duration_since(self.start);
         let error = match report.end {
@@ -127,18 +140,20 @@ impl Record {
             ExchangeEnd::Abandoned => Some(ForwardErrorKind::ResponseBodyClient),
             _ => self.error,
         };
+        if let Some(ids) = &self.arrival.span {
+            super::span::write(ids, &self, report, duration, error);
+        }
+        if !self.arrival.log {
+            return;
+        }
         let a = &self.arrival;
         let client = a.client.map(tracing::field::display);
         tracing::info!(
             target: "fuseway::access",
             client,
             method = a.method.as_str(),
-            host = a
-                .uri
-                .authority()
-                .map(|authority| authority.as_str())
-                .or_else(|| a.host.as_ref().and_then(|h| h.to_str().ok())),
-            path = a.uri.path_and_query().map_or("/", |p| p.as_str()),
+            host = a.host(),
+            path = a.path(),
             protocol = protocol(a.version),
             status = self.status,
             bytes_in = report.request_bytes,
@@ -152,6 +167,33 @@ impl Record {
             request_id = %a.request_id,
             "request"
         );
+    }
+}
+
+impl Arrival {
+    pub(super) fn method(&self) -> &str {
+        self.method.as_str()
+    }
+
+    /// The URI's authority, else `Host`.
+    pub(super) fn host(&self) -> Option<&str> {
+        self.uri
+            .authority()
+            .map(|authority| authority.as_str())
+            .or_else(|| self.host.as_ref().and_then(|h| h.to_str().ok()))
+    }
+
+    /// The path, with the query.
+    pub(super) fn path(&self) -> &str {
+        self.uri.path_and_query().map_or("/", |p| p.as_str())
+    }
+
+    pub(super) fn protocol(&self) -> &'static str {
+        protocol(self.version)
+    }
+
+    pub(super) fn client(&self) -> Option<SocketAddr> {
+        self.client
     }
 }
 
@@ -226,7 +268,7 @@ mod tests {
                     .headers_mut()
                     .insert(*k, HeaderValue::from_str(v).unwrap());
             }
-            Arrival::of(&request).request_id.to_string()
+            Arrival::of(&request, true, None).request_id.to_string()
         }
         let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         assert_eq!(id(&[("x-request-id", "abc-1")]), "abc-1");

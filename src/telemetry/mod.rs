@@ -15,7 +15,9 @@
 //! `request finished` is emitted inside it when the response headers are ready.
 //!
 //! With a subscriber for [`access::TARGET`], it also writes the [access log](access):
-//! one record per request when the exchange is over.
+//! one record per request when the exchange is over; with one for [`span::TARGET`], a
+//! [span record](span) per request, the proxy's span in the request's trace (exported
+//! over OTLP by [`otlp`] with the `otlp` feature).
 //!
 //! Durations are measured until the response headers are ready (response bodies
 //! stream afterwards); errors while a body streams are not counted here. Requests the
@@ -26,6 +28,9 @@
 
 pub mod access;
 mod metrics;
+#[cfg(feature = "otlp")]
+pub mod otlp;
+pub mod span;
 
 use std::sync::Arc;
 
@@ -55,7 +60,7 @@ pub struct Started {
     start: Instant,
     span: tracing::Span,
     _in_flight: InFlight,
-    /// For the access log, when one is written.
+    /// For the access log and the span record, when either is written.
     access: Option<access::Arrival>,
 }
 
@@ -88,11 +93,17 @@ impl<B: 'static> InPlace<http::Request<B>> for Telemetry {
             duration_ms = Empty,
             error = Empty,
         );
+        let ids = span::enabled().then(|| {
+            use crate::forwarding::trace_context::{OwnSpan, SpanIds};
+            request.extensions_mut().insert(OwnSpan);
+            SpanIds::enter(request.headers_mut())
+        });
+        let log = access::enabled();
         let started = Started {
             start: crate::clock::now(),
             span,
             _in_flight: self.metrics.enter(),
-            access: access::enabled().then(|| access::Arrival::of(request)),
+            access: (log || ids.is_some()).then(|| access::Arrival::of(request, log, ids)),
         };
         Ok(started)
     }
