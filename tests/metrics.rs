@@ -197,6 +197,9 @@ async fn traffic_then_scrape(form: Form) {
         "every request either opened or reused one"
     );
     assert!(pool("fuseway_pool_idle_connections", &live) >= 1.0);
+    // The backend keeps them all alive: every connection opened is open.
+    assert_eq!(pool("fuseway_pool_open_connections", &live), connects);
+    assert_eq!(pool("fuseway_pool_open_connections", &dead), 0.0);
     assert_eq!(pool("fuseway_pool_connect_errors_total", &live), 0.0);
     assert_eq!(
         pool("fuseway_pool_connect_errors_total", &dead),
@@ -352,5 +355,79 @@ async fn connections_are_counted_by_protocol() {
     assert!(open(&after, "http1") >= 3.0, "{after}");
     assert!(open(&after, "http2") >= 1.0, "{after}");
     drop(clients);
+    p.shutdown().await;
+}
+
+/// A destination connection counts as open while a request uses it (not idle), as
+/// open and idle once the response is over, and not at all once the destination has
+/// closed it.
+#[tokio::test]
+async fn pool_connections_are_open_while_in_use_and_until_closed() {
+    let (arrived_tx, mut arrived) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let b = backend({
+        let release = release.clone();
+        move |req: Request<Incoming>| {
+            let (arrived_tx, release) = (arrived_tx.clone(), release.clone());
+            async move {
+                match req.uri().path() {
+                    "/hold" => {
+                        let _ = arrived_tx.send(());
+                        release.acquire().await.unwrap().forget();
+                        Response::new(full("held"))
+                    }
+                    _ => Response::builder()
+                        .header("connection", "close")
+                        .body(full("closing"))
+                        .unwrap(),
+                }
+            }
+        }
+    })
+    .await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let (admin_addr, _stop) = admin(p.state.clone()).await;
+    let gauges = |m: &str| {
+        let get =
+            |name: &str| value(m, &format!(r#"{name}{{address="{}"}}"#, b.url())).unwrap_or(-1.0);
+        (
+            get("fuseway_pool_open_connections"),
+            get("fuseway_pool_idle_connections"),
+        )
+    };
+    // Scrapes until the gauges read (open, idle), the last scrape if they never do.
+    let until = |want: (f64, f64)| async move {
+        within(&format!("(open, idle) = {want:?}"), async {
+            loop {
+                let m = scrape(admin_addr).await;
+                if gauges(&m) == want {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await
+    };
+
+    let client = h1_client();
+    let held = tokio::spawn({
+        let url = p.url("/hold");
+        let client = client.clone();
+        async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+    });
+    within("the held request at the backend", arrived.recv())
+        .await
+        .unwrap();
+    assert_eq!(gauges(&scrape(admin_addr).await), (1.0, 0.0), "in use");
+    release.add_permits(1);
+    assert_eq!(within("the held response", held).await.unwrap(), "held");
+    until((1.0, 1.0)).await;
+
+    // The destination closes the connection after this response.
+    let r = within("a request", client.get(p.url("/close")).send())
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "closing");
+    until((0.0, 0.0)).await;
     p.shutdown().await;
 }

@@ -18,6 +18,7 @@ use tower_service::Service;
 
 use std::sync::Mutex;
 
+use super::pool::OpenConnection;
 use crate::config::TlsVersions;
 use crate::state::UpstreamVersion;
 
@@ -92,12 +93,27 @@ impl Service<Uri> for TcpConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         // Once per new connection, not per request.
-        Box::pin(self.0.call(uri).map_ok(TcpConnection).map_err(Into::into))
+        Box::pin(
+            self.0
+                .call(uri)
+                .map_ok(|tcp| TcpConnection(tcp, None))
+                .map_err(Into::into),
+        )
     }
 }
 
-/// A TCP connection that reports no extra connection information.
-pub(crate) struct TcpConnection(TokioIo<TcpStream>);
+/// A TCP connection that reports no extra connection information; counted open in its
+/// pool's stats while it lives ([`count_open`]).
+pub(crate) struct TcpConnection(TokioIo<TcpStream>, Option<OpenConnection>);
+
+/// Count `io` as open (in the stats `open` belongs to) until it is dropped.
+pub(crate) fn count_open(io: &mut Io, open: OpenConnection) {
+    let tcp = match io {
+        MaybeHttpsStream::Http(tcp) => tcp,
+        MaybeHttpsStream::Https(tls) => tls.inner_mut().get_mut().0.inner_mut(),
+    };
+    tcp.1 = Some(open);
+}
 
 impl Connection for TcpConnection {
     fn connected(&self) -> Connected {

@@ -94,7 +94,7 @@ use limit::{Limit, Permit, Ticket};
 use negotiate::{shape, Negotiating};
 use replay::Replay;
 use stats::PoolStats;
-pub(crate) use stats::{pool_totals, PoolTotals};
+pub(crate) use stats::{pool_totals, OpenConnection, PoolTotals};
 use timer::Deadline;
 use upgrade::upgrade_exchange;
 
@@ -560,10 +560,16 @@ impl<B: SendBody> Pool<B> {
         let stats = self.stats.clone();
         let mut connector = connector.clone();
         futures_util::FutureExt::map(connector.call(self.target.clone()), move |connected| {
-            if connected.is_err() {
-                stats.connect_failed();
+            match connected {
+                Ok(mut io) => {
+                    super::client::count_open(&mut io, stats.opened());
+                    Ok(io)
+                }
+                Err(e) => {
+                    stats.connect_failed();
+                    Err(e)
+                }
             }
-            connected
         })
     }
 }

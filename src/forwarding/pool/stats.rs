@@ -14,6 +14,7 @@ pub(crate) struct PoolStats {
     connect_errors: AtomicU64,
     reuses: AtomicU64,
     idle: AtomicUsize,
+    open: AtomicUsize,
 }
 
 /// Every pool's stats while it lives.
@@ -28,6 +29,7 @@ impl PoolStats {
             connect_errors: AtomicU64::new(0),
             reuses: AtomicU64::new(0),
             idle: AtomicUsize::new(0),
+            open: AtomicUsize::new(0),
         });
         let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
         pools.retain(|p| p.strong_count() > 0);
@@ -50,11 +52,30 @@ impl PoolStats {
     pub(super) fn set_idle(&self, idle: usize) {
         self.idle.store(idle, Ordering::Relaxed);
     }
+
+    /// A connection opened: counted open until the returned guard is dropped (with
+    /// the connection).
+    pub(super) fn opened(self: &Arc<Self>) -> OpenConnection {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(self.clone())
+    }
+}
+
+/// Counts its connection as open in its pool's stats while it lives (the connection
+/// holds it).
+#[derive(Debug)]
+pub(crate) struct OpenConnection(Arc<PoolStats>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Per destination address: connections opened, connects that failed, requests that
-/// took an idle HTTP/1.1 connection, and HTTP/1.1 connections idle now — summed over
-/// the pools alive (a pool forgotten by a sweep takes its counts with it).
+/// took an idle HTTP/1.1 connection, HTTP/1.1 connections idle now and connections
+/// open now — summed over the pools alive (a pool forgotten by a sweep takes its
+/// counts with it once its last connection has closed).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct PoolTotals {
     /// Connections opened (connect attempts).
@@ -65,6 +86,8 @@ pub(crate) struct PoolTotals {
     pub(crate) reuses: u64,
     /// HTTP/1.1 connections idle in the pool now.
     pub(crate) idle: u64,
+    /// Connections open now (HTTP/1.1 idle or in use, HTTP/2, upgraded).
+    pub(crate) open: u64,
 }
 
 /// [`PoolTotals`] by `scheme://authority`, sorted.
@@ -77,6 +100,7 @@ pub(crate) fn pool_totals() -> Vec<(String, PoolTotals)> {
         t.connect_errors += stats.connect_errors.load(Ordering::Relaxed);
         t.reuses += stats.reuses.load(Ordering::Relaxed);
         t.idle += stats.idle.load(Ordering::Relaxed) as u64;
+        t.open += stats.open.load(Ordering::Relaxed) as u64;
     }
     totals.into_iter().collect()
 }

@@ -720,7 +720,7 @@ impl Collector for ProcessMetrics {
         )?;
         let pools = pool_totals();
         type Field = fn(&PoolTotals) -> u64;
-        let pool_metrics: [(&str, &str, MetricType, Field); 4] = [
+        let pool_metrics: [(&str, &str, MetricType, Field); 5] = [
             (
                 "fuseway_pool_connects",
                 "Connections opened to a destination address, by all workers' pools",
@@ -744,6 +744,12 @@ impl Collector for ProcessMetrics {
                 "HTTP/1.1 connections idle in the pools now",
                 MetricType::Gauge,
                 |t| t.idle,
+            ),
+            (
+                "fuseway_pool_open_connections",
+                "Connections open to a destination address now, idle or in use",
+                MetricType::Gauge,
+                |t| t.open,
             ),
         ];
         for (name, help, kind, field) in pool_metrics {
