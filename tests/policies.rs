@@ -116,6 +116,18 @@ async fn registered_policies_apply_to_the_routes_that_name_them() {
         let r = client.get(proxy.url("/admin/x")).send().await.unwrap();
         assert_eq!(r.status(), 401, "{form:?}");
         assert!(r.headers().get("access-control-allow-origin").is_none());
+        // Counted on its route and cluster.
+        let mut metrics = String::new();
+        state
+            .metrics()
+            .encode(&state.snapshot(), &mut metrics)
+            .unwrap();
+        let series =
+            r#"fuseway_requests_total{route="admin",cluster="c1",destination="",status="401"} 1"#;
+        assert!(
+            metrics.lines().any(|l| l == series),
+            "{form:?}: {series} in\n{metrics}"
+        );
 
         let r = client
             .get(proxy.url("/admin/x"))

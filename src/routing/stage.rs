@@ -11,7 +11,7 @@ use crate::state::ProxyState;
 
 /// Finds the route for a request in the current snapshot. More than one `Host` header:
 /// 400. No route: 404. The route's [named policies](crate::policy) run next (and may
-/// answer). A route whose cluster does not exist: 503. The request continues with the
+/// answer: the answer is attributed to the route and its cluster, for telemetry). A route whose cluster does not exist: 503. The request continues with the
 /// cluster's available destinations as candidates (possibly none: load balancing
 /// answers 503 then). On the way back, the route's policies see the response.
 #[derive(Debug, Clone)]
@@ -50,7 +50,15 @@ impl<B: 'static> ByRef<Request<B>> for Routing {
         };
         let matched = &snapshot.routes()[route];
         for policy in matched.policies() {
-            policy.on_request(&PolicyRequest::new(request, matched.id()))?;
+            if let Err(mut answer) = policy.on_request(&PolicyRequest::new(request, matched.id())) {
+                // Counted on its route (the route's policies do not see it: a stage's
+                // own answer goes back through the stages before it only).
+                if answer.outcome.route().is_none() {
+                    let cluster = matched.cluster_index();
+                    answer.outcome.set_route(snapshot.clone(), route, cluster);
+                }
+                return Err(answer);
+            }
         }
         let Some(cluster) = snapshot.routes()[route].cluster_index() else {
             tracing::warn!(

@@ -21,9 +21,9 @@
 //!
 //! Durations are measured until the response headers are ready (response bodies
 //! stream afterwards); errors while a body streams are not counted here. Requests the
-//! proxy answers before choosing a destination (429, 413 or 503 from limits, affinity
-//! or balancing) are counted on their route and cluster with an empty `destination`
-//! label; those without a route (404, 400, a route policy's own answer) with all three
+//! proxy answers before choosing a destination (a route policy's own answer; 429, 413
+//! or 503 from limits, affinity or balancing) are counted on their route and cluster
+//! with an empty `destination` label; those without a route (404, 400) with all three
 //! empty.
 
 pub mod access;
