@@ -103,7 +103,7 @@ impl SpanIds {
 }
 
 /// `bytes` as lowercase hex digits into `out` (twice as long).
-fn hex(bytes: &[u8], out: &mut [u8]) {
+pub(crate) fn hex(bytes: &[u8], out: &mut [u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for (i, byte) in bytes.iter().enumerate() {
         out[2 * i] = DIGITS[usize::from(byte >> 4)];

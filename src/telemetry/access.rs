@@ -22,14 +22,13 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderValue, Method, Uri, Version};
 use tokio::time::Instant;
 
 use super::kind_name;
-use crate::forwarding::trace_context::{trace_id, SpanIds};
+use crate::forwarding::trace_context::{hex, trace_id, SpanIds};
 use crate::request::{ExchangeEnd, ExchangeReport, ForwardErrorKind, Outcome};
 
 /// The `tracing` target of the access log's records.
@@ -65,10 +64,12 @@ impl Arrival {
         log: bool,
         span: Option<SpanIds>,
     ) -> Self {
+        static X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+        static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
         let headers = request.headers();
-        let request_id = match headers.get("x-request-id") {
+        let request_id = match headers.get(&X_REQUEST_ID) {
             Some(id) => RequestId::Header(id.clone()),
-            None => match headers.get("traceparent").filter(|t| trace_id(t).is_some()) {
+            None => match headers.get(&TRACEPARENT).filter(|t| trace_id(t).is_some()) {
                 Some(traceparent) => RequestId::Trace(traceparent.clone()),
                 None => RequestId::generate(),
             },
@@ -97,21 +98,12 @@ impl Arrival {
         status: u16,
         outcome: &Outcome,
     ) -> Record {
-        let route = outcome.route().map(|r| r.id.clone());
-        let (cluster, destination) = match (outcome.cluster(), outcome.destination()) {
-            (Some(cluster), Some(destination)) => {
-                (Some(cluster.id.clone()), Some(destination.id.clone()))
-            }
-            (cluster, _) => (cluster.map(|c| c.id.clone()), None),
-        };
         Record {
             arrival: self,
             start,
             upstream,
             status,
-            route,
-            cluster,
-            destination,
+            place: outcome.place(),
             error: outcome.error.as_ref().map(|e| e.kind()),
         }
     }
@@ -124,9 +116,8 @@ pub(crate) struct Record {
     start: Instant,
     pub(super) upstream: Option<Duration>,
     pub(super) status: u16,
-    pub(super) route: Option<Arc<str>>,
-    pub(super) cluster: Option<Arc<str>>,
-    pub(super) destination: Option<Arc<str>>,
+    /// Route, cluster and destination.
+    place: Outcome,
     error: Option<ForwardErrorKind>,
 }
 
@@ -147,7 +138,8 @@ impl Record {
             return;
         }
         let a = &self.arrival;
-        let client = a.client.map(tracing::field::display);
+        let (mut client, mut request_id) = ([0; 64], [0; 16]);
+        let client = a.client(&mut client);
         tracing::info!(
             target: "fuseway::access",
             client,
@@ -160,13 +152,28 @@ impl Record {
             bytes_out = report.response_bytes,
             duration_ms = millis(duration),
             upstream_ms = self.upstream.map(millis),
-            route = self.route.as_deref(),
-            cluster = self.cluster.as_deref(),
-            destination = self.destination.as_deref(),
+            route = self.route(),
+            cluster = self.cluster(),
+            destination = self.destination(),
             error = error.map(kind_name),
-            request_id = %a.request_id,
+            request_id = a.request_id.text(&mut request_id),
             "request"
         );
+    }
+}
+
+impl Record {
+    pub(super) fn route(&self) -> Option<&str> {
+        self.place.route().map(|r| r.id())
+    }
+
+    pub(super) fn cluster(&self) -> Option<&str> {
+        self.place.cluster().map(|c| c.id())
+    }
+
+    /// Where one was chosen.
+    pub(super) fn destination(&self) -> Option<&str> {
+        self.place.destination().map(|d| d.id())
     }
 }
 
@@ -192,8 +199,9 @@ impl Arrival {
         protocol(self.version)
     }
 
-    pub(super) fn client(&self) -> Option<SocketAddr> {
-        self.client
+    /// The client's address, written into `buf`.
+    pub(super) fn client<'a>(&self, buf: &'a mut [u8; 64]) -> Option<&'a str> {
+        self.client.map(|c| client_text(c, buf))
     }
 }
 
@@ -225,39 +233,105 @@ enum RequestId {
 }
 
 impl RequestId {
-    /// An id unique in the process and unlikely to repeat across processes: a counter
-    /// from a random start, mixed by a bijection (so never two alike).
+    /// An id unique in the process and unlikely to repeat across processes: a count per
+    /// thread (the thread's number in its top 24 bits; no counter shared between
+    /// workers) from a random start, mixed by a bijection (so never two alike).
     fn generate() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
+        static THREADS: AtomicU64 = AtomicU64::new(0);
         static SEED: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
             use std::hash::{BuildHasher, Hasher};
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
             h.write_u32(std::process::id());
             h.finish()
         });
-        let n = SEED.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+        thread_local! {
+            static NEXT: std::cell::Cell<u64> =
+                std::cell::Cell::new(THREADS.fetch_add(1, Ordering::Relaxed) << 40);
+        }
+        let count = NEXT.with(|next| {
+            let n = next.get();
+            next.set(n + 1);
+            n
+        });
+        let n = SEED.wrapping_add(count);
         // An odd multiplier and an xor-shift: both invertible.
         let mixed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         RequestId::Generated(mixed ^ (mixed >> 31))
     }
 }
 
-impl std::fmt::Display for RequestId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl RequestId {
+    /// As the log writes it (a generated one's hex digits into `buf`).
+    fn text<'a>(&'a self, buf: &'a mut [u8; 16]) -> &'a str {
         match self {
-            RequestId::Header(id) => match id.to_str() {
-                Ok(id) => f.write_str(id),
-                Err(_) => f.write_str("(not text)"),
-            },
-            RequestId::Trace(traceparent) => f.write_str(trace_id(traceparent).unwrap_or("-")),
-            RequestId::Generated(n) => write!(f, "{n:016x}"),
+            RequestId::Header(id) => id.to_str().unwrap_or("(not text)"),
+            RequestId::Trace(traceparent) => trace_id(traceparent).unwrap_or("-"),
+            RequestId::Generated(n) => {
+                hex(&n.to_be_bytes(), buf);
+                std::str::from_utf8(buf).unwrap_or("-")
+            }
         }
     }
+}
+
+/// `addr` as `Display` writes it, into `buf`: an IPv4 one without `fmt`'s machinery
+/// (the access log writes one per request).
+fn client_text(addr: SocketAddr, buf: &mut [u8; 64]) -> &str {
+    let mut len = 0;
+    match addr {
+        SocketAddr::V4(v4) => {
+            let mut push = |n: u16, separator: Option<u8>| {
+                if let Some(separator) = separator {
+                    buf[len] = separator;
+                    len += 1;
+                }
+                let mut digits = [0u8; 5];
+                let mut at = digits.len();
+                let mut n = n;
+                loop {
+                    at -= 1;
+                    digits[at] = b'0' + (n % 10) as u8;
+                    n /= 10;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                for &d in &digits[at..] {
+                    buf[len] = d;
+                    len += 1;
+                }
+            };
+            for (i, octet) in v4.ip().octets().into_iter().enumerate() {
+                push(u16::from(octet), (i > 0).then_some(b'.'));
+            }
+            push(v4.port(), Some(b':'));
+        }
+        SocketAddr::V6(_) => {
+            use std::io::Write;
+            let mut cursor = std::io::Cursor::new(&mut buf[..]);
+            let _ = write!(cursor, "{addr}");
+            len = cursor.position() as usize;
+        }
+    }
+    std::str::from_utf8(&buf[..len]).unwrap_or("-")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_addresses_are_written_as_std_writes_them() {
+        for addr in [
+            "0.0.0.0:0",
+            "127.0.0.1:8080",
+            "255.255.255.255:65535",
+            "[::1]:443",
+        ] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            assert_eq!(client_text(addr, &mut [0; 64]), addr.to_string());
+        }
+    }
 
     #[test]
     fn request_ids_come_from_the_client_or_are_made_unique() {
@@ -268,7 +342,10 @@ mod tests {
                     .headers_mut()
                     .insert(*k, HeaderValue::from_str(v).unwrap());
             }
-            Arrival::of(&request, true, None).request_id.to_string()
+            Arrival::of(&request, true, None)
+                .request_id
+                .text(&mut [0; 16])
+                .to_owned()
         }
         let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         assert_eq!(id(&[("x-request-id", "abc-1")]), "abc-1");
@@ -293,5 +370,11 @@ mod tests {
             .all(|m| m.len() == 16 && m.bytes().all(|b| b.is_ascii_hexdigit())));
         let unique: std::collections::HashSet<&String> = made.iter().collect();
         assert_eq!(unique.len(), made.len());
+        // Counted per thread: another thread's are others.
+        let elsewhere: Vec<String> =
+            std::thread::spawn(move || (0..1000).map(|_| id(&[])).collect())
+                .join()
+                .unwrap();
+        assert!(elsewhere.iter().all(|id| !unique.contains(id)));
     }
 }

@@ -235,11 +235,8 @@ impl Visit for SpanRecord {
         self.strings.push((field.name(), value.to_owned()));
     }
 
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        // `client` (an address, recorded for display) and the message.
-        if field.name() == "client" {
-            self.strings.push(("client", format!("{value:?}")));
-        }
+    fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {
+        // Only the message ("request").
     }
 }
 

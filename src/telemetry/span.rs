@@ -45,6 +45,7 @@ pub(super) fn write(
 ) {
     let a = &record.arrival;
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let mut client = [0; 64];
     tracing::info!(
         target: "fuseway::span",
         trace_id = ids.trace_id,
@@ -53,7 +54,7 @@ pub(super) fn write(
         trace_flags = ids.flags,
         duration_ns = nanos(duration),
         upstream_ns = record.upstream.map(nanos),
-        client = a.client().map(tracing::field::display),
+        client = a.client(&mut client),
         method = a.method(),
         host = a.host(),
         path = a.path(),
@@ -61,9 +62,9 @@ pub(super) fn write(
         status = record.status,
         bytes_in = report.request_bytes,
         bytes_out = report.response_bytes,
-        route = record.route.as_deref(),
-        cluster = record.cluster.as_deref(),
-        destination = record.destination.as_deref(),
+        route = record.route(),
+        cluster = record.cluster(),
+        destination = record.destination(),
         error = error.map(kind_name),
         "request"
     );

@@ -95,6 +95,10 @@ struct Args {
     /// Only the reload phase (no path runs, no idle phase).
     #[arg(long)]
     reload_only: bool,
+    /// Only these targets (comma-separated labels as the tables print them:
+    /// `fuseway,fuseway-alog,nginx` ...); the backend's own row is always measured.
+    #[arg(long, value_delimiter = ',', value_name = "LABELS")]
+    only: Vec<String>,
 }
 
 /// What one benchmark run does, from [`Args`].
@@ -191,6 +195,7 @@ fn main() {
     }
 
     let port = backend_addr.port();
+    let wanted = |kind: Kind| args.only.is_empty() || args.only.iter().any(|l| l == kind.label());
     let mut targets = vec![
         // The baseline of each scenario (see `Scenario::baseline`).
         Target::new(
@@ -202,21 +207,39 @@ fn main() {
                 (Scenario::Grpc, port),
             ],
         ),
-        start_fuseway(&dir, &tmp, backend_addr, Kind::Fuseway, false),
-        start_fuseway(&dir, &tmp, backend_addr, Kind::FusewayHyper, false),
-        start_fuseway(&dir, &tmp, backend_addr, Kind::FusewayAccessLog, false),
-        start_fuseway(&dir, &tmp, backend_addr, Kind::Fuseway, true),
     ];
+    for (kind, h2c_destination) in [
+        (Kind::Fuseway, false),
+        (Kind::FusewayHyper, false),
+        (Kind::FusewayAccessLog, false),
+        (Kind::Fuseway, true),
+    ] {
+        if wanted(kind) {
+            targets.push(start_fuseway(
+                &dir,
+                &tmp,
+                backend_addr,
+                kind,
+                h2c_destination,
+            ));
+        }
+    }
     for kind in [Kind::HyperLegacy, Kind::HyperPool, Kind::HyperPinned] {
-        targets.extend(start_bare(&dir, backend_addr, kind));
+        if wanted(kind) {
+            targets.extend(start_bare(&dir, backend_addr, kind));
+        }
     }
-    match on_path("nginx") {
-        Some(nginx) => targets.extend(start_nginx(&nginx, &tmp, backend_addr)),
-        None => println!("e2e: nginx is not installed: its rounds are skipped"),
+    if wanted(Kind::Nginx) {
+        match on_path("nginx") {
+            Some(nginx) => targets.extend(start_nginx(&nginx, &tmp, backend_addr)),
+            None => println!("e2e: nginx is not installed: its rounds are skipped"),
+        }
     }
-    match on_path("haproxy") {
-        Some(haproxy) => targets.extend(start_haproxy(&haproxy, &tmp, backend_addr)),
-        None => println!("e2e: haproxy is not installed: its rounds are skipped"),
+    if wanted(Kind::Haproxy) {
+        match on_path("haproxy") {
+            Some(haproxy) => targets.extend(start_haproxy(&haproxy, &tmp, backend_addr)),
+            None => println!("e2e: haproxy is not installed: its rounds are skipped"),
+        }
     }
     let mut kinds: Vec<Kind> = targets.iter().map(|t| t.kind).collect();
     kinds.sort();
