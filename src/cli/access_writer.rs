@@ -1,10 +1,12 @@
 //! The binary's access-log writer: a `tracing` layer that formats each
 //! `fuseway::access` record itself (its fields are known: no generic field
-//! formatting) and appends it to a shared batch, which a thread of its own writes out
-//! when it fills or every [`FLUSH_EVERY`]; a worker's cost per record is the formatting
-//! and one uncontended lock, never a system call. When the writer falls behind by
-//! [`MAX_BATCH`] bytes, records are dropped (and the drops logged) rather than a worker
-//! kept waiting.
+//! formatting) straight into its thread's own batch, which a thread of its own writes
+//! out when it fills or every [`FLUSH_EVERY`]. A worker's cost per record is the
+//! formatting and the lock of its own batch (taken by the writer only to swap it out):
+//! no lock or buffer shared between workers, never a system call. Records of one thread
+//! are written in the order they ended; threads' batches follow one another. When the
+//! writer falls behind by [`MAX_BATCH`] bytes of a thread, that thread's records are
+//! dropped (and the drops logged) rather than the thread kept waiting.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -16,38 +18,46 @@ use tracing_subscriber::layer::Context;
 
 use super::logging::LogFormat;
 
-/// The batch is written out at least this often while it has records.
+/// The batches are written out at least this often while they have records.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
-/// A batch this large wakes the writer at once.
+/// A thread's batch this large wakes the writer at once.
 const FLUSH_AT: usize = 64 * 1024;
 
-/// What each of the two batch buffers keeps: room for what gathers between the wake-up
-/// at [`FLUSH_AT`] and the swap, so that the buffer is not grown under load.
+/// What a batch keeps: room for what gathers between the wake-up at [`FLUSH_AT`] and
+/// the swap, so that it is not grown under load.
 const BATCH_CAPACITY: usize = 4 * FLUSH_AT;
 
-/// Past this many bytes waiting, records are dropped.
+/// Past this many bytes waiting in a thread's batch, its records are dropped.
 pub(crate) const MAX_BATCH: usize = 4 * 1024 * 1024;
 
 struct Shared {
-    batch: Mutex<Batch>,
-    wake: Condvar,
+    /// Every logging thread's batch.
+    batches: Mutex<Vec<Arc<Mutex<Batch>>>>,
+    /// Whether the writer has been asked to write (a batch filled, or the log closes).
+    wake: Mutex<Wake>,
+    woken: Condvar,
+}
+
+#[derive(Default)]
+struct Wake {
+    asked: bool,
+    closed: bool,
 }
 
 #[derive(Default)]
 struct Batch {
-    bytes: Vec<u8>,
+    text: String,
     dropped: u64,
-    closed: bool,
 }
 
-/// The layer that formats access records into the batch.
+/// The layer that formats access records into the batches.
 pub(crate) struct AccessLayer {
     shared: Arc<Shared>,
     format: LogFormat,
 }
 
-/// Writes the last batch and stops the writer thread when dropped.
+/// Writes the last batches and stops the writer thread when dropped.
 pub(crate) struct Flusher {
     shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -59,11 +69,9 @@ pub(crate) fn access_log(
     sink: Box<dyn Write + Send>,
 ) -> std::io::Result<(AccessLayer, Flusher)> {
     let shared = Arc::new(Shared {
-        batch: Mutex::new(Batch {
-            bytes: Vec::with_capacity(BATCH_CAPACITY),
-            ..Batch::default()
-        }),
-        wake: Condvar::new(),
+        batches: Mutex::default(),
+        wake: Mutex::default(),
+        woken: Condvar::new(),
     });
     let writer = shared.clone();
     let thread = std::thread::Builder::new()
@@ -82,34 +90,57 @@ pub(crate) fn access_log(
 }
 
 fn write_batches(shared: &Shared, mut sink: Box<dyn Write + Send>) {
-    let mut spare = Vec::with_capacity(BATCH_CAPACITY);
+    let mut spare = String::with_capacity(BATCH_CAPACITY);
     loop {
-        let (closed, dropped) = {
-            // Until the batch fills, or the interval ends, or the log closes.
+        let closed = {
+            // Until a batch fills, or the interval ends, or the log closes.
             let deadline = std::time::Instant::now() + FLUSH_EVERY;
-            let mut batch = shared.batch.lock().unwrap_or_else(|e| e.into_inner());
-            while batch.bytes.len() < FLUSH_AT && !batch.closed {
+            let mut wake = shared.wake.lock().unwrap_or_else(|e| e.into_inner());
+            while !wake.asked && !wake.closed {
                 let now = std::time::Instant::now();
                 if now >= deadline {
                     break;
                 }
-                batch = shared
-                    .wake
-                    .wait_timeout(batch, deadline - now)
+                wake = shared
+                    .woken
+                    .wait_timeout(wake, deadline - now)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
-            std::mem::swap(&mut batch.bytes, &mut spare);
-            (batch.closed, std::mem::take(&mut batch.dropped))
+            wake.asked = false;
+            wake.closed
         };
-        if !spare.is_empty() {
-            if let Err(e) = sink.write_all(&spare).and_then(|()| sink.flush()) {
-                tracing::warn!(error = %e, "cannot write the access log");
+        let mut dropped = 0;
+        let batches = shared
+            .batches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for batch in &batches {
+            {
+                let mut batch = batch.lock().unwrap_or_else(|e| e.into_inner());
+                std::mem::swap(&mut batch.text, &mut spare);
+                dropped += std::mem::take(&mut batch.dropped);
             }
-            spare.clear();
-            // Keep a batch's worth, not a burst's.
-            spare.shrink_to(BATCH_CAPACITY);
+            if !spare.is_empty() {
+                if let Err(e) = sink.write_all(spare.as_bytes()) {
+                    tracing::warn!(error = %e, "cannot write the access log");
+                }
+                spare.clear();
+                // Keep a batch's worth, not a burst's.
+                spare.shrink_to(BATCH_CAPACITY);
+            }
         }
+        if let Err(e) = sink.flush() {
+            tracing::warn!(error = %e, "cannot write the access log");
+        }
+        drop(batches);
+        // The batches of threads that have ended (only this list holds them), now empty.
+        shared
+            .batches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|batch| Arc::strong_count(batch) > 1);
         if dropped > 0 {
             tracing::warn!(
                 dropped,
@@ -125,19 +156,22 @@ fn write_batches(shared: &Shared, mut sink: Box<dyn Write + Send>) {
 impl Drop for Flusher {
     fn drop(&mut self) {
         self.shared
-            .batch
+            .wake
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .closed = true;
-        self.shared.wake.notify_one();
+        self.shared.woken.notify_one();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
+/// A thread's batch, and the writer it belongs to.
+type Mine = Option<(std::sync::Weak<Shared>, Arc<Mutex<Batch>>)>;
+
 thread_local! {
-    static LINE: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(512));
+    static BATCH: std::cell::RefCell<Mine> = const { std::cell::RefCell::new(None) };
     static STAMP: std::cell::Cell<Stamp> = const { std::cell::Cell::new(Stamp { second: u64::MAX, text: [0; 27] }) };
 }
 
@@ -171,13 +205,40 @@ fn cached_timestamp(at: SystemTime, out: &mut [u8; 27]) -> &str {
     std::str::from_utf8(&out[..]).unwrap_or("")
 }
 
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        LINE.with(|line| {
-            let Ok(mut line) = line.try_borrow_mut() else {
+impl AccessLayer {
+    /// `f` on this thread's batch of this layer's writer (made and listed at the
+    /// thread's first record).
+    fn with_batch(&self, f: impl FnOnce(&Mutex<Batch>)) {
+        BATCH.with(|mine| {
+            let Ok(mut mine) = mine.try_borrow_mut() else {
                 return;
             };
-            line.clear();
+            match &*mine {
+                Some((shared, batch)) if std::ptr::eq(shared.as_ptr(), &*self.shared) => f(batch),
+                _ => {
+                    let batch = Arc::new(Mutex::new(Batch {
+                        text: String::with_capacity(BATCH_CAPACITY),
+                        dropped: 0,
+                    }));
+                    self.shared
+                        .batches
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(batch.clone());
+                    f(&batch);
+                    *mine = Some((Arc::downgrade(&self.shared), batch));
+                }
+            }
+        });
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        self.with_batch(|batch| {
+            let mut batch = batch.lock().unwrap_or_else(|e| e.into_inner());
+            let start = batch.text.len();
+            let line = &mut batch.text;
             let json = self.format == LogFormat::Json;
             let mut stamp = [0u8; 27];
             let stamp = cached_timestamp(SystemTime::now(), &mut stamp);
@@ -193,20 +254,20 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
                     line.push_str(part);
                 }
             }
-            event.record(&mut Fields {
-                line: &mut line,
-                json,
-            });
+            event.record(&mut Fields { line, json });
             line.push_str(if json { "}\n" } else { "\n" });
-            let mut batch = self.shared.batch.lock().unwrap_or_else(|e| e.into_inner());
-            if batch.bytes.len() + line.len() > MAX_BATCH {
+            if line.len() > MAX_BATCH {
+                line.truncate(start);
                 batch.dropped += 1;
-                return;
-            }
-            batch.bytes.extend_from_slice(line.as_bytes());
-            if batch.bytes.len() >= FLUSH_AT {
+            } else if line.len() >= FLUSH_AT && start < FLUSH_AT {
+                // Crossed the mark: wake the writer (once per batch).
                 drop(batch);
-                self.shared.wake.notify_one();
+                self.shared
+                    .wake
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .asked = true;
+                self.shared.woken.notify_one();
             }
         });
     }
@@ -469,11 +530,78 @@ mod tests {
                 tracing::info!(target: "fuseway::access", status = 200u64, path = "/a/long/enough/path/for/the/record", i, "request");
             }
         });
-        let dropped = shared.batch.lock().unwrap().dropped;
+        let dropped: u64 = shared
+            .batches
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| b.lock().unwrap().dropped)
+            .sum();
         assert!(dropped > 0, "nothing dropped of {records}");
         // Let the sink go: the writer finishes and the flusher returns.
         drop(release);
         drop(flusher);
+    }
+
+    /// A sink keeping what it is given.
+    #[derive(Clone, Default)]
+    struct Kept(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Kept {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Each thread logs into a batch of its own: all of them are written, every
+    /// thread's records in the order they were logged, within the interval while the
+    /// log runs and at the end when it closes.
+    #[test]
+    fn every_threads_records_are_written_in_order() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let kept = Kept::default();
+        let (layer, flusher) = access_log(LogFormat::Text, Box::new(kept.clone())).unwrap();
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let log = |thread: u64, records: u64| {
+            let dispatch = dispatch.clone();
+            std::thread::spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    for i in 0..records {
+                        tracing::info!(target: "fuseway::access", thread, i, "request");
+                    }
+                })
+            })
+        };
+        let lines = |kept: &Kept| {
+            let text = String::from_utf8(kept.0.lock().unwrap().clone()).unwrap();
+            text.lines().map(str::to_owned).collect::<Vec<_>>()
+        };
+        for thread in [log(0, 100), log(1, 100)] {
+            thread.join().unwrap();
+        }
+        // Written by the interval, without a full batch or the end.
+        let deadline = std::time::Instant::now() + 10 * FLUSH_EVERY;
+        while lines(&kept).len() < 200 {
+            assert!(std::time::Instant::now() < deadline, "{:?}", lines(&kept));
+            std::thread::sleep(FLUSH_EVERY / 4);
+        }
+        log(2, 10).join().unwrap();
+        drop(flusher);
+        let lines = lines(&kept);
+        assert_eq!(lines.len(), 210, "{lines:?}");
+        for thread in 0..3 {
+            let order: Vec<u64> = lines
+                .iter()
+                .filter(|l| l.contains(&format!(" thread={thread} ")))
+                .map(|l| l.rsplit_once("i=").unwrap().1.parse().unwrap())
+                .collect();
+            let expected: Vec<u64> = (0..if thread == 2 { 10 } else { 100 }).collect();
+            assert_eq!(order, expected, "thread {thread}");
+        }
     }
 
     #[test]
