@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Stdio;
 
-use common::{h1_client, h2c_client, listening_addr, strip_ansi, within};
+use common::{h1_client, h2c_client, listening_addr, strip_ansi, within, TempDir};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -64,9 +64,8 @@ async fn demo_prints_curl_commands_that_answer() {
 
 #[tokio::test]
 async fn invalid_config_names_the_field_and_exits_non_zero() {
-    let dir = std::env::temp_dir().join(format!("fuseway-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("bad.json");
+    let dir = TempDir::new("cli");
+    let file = dir.path().join("bad.json");
     std::fs::write(
         &file,
         r#"{ "ReverseProxy": { "Routes": { "r1": { "ClusterId": "c", "Match": { "Path": "/{oops" } } } } }"#,
@@ -81,15 +80,13 @@ async fn invalid_config_names_the_field_and_exits_non_zero() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("Routes.r1.Match.Path"), "{stderr}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test]
 async fn runs_a_config_file_and_stops_on_sigterm() {
     let backend = common::echo_backend().await;
-    let dir = std::env::temp_dir().join(format!("fuseway-cli-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("proxy.toml");
+    let dir = TempDir::new("cli-run");
+    let file = dir.path().join("proxy.toml");
     std::fs::write(
         &file,
         format!(
@@ -147,7 +144,6 @@ async fn runs_a_config_file_and_stops_on_sigterm() {
         .unwrap();
     let status = within("fuseway to exit", child.wait()).await.unwrap();
     assert!(status.success(), "{status:?}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Start `fuseway --config FILE` (with `env`), wait for its listening line, return the
@@ -199,9 +195,8 @@ async fn yarp_sample_appsettings_is_served_unchanged_with_an_env_override() {
 #[tokio::test]
 async fn lower_camel_case_file_is_served() {
     let backend = common::echo_backend().await;
-    let dir = std::env::temp_dir().join(format!("fuseway-cli-camel-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("appsettings.json");
+    let dir = TempDir::new("cli-camel");
+    let file = dir.path().join("appsettings.json");
     std::fs::write(
         &file,
         format!(
@@ -231,13 +226,11 @@ async fn lower_camel_case_file_is_served() {
         .unwrap();
     assert_eq!(r.status(), 404);
     child.start_kill().unwrap();
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test]
 async fn check_validates_without_serving() {
-    let dir = std::env::temp_dir().join(format!("fuseway-cli-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("cli-check");
     let good = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/yarp-basic-sample.json");
     let out = within(
@@ -266,7 +259,7 @@ async fn check_validates_without_serving() {
     assert!(stderr.contains("Routes.route1.Match.Path"), "{stderr}");
 
     // A listener certificate that cannot be read: refused without binding anything.
-    let bad = dir.join("tls.json");
+    let bad = dir.path().join("tls.json");
     std::fs::write(
         &bad,
         r#"{"Listen": [{"Address": "127.0.0.1:0", "Certificate": "/nonexistent/c.pem", "Key": "/nonexistent/k.pem"}]}"#,
@@ -281,14 +274,12 @@ async fn check_validates_without_serving() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("Listen[0]"), "{stderr}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test]
 async fn a_route_naming_an_unregistered_policy_is_refused() {
-    let dir = std::env::temp_dir().join(format!("fuseway-cli-policy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("appsettings.json");
+    let dir = TempDir::new("cli-policy");
+    let file = dir.path().join("appsettings.json");
     std::fs::write(
         &file,
         r#"{ "ReverseProxy": {
@@ -319,7 +310,6 @@ async fn a_route_naming_an_unregistered_policy_is_refused() {
             "{stderr}"
         );
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A duration option that is not a duration is refused with the option named.

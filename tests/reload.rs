@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,14 +19,6 @@ use fuseway::state::ProxyState;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-/// A fresh directory for one test's configuration file.
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fuseway-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Replace `path` the way editors do: write a temporary file, rename it over.
 fn write_config(path: &Path, text: &str) {
@@ -104,8 +96,8 @@ async fn two_hundred_requests_in_flight_across_twenty_reloads_all_succeed() {
         }
     })
     .await;
-    let dir = temp_dir("reload-inflight");
-    let file = dir.join("proxy.json");
+    let dir = TempDir::new("reload-inflight");
+    let file = dir.path().join("proxy.json");
     std::fs::write(&file, generation_config(&b.url(), 0)).unwrap();
     let (p, _watcher) = watched(&file).await;
 
@@ -175,14 +167,13 @@ async fn two_hundred_requests_in_flight_across_twenty_reloads_all_succeed() {
     assert_eq!(reloads(&p.state, "success"), RELOADS as u64);
     p.wait_idle("c", "d1").await;
     p.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test]
 async fn an_invalid_file_is_rejected_and_the_old_routes_keep_working() {
     let b = echo_backend().await;
-    let dir = temp_dir("reload-invalid");
-    let file = dir.join("proxy.json");
+    let dir = TempDir::new("reload-invalid");
+    let file = dir.path().join("proxy.json");
     std::fs::write(&file, generation_config(&b.url(), 0)).unwrap();
     let (p, _watcher) = watched(&file).await;
     let client = h1_client();
@@ -220,7 +211,6 @@ async fn an_invalid_file_is_rejected_and_the_old_routes_keep_working() {
     .await;
     assert_eq!(reloads(&p.state, "success"), 1);
     p.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Cluster `a` (destinations `bad`, a closed port, and `good`; passive health) and
@@ -252,8 +242,8 @@ async fn unhealthy_state_survives_a_reload_that_changes_another_cluster() {
     let b2 = echo_backend().await;
     let refused = Refused::bind();
     let bad = refused.url();
-    let dir = temp_dir("reload-health");
-    let file = dir.join("proxy.json");
+    let dir = TempDir::new("reload-health");
+    let file = dir.path().join("proxy.json");
     std::fs::write(&file, two_clusters(&good.url(), &bad, &b1.url())).unwrap();
     let (p, _watcher) = watched(&file).await;
     let client = h1_client();
@@ -305,14 +295,13 @@ async fn unhealthy_state_survives_a_reload_that_changes_another_cluster() {
     assert_eq!(a["destinations"][0]["health"]["passive"], "unhealthy");
     assert_eq!(a["destinations"][0]["available"], false);
     p.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test]
 async fn the_binary_reloads_an_edited_file_and_serves_its_admin_listener() {
     let b = echo_backend().await;
-    let dir = temp_dir("reload-binary");
-    let file = dir.join("proxy.json");
+    let dir = TempDir::new("reload-binary");
+    let file = dir.path().join("proxy.json");
     std::fs::write(&file, generation_config(&b.url(), 0)).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"))
         .args([
@@ -391,15 +380,14 @@ async fn the_binary_reloads_an_edited_file_and_serves_its_admin_listener() {
     assert!(page.contains("fuseway status"));
     child.start_kill().unwrap();
     let _ = child.wait().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A reload that changes `Listen` applies the rest and says the listeners need a
 /// restart (it is never silently ignored); one that does not change it says nothing.
 #[test]
 fn a_changed_listen_is_logged_as_needing_a_restart() {
-    let dir = temp_dir("listen-change");
-    let file = dir.join("proxy.json");
+    let dir = TempDir::new("listen-change");
+    let file = dir.path().join("proxy.json");
     let config = |listen: &str, path: &str| {
         format!(
             r#"{{ "Listen": ["{listen}"],
@@ -451,7 +439,6 @@ fn a_changed_listen_is_logged_as_needing_a_restart() {
         state.snapshot().config().routes["r"].match_.path.as_deref(),
         Some("/c")
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);

@@ -12,7 +12,7 @@ use std::cell::Cell;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub(crate) static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// Rewrite the request's trace context for the hop to the destination (unless the

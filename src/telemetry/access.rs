@@ -28,7 +28,7 @@ use http::{HeaderValue, Method, Uri, Version};
 use tokio::time::Instant;
 
 use super::kind_name;
-use crate::forwarding::trace_context::{hex, trace_id, SpanIds};
+use crate::forwarding::trace_context::{hex, trace_id, SpanIds, TRACEPARENT};
 use crate::request::{ExchangeEnd, ExchangeReport, ForwardErrorKind, Outcome};
 
 /// The `tracing` target of the access log's records.
@@ -65,7 +65,6 @@ impl Arrival {
         span: Option<SpanIds>,
     ) -> Self {
         static X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
-        static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
         let headers = request.headers();
         let request_id = match headers.get(&X_REQUEST_ID) {
             Some(id) => RequestId::Header(id.clone()),
@@ -143,10 +142,10 @@ impl Record {
         tracing::info!(
             target: "fuseway::access",
             client,
-            method = a.method.as_str(),
+            method = a.method(),
             host = a.host(),
             path = a.path(),
-            protocol = protocol(a.version),
+            protocol = a.protocol(),
             status = self.status,
             bytes_in = report.request_bytes,
             bytes_out = report.response_bytes,
