@@ -127,3 +127,37 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
         }
     }
 }
+
+/// An `io::Write` keeping everything written to it, shared by its clones: a log sink
+/// whose output a test reads back.
+///
+/// ```
+/// use std::io::Write;
+/// let sink = fuseway::testing::SharedBuffer::default();
+/// sink.clone().write_all(b"line\n").unwrap();
+/// assert_eq!(sink.text(), "line\n");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct SharedBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl SharedBuffer {
+    /// What was written so far, as text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        let bytes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for SharedBuffer {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

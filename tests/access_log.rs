@@ -4,12 +4,9 @@
 
 mod common;
 
-use std::process::Stdio;
-
-use common::{h1_client, h2c_client, within, TempDir};
+use common::{h1_client, h2c_client, stop_for_stdout, within, TempDir};
 use serde_json::Value;
-use tokio::io::AsyncReadExt;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 /// A proxy of one route, `/app/{**rest}`, to `destination`.
 fn config(destination: &str) -> String {
@@ -19,40 +16,12 @@ fn config(destination: &str) -> String {
     )
 }
 
-/// The binary with `args`, its config file in a directory of its own (kept as long as
-/// the binary runs); its address.
+/// The binary on [`config`] with `args`.
 async fn start(destination: &str, args: &[&str]) -> (Child, std::net::SocketAddr, TempDir) {
-    let dir = TempDir::new("access");
-    let file = dir.write("proxy.json", &config(destination));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fuseway"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("RUST_LOG", "info")
-        .arg("--config")
-        .arg(&file)
-        .args(["--listen", "127.0.0.1:0", "--workers", "1"])
-        .args(args)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child).await;
-    (child, addr, dir)
-}
-
-/// SIGTERM, then everything it wrote to stdout until it exited.
-async fn stop(mut child: Child) -> String {
-    let pid = child.id().unwrap() as libc::pid_t;
-    // SAFETY: a signal to our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let mut out = String::new();
-    let mut stdout = child.stdout.take().unwrap();
-    within("stdout to the end", stdout.read_to_string(&mut out))
-        .await
-        .unwrap();
-    let status = within("fuseway to exit", child.wait()).await.unwrap();
-    assert!(status.success(), "{status:?}");
-    out
+    common::fuseway_binary(&config(destination), |command| {
+        command.args(args);
+    })
+    .await
 }
 
 /// One JSON record per request on stdout (the default), in the order they ended:
@@ -98,7 +67,7 @@ async fn json_records_on_stdout_name_every_field() {
     .await
     .unwrap();
     assert_eq!(missing.status(), 404);
-    let out = stop(child).await;
+    let out = stop_for_stdout(child).await;
     let records: Vec<Value> = out
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
@@ -162,7 +131,7 @@ async fn text_records_to_a_file_and_none_when_off() {
     .unwrap();
     assert_eq!(r.status(), 200);
     r.bytes().await.unwrap();
-    assert_eq!(stop(child).await, "", "nothing on stdout");
+    assert_eq!(stop_for_stdout(child).await, "", "nothing on stdout");
     let written = std::fs::read_to_string(&file).unwrap();
     let lines: Vec<&str> = written.lines().collect();
     assert_eq!(lines.len(), 2, "{written}");
@@ -188,5 +157,5 @@ async fn text_records_to_a_file_and_none_when_off() {
     .unwrap();
     assert_eq!(r.status(), 200);
     r.bytes().await.unwrap();
-    assert_eq!(stop(child).await, "", "no access log");
+    assert_eq!(stop_for_stdout(child).await, "", "no access log");
 }

@@ -7,9 +7,8 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Stdio;
 
-use common::{h1_client, within, Refused, TempDir};
+use common::{h1_client, stop_for_stdout, within, Refused, TempDir};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -20,9 +19,8 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::mpsc;
 
 /// An exported span with the `service.name` of its resource.
@@ -115,40 +113,14 @@ fn config(live: &str, dead: &str) -> String {
 /// The binary exporting to `endpoint` (batches sent every 50 ms), its JSON access log
 /// on stdout.
 async fn start(config: &str, endpoint: &str) -> (Child, std::net::SocketAddr, TempDir) {
-    let dir = TempDir::new("otlp");
-    let file = dir.write("proxy.json", config);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fuseway"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("RUST_LOG", "info")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
-        .env_remove("OTEL_SERVICE_NAME")
-        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
-        .arg("--config")
-        .arg(&file)
-        .args(["--listen", "127.0.0.1:0", "--workers", "1"])
-        .args(["--log-format", "json", "--otlp-endpoint", endpoint])
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child).await;
-    (child, addr, dir)
-}
-
-/// SIGTERM; its stdout (the access log) once it has exited.
-async fn stop(mut child: Child) -> String {
-    let pid = child.id().unwrap() as libc::pid_t;
-    // SAFETY: a signal to our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let mut out = String::new();
-    let mut stdout = child.stdout.take().unwrap();
-    within("stdout to the end", stdout.read_to_string(&mut out))
-        .await
-        .unwrap();
-    let status = within("fuseway to exit", child.wait()).await.unwrap();
-    assert!(status.success(), "{status:?}");
-    out
+    common::fuseway_binary(config, |command| {
+        command
+            .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+            .env_remove("OTEL_SERVICE_NAME")
+            .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+            .args(["--log-format", "json", "--otlp-endpoint", endpoint]);
+    })
+    .await
 }
 
 /// Lowercase hex digits of `bytes` (an id as `traceparent` writes it).
@@ -273,7 +245,7 @@ async fn each_request_is_a_span_in_its_trace_at_the_receiver() {
 
     // Stopped: whatever waited is sent (shutdown flushes); still nothing of the
     // unsampled trace.
-    let log = stop(child).await;
+    let log = stop_for_stdout(child).await;
     while let Ok(received) = spans.try_recv() {
         assert_ne!(hex(&received.span.trace_id), unsampled);
     }
@@ -302,6 +274,6 @@ async fn an_unreachable_receiver_stops_nothing() {
     for _ in 0..20 {
         forwarded(format!("http://{addr}/app/x"), None).await;
     }
-    let log = stop(child).await;
+    let log = stop_for_stdout(child).await;
     assert_eq!(log.lines().count(), 20, "{log}");
 }

@@ -543,27 +543,13 @@ mod tests {
         drop(flusher);
     }
 
-    /// A sink keeping what it is given.
-    #[derive(Clone, Default)]
-    struct Kept(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Kept {
-        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(data);
-            Ok(data.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     /// Each thread logs into a batch of its own: all of them are written, every
     /// thread's records in the order they were logged, within the interval while the
     /// log runs and at the end when it closes.
     #[test]
     fn every_threads_records_are_written_in_order() {
         use tracing_subscriber::layer::SubscriberExt;
-        let kept = Kept::default();
+        let kept = crate::testing::SharedBuffer::default();
         let (layer, flusher) = access_log(LogFormat::Text, Box::new(kept.clone())).unwrap();
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
         let log = |thread: u64, records: u64| {
@@ -576,9 +562,8 @@ mod tests {
                 })
             })
         };
-        let lines = |kept: &Kept| {
-            let text = String::from_utf8(kept.0.lock().unwrap().clone()).unwrap();
-            text.lines().map(str::to_owned).collect::<Vec<_>>()
+        let lines = |kept: &crate::testing::SharedBuffer| {
+            kept.text().lines().map(str::to_owned).collect::<Vec<_>>()
         };
         for thread in [log(0, 100), log(1, 100)] {
             thread.join().unwrap();

@@ -225,29 +225,15 @@ pub(crate) fn retain_destinations(
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     use crate::config::{parse, Format};
     use crate::state::ProxyState;
-    use crate::testing::{block_on, StubForwarder, StubMode};
+    use crate::testing::{block_on, SharedBuffer, StubForwarder, StubMode};
 
     crate::default_pipeline! {
         struct Stubbed(http::Request<http_body_util::Empty<bytes::Bytes>>) {
             => stub: crate::testing::StubForwarder,
-        }
-    }
-
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Buffer {
-        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(data);
-            Ok(data.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
         }
     }
 
@@ -261,7 +247,7 @@ mod tests {
         .unwrap();
         let state = Arc::new(ProxyState::new(config).unwrap());
         let pipeline = Stubbed::from_state(state.clone(), StubForwarder::new(StubMode::Async));
-        let buffer = Buffer::default();
+        let buffer = SharedBuffer::default();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::DEBUG)
             .with_ansi(false)
@@ -278,7 +264,7 @@ mod tests {
                 drop(block_on(pipeline.call_fused(request)).unwrap());
             }
         });
-        let out = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let out = buffer.text();
         let lines: Vec<&str> = out
             .lines()
             .filter(|l| l.contains("request finished"))

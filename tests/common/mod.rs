@@ -443,3 +443,46 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The `fuseway` binary on `config` (written to a directory of its own, kept as long as
+/// the binary runs), listening on 127.0.0.1:0 with one worker, stdout and stderr piped,
+/// `RUST_LOG=info`, `configure`d further (arguments, environment): the child, its
+/// address and the directory.
+pub async fn fuseway_binary(
+    config: &str,
+    configure: impl FnOnce(&mut tokio::process::Command),
+) -> (tokio::process::Child, SocketAddr, TempDir) {
+    let dir = TempDir::new("binary");
+    let file = dir.write("proxy.json", config);
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"));
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .env("RUST_LOG", "info")
+        .arg("--config")
+        .arg(&file)
+        .args(["--listen", "127.0.0.1:0", "--workers", "1"])
+        .kill_on_drop(true);
+    configure(&mut command);
+    let mut child = command.spawn().unwrap();
+    let addr = listening(&mut child).await;
+    (child, addr, dir)
+}
+
+/// SIGTERM to the binary `child`; everything it wrote to stdout (the access log) once it
+/// has exited, which it must do successfully.
+pub async fn stop_for_stdout(mut child: tokio::process::Child) -> String {
+    use tokio::io::AsyncReadExt;
+    let pid = child.id().unwrap() as libc::pid_t;
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let mut out = String::new();
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    within("stdout to the end", stdout.read_to_string(&mut out))
+        .await
+        .unwrap();
+    let status = within("fuseway to exit", child.wait()).await.unwrap();
+    assert!(status.success(), "{status:?}");
+    out
+}
