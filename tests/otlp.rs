@@ -277,3 +277,25 @@ async fn an_unreachable_receiver_stops_nothing() {
     let log = stop_for_stdout(child).await;
     assert_eq!(log.lines().count(), 20, "{log}");
 }
+
+/// An endpoint it cannot export to as asked (TLS is not built in) stops the start,
+/// naming the flag.
+#[tokio::test]
+async fn an_https_endpoint_is_refused_at_start() {
+    let out = within(
+        "fuseway to refuse",
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"))
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--otlp-endpoint", "https://127.0.0.1:4317"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--otlp-endpoint https://127.0.0.1:4317") && stderr.contains("HTTPS"),
+        "{stderr}"
+    );
+}

@@ -11,9 +11,10 @@ use crate::state::ProxyState;
 
 /// Finds the route for a request in the current snapshot. More than one `Host` header:
 /// 400. No route: 404. The route's [named policies](crate::policy) run next (and may
-/// answer: the answer is attributed to the route and its cluster, for telemetry). A route whose cluster does not exist: 503. The request continues with the
-/// cluster's available destinations as candidates (possibly none: load balancing
-/// answers 503 then). On the way back, the route's policies see the response.
+/// answer: the answer is attributed to the route and its cluster, for telemetry). A
+/// route whose cluster does not exist: 503. The request continues with the cluster's
+/// available destinations as candidates (possibly none: load balancing answers 503
+/// then). On the way back, the route's policies see the response.
 #[derive(Debug, Clone)]
 pub struct Routing {
     state: Arc<ProxyState>,

@@ -105,8 +105,9 @@ pub struct Export {
     runtime: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Export spans over OTLP/gRPC to `endpoint` (`http://HOST:4317`; `https://` for TLS
-/// with the system's roots), batched by the SDK's [`BatchSpanProcessor`] (its
+/// Export spans over OTLP/gRPC to `endpoint` (`http://HOST:4317`: plaintext, a collector
+/// beside the proxy or on a trusted network; an `https://` endpoint is refused, no TLS
+/// is built in), batched by the SDK's [`BatchSpanProcessor`] (its
 /// `OTEL_BSP_*` variables apply: at most 2048 spans wait, sent every 5 s or by 512;
 /// past that, spans are dropped, never a request delayed). The resource's
 /// `service.name` is `fuseway` unless `OTEL_SERVICE_NAME` or
