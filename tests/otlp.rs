@@ -1,8 +1,9 @@
 //! `--otlp-endpoint`: a span per request exported over OTLP/gRPC to a receiver the test
 //! starts (opentelemetry-proto's generated tonic service), with the client's trace id
 //! and the parent id the destination was sent; a trace started for a request without
-//! one; an unsampled client trace not exported; a failed exchange's span an error. The
-//! real binary, a real backend and an HTTP/1.1 client on 127.0.0.1.
+//! one; an unsampled client trace not exported; a failed exchange's span an error; a
+//! receiver over TLS, trusted through `SSL_CERT_FILE`. The real binary, a real backend
+//! and an HTTP/1.1 client on 127.0.0.1.
 
 mod common;
 
@@ -278,24 +279,51 @@ async fn an_unreachable_receiver_stops_nothing() {
     assert_eq!(log.lines().count(), 20, "{log}");
 }
 
-/// An endpoint it cannot export to as asked (TLS is not built in) stops the start,
-/// naming the flag.
+/// An `https://` endpoint: the collector's certificate checked against the trust store
+/// (`SSL_CERT_FILE` here: a CA of the test's own), spans delivered over TLS.
 #[tokio::test]
-async fn an_https_endpoint_is_refused_at_start() {
-    let out = within(
-        "fuseway to refuse",
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_fuseway"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(["--otlp-endpoint", "https://127.0.0.1:4317"])
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("--otlp-endpoint https://127.0.0.1:4317") && stderr.contains("HTTPS"),
-        "{stderr}"
+async fn spans_reach_a_tls_receiver_it_trusts() {
+    use rcgen::{CertificateParams, CertifiedIssuer, KeyPair};
+    let dir = TempDir::new("otlp-tls");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let ca_file = dir.write("ca.pem", &ca.pem());
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = listener.local_addr().unwrap();
+    let (tx, mut spans) = mpsc::unbounded_channel();
+    let tls = tonic::transport::ServerTlsConfig::new().identity(
+        tonic::transport::Identity::from_pem(server.pem(), key.serialize_pem()),
     );
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .add_service(TraceServiceServer::new(Receiver(tx)))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+
+    let backend = common::echo_backend().await;
+    let dead = Refused::bind();
+    let (child, addr, _dir) = common::fuseway_binary(&config(&backend.url(), &dead.url()), |c| {
+        c.env("OTEL_BSP_SCHEDULE_DELAY", "50")
+            .env("SSL_CERT_FILE", &ca_file)
+            .args(["--otlp-endpoint", &format!("https://{endpoint}")]);
+    })
+    .await;
+    let (trace, span, _) = forwarded(format!("http://{addr}/app/over-tls"), None).await;
+    let received = within("the span over TLS", spans.recv()).await.unwrap();
+    assert_eq!(hex(&received.span.trace_id), trace);
+    assert_eq!(hex(&received.span.span_id), span);
+    assert_eq!(
+        received.string("url.path").as_deref(),
+        Some("/app/over-tls")
+    );
+    stop_for_stdout(child).await;
 }

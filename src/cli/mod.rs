@@ -98,8 +98,8 @@ pub struct Args {
     /// line).
     #[arg(long, value_enum, default_value_t)]
     pub log_format: logging::LogFormat,
-    /// Export a span per request over OTLP/gRPC to this endpoint (`http://HOST:4317`,
-    /// plaintext):
+    /// Export a span per request over OTLP/gRPC to this endpoint (`http://HOST:4317`;
+    /// `https://` for TLS, checked against the system's trust store):
     /// requests without a `traceparent` start a trace, destinations are sent the
     /// proxy's span as their parent. `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`
     /// and `OTEL_BSP_*` apply.

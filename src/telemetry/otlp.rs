@@ -105,9 +105,9 @@ pub struct Export {
     runtime: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Export spans over OTLP/gRPC to `endpoint` (`http://HOST:4317`: plaintext, a collector
-/// beside the proxy or on a trusted network; an `https://` endpoint is refused, no TLS
-/// is built in), batched by the SDK's [`BatchSpanProcessor`] (its
+/// Export spans over OTLP/gRPC to `endpoint` (`http://HOST:4317`; `https://HOST:4317`
+/// for TLS, the collector's certificate checked against the system's trust store, or
+/// `SSL_CERT_FILE` / `SSL_CERT_DIR` when set), batched by the SDK's [`BatchSpanProcessor`] (its
 /// `OTEL_BSP_*` variables apply: at most 2048 spans wait, sent every 5 s or by 512;
 /// past that, spans are dropped, never a request delayed). The resource's
 /// `service.name` is `fuseway` unless `OTEL_SERVICE_NAME` or
@@ -116,7 +116,8 @@ pub struct Export {
 /// when the first batch goes; an unreachable one loses spans (reported by the
 /// OpenTelemetry SDK's own logs), it stops nothing.
 pub fn grpc(endpoint: &str) -> Result<Export, BoxError> {
-    use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+    use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
+    use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithTonicConfig};
 
     let endpoint = endpoint.to_owned();
     let (built, exporter) = std::sync::mpsc::channel();
@@ -137,11 +138,12 @@ pub fn grpc(endpoint: &str) -> Result<Export, BoxError> {
             let exporter = {
                 // tonic's channel starts its tasks on the runtime it is made in.
                 let _entered = runtime.enter();
-                SpanExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(endpoint)
-                    .build()
-                    .map_err(BoxError::from)
+                let tls = endpoint.starts_with("https://");
+                let mut builder = SpanExporter::builder().with_tonic().with_endpoint(endpoint);
+                if tls {
+                    builder = builder.with_tls_config(ClientTlsConfig::new().with_native_roots());
+                }
+                builder.build().map_err(BoxError::from)
             };
             let ok = exporter.is_ok();
             let _ = built.send(exporter);
