@@ -77,25 +77,10 @@ impl Etcd {
             user: None,
         };
         if tls {
-            etcd.tls = Some(etcd.certificates());
+            etcd.tls = Some(common::localhost_certificates(&etcd.dir));
         }
         etcd.run().await;
         Some(etcd)
-    }
-
-    /// A CA, and a certificate it signs for 127.0.0.1 (`server.pem`, `server.key`):
-    /// the CA's file.
-    fn certificates(&self) -> PathBuf {
-        use rcgen::{CertificateParams, CertifiedIssuer, KeyPair};
-        let ca = CertifiedIssuer::self_signed(ca_params(), KeyPair::generate().unwrap()).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
-            .unwrap()
-            .signed_by(&key, &ca)
-            .unwrap();
-        self.dir.write("server.pem", &server.pem());
-        self.dir.write("server.key", &key.serialize_pem());
-        self.dir.write("ca.pem", &ca.pem())
     }
 
     fn connect_options(&self) -> Option<ConnectOptions> {
@@ -615,7 +600,7 @@ async fn tls_and_authentication() {
 
     // With another CA, the server's certificate is not trusted.
     let other = {
-        let ca = ca_params().self_signed(&rcgen::KeyPair::generate().unwrap());
+        let ca = common::ca_params().self_signed(&rcgen::KeyPair::generate().unwrap());
         etcd.dir.write("other-ca.pem", &ca.unwrap().pem())
     };
     gives_up(
@@ -647,11 +632,4 @@ async fn gives_up(what: &str, command: &mut Command, etcd: &Etcd) -> String {
     let stderr = common::strip_ansi(&String::from_utf8_lossy(&out.stderr));
     assert!(stderr.contains("not read within"), "{stderr}");
     stderr
-}
-
-/// The parameters of a certificate authority.
-fn ca_params() -> rcgen::CertificateParams {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
 }

@@ -283,24 +283,17 @@ async fn an_unreachable_receiver_stops_nothing() {
 /// (`SSL_CERT_FILE` here: a CA of the test's own), spans delivered over TLS.
 #[tokio::test]
 async fn spans_reach_a_tls_receiver_it_trusts() {
-    use rcgen::{CertificateParams, CertifiedIssuer, KeyPair};
     let dir = TempDir::new("otlp-tls");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    let ca_file = dir.write("ca.pem", &ca.pem());
+    let ca_file = common::localhost_certificates(&dir);
 
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = listener.local_addr().unwrap();
     let (tx, mut spans) = mpsc::unbounded_channel();
-    let tls = tonic::transport::ServerTlsConfig::new().identity(
-        tonic::transport::Identity::from_pem(server.pem(), key.serialize_pem()),
-    );
+    let tls =
+        tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
+            std::fs::read(dir.path().join("server.pem")).unwrap(),
+            std::fs::read(dir.path().join("server.key")).unwrap(),
+        ));
     tokio::spawn(
         tonic::transport::Server::builder()
             .tls_config(tls)

@@ -486,3 +486,25 @@ pub async fn stop_for_stdout(mut child: tokio::process::Child) -> String {
     assert!(status.success(), "{status:?}");
     out
 }
+
+/// The parameters of a certificate authority (rcgen).
+pub fn ca_params() -> rcgen::CertificateParams {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+}
+
+/// A CA of the test's own and a certificate it signs for 127.0.0.1, written to `dir` as
+/// `ca.pem`, `server.pem` and `server.key`: the CA's file.
+pub fn localhost_certificates(dir: &TempDir) -> std::path::PathBuf {
+    use rcgen::{CertificateParams, CertifiedIssuer, KeyPair};
+    let ca = CertifiedIssuer::self_signed(ca_params(), KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    dir.write("server.pem", &server.pem());
+    dir.write("server.key", &key.serialize_pem());
+    dir.write("ca.pem", &ca.pem())
+}
