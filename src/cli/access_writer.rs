@@ -17,6 +17,7 @@ use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::Context;
 
 use super::logging::LogFormat;
+use crate::telemetry::access::decimal;
 
 /// The batches are written out at least this often while they have records.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(200);
@@ -294,7 +295,7 @@ impl Fields<'_> {
     }
 
     fn number(&mut self, value: u64) {
-        push_u64(self.line, value);
+        self.line.push_str(decimal(value, &mut [0; 20]));
     }
 
     fn text(&mut self, value: &str) {
@@ -342,15 +343,10 @@ impl Visit for Fields<'_> {
         if (0.0..1e12).contains(&value) {
             let micros = (value * 1000.0).round() as u64;
             self.number(micros / 1000);
-            let fraction = micros % 1000;
-            let digits = [
-                b'.',
-                digit(fraction / 100),
-                digit(fraction / 10 % 10),
-                digit(fraction % 10),
-            ];
+            self.line.push('.');
+            // Three digits, zero-padded: those of 1xyz after its leading 1.
             self.line
-                .push_str(std::str::from_utf8(&digits).unwrap_or(".000"));
+                .push_str(&decimal(1000 + micros % 1000, &mut [0; 20])[1..]);
         } else {
             let _ = write!(self.line, "{value}");
         }
@@ -390,26 +386,6 @@ impl Visit for Fields<'_> {
             self.text(&value);
         }
     }
-}
-
-/// The ASCII digit of `n` (below 10).
-fn digit(n: u64) -> u8 {
-    b'0' + (n % 10) as u8
-}
-
-/// `value` in decimal.
-fn push_u64(out: &mut String, mut value: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = digit(value);
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
 }
 
 /// `value` as a JSON string.
@@ -589,13 +565,21 @@ mod tests {
         }
     }
 
+    /// Milliseconds with three decimals, zero-padded; numbers as they are.
     #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, 10, 404, 1_000_000, u64::MAX] {
-            let mut out = String::new();
-            push_u64(&mut out, n);
-            assert_eq!(out, n.to_string());
-        }
+    fn durations_and_numbers_are_written_as_decimals() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let kept = crate::testing::SharedBuffer::default();
+        let (layer, flusher) = access_log(LogFormat::Text, Box::new(kept.clone())).unwrap();
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            tracing::info!(target: "fuseway::access", a = 1.005f64, b = 0.3f64, c = 12.0f64, n = 404u64, i = -7i64, "request");
+        });
+        drop(flusher);
+        let line = kept.text();
+        assert!(
+            line.ends_with(" a=1.005 b=0.300 c=12.000 n=404 i=-7\n"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -61,12 +61,12 @@ impl SpanIds {
             .map(|t| t.as_bytes())
             .filter(|t| valid(t))
             .and_then(|t| {
-                let hex = |range: std::ops::Range<usize>| {
+                let field = |range: std::ops::Range<usize>| {
                     std::str::from_utf8(&t[range])
                         .ok()
                         .and_then(|s| u128::from_str_radix(s, 16).ok())
                 };
-                Some((hex(3..35)?, hex(36..52)? as u64, hex(53..55)? as u8))
+                Some((field(3..35)?, field(36..52)? as u64, field(53..55)? as u8))
             });
         let ids = match incoming {
             Some((trace_id, parent_id, flags)) => SpanIds {
