@@ -57,12 +57,19 @@
 //! scenario; `tests/pipeline_alloc.rs` asserts the fused default pipeline allocates
 //! nothing per request. The compile cost of fusing is measured in docs/ARCHITECTURE.md.
 //!
-//! A type error between adjacent stages is a compile error at the offending stage that
+//! A type error between adjacent stages is one compile error at the offending stage that
 //! names both types (pinned by trybuild UI tests in `macros/tests/ui`), e.g.:
 //!
 //! ```text
 //! error[E0277]: `LoadBalancing` is not a stage that takes `http::Request<Incoming>`
 //! ```
+//!
+//! and is not reported again where the wrong stage's output goes on: the macros emit the
+//! pipeline generic over its stages — `struct Name<Stages = NameStages>`, `struct
+//! NameStages<S0 = FirstStage, S1 = ..., T = Terminal>` (the defaults are the types you
+//! listed, so `Name` and `NameStages` name your pipeline) and every impl that runs the
+//! chain as `impl<S0, ..., T, I1, ...> ... where S0: Stage<Req, Out = I1>, ...` — and
+//! your types meet the chain in one hidden function only, stage by stage.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
@@ -103,6 +110,42 @@ pub mod __private {
     pub use http;
     pub use hyper;
     pub use tower_service;
+
+    use crate::pipeline::Terminal;
+    use crate::stage::{ByRef, InPlace, Stage};
+    use std::marker::PhantomData;
+
+    /// A fused pipeline's chain of types, followed stage by stage where the user's types
+    /// meet it (the macros' `__check`): each step's input is known before its stage is
+    /// asked to take it, so a stage that cannot is one error, at that stage, with
+    /// [`Stage`]'s message; after it the chain's type is unknown and asks nothing more.
+    #[derive(Debug)]
+    pub struct Chain<In>(PhantomData<In>);
+
+    impl<In> Chain<In> {
+        /// A chain that starts with `In`.
+        pub fn start() -> Self {
+            Chain(PhantomData)
+        }
+
+        /// `stage` takes `In`.
+        pub fn stage<S: Stage<In>>(self, _: &S) -> Chain<S::Out> {
+            Chain(PhantomData)
+        }
+
+        /// `stage` takes `In` where it lies.
+        pub fn in_place<S: InPlace<In>>(self, _: &S) -> Self {
+            self
+        }
+
+        /// `stage` takes `In` by reference.
+        pub fn by_ref<S: ByRef<In>>(self, _: &S) -> Chain<S::Out> {
+            Chain(PhantomData)
+        }
+
+        /// `terminal` takes `In`.
+        pub fn terminal<T: Terminal<In>>(self, _: &T) {}
+    }
 
     /// The path the forwarder sends for a request path (`None`: unchanged). For the
     /// fuzz targets.

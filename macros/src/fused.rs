@@ -1,6 +1,6 @@
 //! `fused_pipeline!`: parsing and expansion.
 
-use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
@@ -179,122 +179,137 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     let stages_name = format_ident!("{}Stages", name, span = name.span());
     let future_name = format_ident!("{}Future", name, span = name.span());
 
-    // In{k}: what stage k takes (In{n}: what the terminal takes). St{k}: stage k's state.
-    // Everything about stage k — the aliases' names included, since rustc reports a
-    // failing projection where the alias is used — carries one span, its type's own
-    // name: a type error is reported there, and once (rustc drops a repeat of the same
-    // error at the same span).
-    let spans: Vec<Span> = stages.iter().map(|s| own_span(&s.ty)).collect();
-    let tspan = own_span(&terminal.ty);
-    // The stages' types with every token at that span (a type's own tokens keep theirs,
-    // and rustc reports a failed trait call at the type's).
-    let at: Vec<TokenStream> = stages
+    // The machinery is generic: `Name<Stages = NameStages>`, `NameStages<S0 = A, S1 = B,
+    // T = F>`, and every impl that runs the chain is `impl<S0, S1, T, I1, I2> ... where
+    // S0: Stage<Req, Out = I1>, S1: Stage<I1, Out = I2>, T: Terminal<I2>`. A generic impl
+    // is checked once, under its bounds, and never fails for the user's types; the user's
+    // types meet the chain in one place only, `check` below, a function body where
+    // inference runs: a stage that cannot take its input is one error there, at that
+    // stage, and its unknown output does not become an error at every later use (as it
+    // does where the chain is spelled out in types).
+    let taken = idents(
+        std::iter::once(request.to_token_stream())
+            .chain(stages.iter().map(|s| s.ty.to_token_stream()))
+            .chain([terminal.ty.to_token_stream()]),
+    );
+    let param = |base: String| {
+        let plain = format_ident!("{}", base);
+        if taken.contains(&base) {
+            format_ident!("__{}", base)
+        } else {
+            plain
+        }
+    };
+    let sp: Vec<Ident> = (0..n).map(|k| param(format!("S{k}"))).collect();
+    let tp = param("T".to_owned());
+    let stp = param("Stages".to_owned());
+    // ip[k]: what stage k takes (ip[n]: the terminal), a parameter `I{k}` after each stage
+    // that changes the request's type (an in-place stage's output is its input).
+    let mut ip: Vec<TokenStream> = vec![request.to_token_stream()];
+    let mut is: Vec<Ident> = Vec::new();
+    for (k, stage) in stages.iter().enumerate() {
+        let next = if stage.call == Call::InPlace {
+            ip[k].clone()
+        } else {
+            let i = param(format!("I{}", k + 1));
+            is.push(i.clone());
+            i.into_token_stream()
+        };
+        ip.push(next);
+    }
+    let impl_params = quote!(#(#sp,)* #tp, #(#is,)*);
+    let self_ty = quote!(#name<#stages_name<#(#sp,)* #tp>>);
+    let bounds: Vec<TokenStream> = stages
         .iter()
-        .zip(&spans)
-        .map(|(s, span)| respan(s.ty.to_token_stream(), *span))
-        .collect();
-    let tty_at = respan(terminal.ty.to_token_stream(), tspan);
-    let in_alias: Vec<Ident> = (0..=n)
-        .map(|k| {
-            let span = match k {
-                0 => request.span(),
-                k => spans[k - 1],
-            };
-            format_ident!("__{}In{}", name, k, span = span)
+        .enumerate()
+        .map(|(k, stage)| {
+            let (s, this_in, next_in) = (&sp[k], &ip[k], &ip[k + 1]);
+            match stage.call {
+                Call::ByValue => quote!(#s: #fw::stage::Stage<#this_in, Out = #next_in> + 'static),
+                Call::InPlace => quote!(#s: #fw::stage::InPlace<#this_in> + 'static),
+                Call::ByRef => quote!(
+                    #s: #fw::stage::ByRef<#this_in> + #fw::stage::Stage<#this_in, Out = #next_in> + 'static
+                ),
+            }
         })
         .collect();
-    let st_alias: Vec<Ident> = (0..n)
-        .map(|k| format_ident!("__{}St{}", name, k, span = spans[k]))
-        .collect();
-    let in0 = &in_alias[0];
-    let mut aliases = vec![quote! {
-        #[doc(hidden)]
-        #[allow(non_camel_case_types)]
-        #vis type #in0 = #request;
-    }];
-    for (k, ty) in at.iter().enumerate() {
-        let (this_in, next_in, st) = (&in_alias[k], &in_alias[k + 1], &st_alias[k]);
-        aliases.push(quote_spanned! {spans[k]=>
-            #[doc(hidden)]
-            #[allow(non_camel_case_types)]
-            #vis type #next_in = <#ty as #fw::stage::Stage<#this_in>>::Out;
-            #[doc(hidden)]
-            #[allow(non_camel_case_types)]
-            #vis type #st = <#ty as #fw::stage::Stage<#this_in>>::State;
-        });
-    }
-    let tty = &terminal.ty;
-    let last_in = &in_alias[n];
-    let terminal_trait = quote_spanned!(tspan=> <#tty_at as #fw::pipeline::Terminal<#last_in>>);
-    let terminal_future = quote_spanned!(tspan=> #terminal_trait::Future);
-    let terminal_error = quote_spanned!(tspan=> #terminal_trait::Error);
+    let last_in = &ip[n];
+    let where_clause = quote! {
+        where
+            #(#bounds,)*
+            #tp: #fw::pipeline::Terminal<#last_in> + 'static,
+    };
 
     let names: Vec<&Ident> = stages.iter().map(|s| &s.name).collect();
     let types: Vec<&Type> = stages.iter().map(|s| &s.ty).collect();
-    let tname = &terminal.name;
-    // Uses of the state aliases, spanned at their stage.
-    let st_uses: Vec<TokenStream> = st_alias
-        .iter()
-        .zip(&spans)
-        .map(|(st, span)| quote_spanned!(*span=> #st))
-        .collect();
+    let (tname, tty) = (&terminal.name, &terminal.ty);
+    let ss: Vec<Ident> = (0..n).map(|k| format_ident!("__s{}", k)).collect();
+    let xs: Vec<Ident> = (0..=n).map(|k| format_ident!("__x{}", k)).collect();
 
-    // on_response of stage j, spanned at its type.
+    // on_response of stage j.
     let on_response = |j: usize| {
-        let (sj, nj, inj, ty) = (
-            format_ident!("__s{}", j, span = spans[j]),
-            names[j],
-            &in_alias[j],
-            &at[j],
-        );
-        quote_spanned! {spans[j]=>
-            <#ty as #fw::stage::Stage<#inj>>::on_response(&__stages.#nj, #sj, __response);
+        let (s, sj, nj, inj) = (&sp[j], &ss[j], names[j], &ip[j]);
+        quote! {
+            <#s as #fw::stage::Stage<#inj>>::on_response(&__stages.#nj, #sj, __response);
         }
     };
 
     // call: each stage's on_request in order; an early answer runs the earlier stages'
     // on_response (last first) and returns a ready future.
     let mut call_steps = Vec::new();
+    // check: the same chain over the user's types, its inputs inferred.
+    let mut check_steps = Vec::new();
     // The variable holding the request as it goes from stage to stage.
-    let mut x_in = format_ident!("__x0", span = request.span());
+    let mut x_in = &xs[0];
     for k in 0..n {
-        let (stage, ty, this_in) = (names[k], &at[k], &in_alias[k]);
-        let (x_out, s) = (
-            format_ident!("__x{}", k + 1, span = spans[k]),
-            format_ident!("__s{}", k, span = spans[k]),
-        );
+        let (stage, s, st, this_in) = (names[k], &sp[k], &ss[k], &ip[k]);
+        let x_out = &xs[k + 1];
         let unwind: Vec<TokenStream> = (0..k).rev().map(on_response).collect();
-        let answered = quote_spanned! {spans[k]=>
+        let answered = quote! {
             ::core::result::Result::Err(mut __answer) => {
                 let __response = &mut __answer;
                 #(#unwind)*
                 return #fw::pipeline::FusedFuture::answered(__answer);
             }
         };
+        let span = own_span(&stages[k].ty);
+        // The field named at the type's span: the error's one span.
+        let field = format_ident!("{}", stage, span = span);
         match stages[k].call {
-            Call::InPlace => call_steps.push(quote_spanned! {spans[k]=>
-                let #s = match <#ty as #fw::stage::InPlace<#this_in>>::on_request_in_place(&__stages.#stage, &mut #x_in) {
-                    ::core::result::Result::Ok(v) => v,
-                    #answered
-                };
-            }),
-            Call::ByRef => {
-                call_steps.push(quote_spanned! {spans[k]=>
-                    #[allow(unused_mut)]
-                    let (mut #x_out, #s) = match <#ty as #fw::stage::ByRef<#this_in>>::on_request_by_ref(&__stages.#stage, &#x_in) {
-                        ::core::result::Result::Ok((__extra, __state)) => (<#ty as #fw::stage::ByRef<#this_in>>::into_out(#x_in, __extra), __state),
+            Call::InPlace => {
+                call_steps.push(quote! {
+                    let #st = match <#s as #fw::stage::InPlace<#this_in>>::on_request_in_place(&__stages.#stage, &mut #x_in) {
+                        ::core::result::Result::Ok(v) => v,
                         #answered
                     };
+                });
+                check_steps.push(quote_spanned! {span=>
+                    let __chain = __chain.in_place(&__stages.#field);
+                });
+            }
+            Call::ByRef => {
+                call_steps.push(quote! {
+                    #[allow(unused_mut)]
+                    let (mut #x_out, #st) = match <#s as #fw::stage::ByRef<#this_in>>::on_request_by_ref(&__stages.#stage, &#x_in) {
+                        ::core::result::Result::Ok((__extra, __state)) => (<#s as #fw::stage::ByRef<#this_in>>::into_out(#x_in, __extra), __state),
+                        #answered
+                    };
+                });
+                check_steps.push(quote_spanned! {span=>
+                    let __chain = __chain.by_ref(&__stages.#field);
                 });
                 x_in = x_out;
             }
             Call::ByValue => {
-                call_steps.push(quote_spanned! {spans[k]=>
+                call_steps.push(quote! {
                     #[allow(unused_mut)]
-                    let (mut #x_out, #s) = match <#ty as #fw::stage::Stage<#this_in>>::on_request(&__stages.#stage, #x_in) {
+                    let (mut #x_out, #st) = match <#s as #fw::stage::Stage<#this_in>>::on_request(&__stages.#stage, #x_in) {
                         ::core::result::Result::Ok(v) => v,
                         #answered
                     };
+                });
+                check_steps.push(quote_spanned! {span=>
+                    let __chain = __chain.stage(&__stages.#field);
                 });
                 x_in = x_out;
             }
@@ -302,124 +317,59 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     }
     let unwind_all: Vec<TokenStream> = (0..n).rev().map(on_response).collect();
     let terminal_call =
-        quote_spanned!(tspan=> #terminal_trait::call_terminal(&__stages.#tname, #x_in));
-    let ss: Vec<Ident> = (0..n)
-        .map(|k| format_ident!("__s{}", k, span = spans[k]))
-        .collect();
-    let x0 = format_ident!("__x0", span = request.span());
+        quote!(<#tp as #fw::pipeline::Terminal<#last_in>>::call_terminal(&__stages.#tname, #x_in));
+    let tspan = own_span(tty);
+    let tfield = format_ident!("{}", tname, span = tspan);
+    let terminal_check = quote_spanned! {tspan=>
+        __chain.terminal(&__stages.#tfield);
+    };
+    let x0 = &xs[0];
 
     let doc_future = format!(
         "The one future of [`{name}`]: the terminal service's future plus the state of every stage."
     );
-    let doc_stages = format!("The stages of [`{name}`], in order, and its terminal service.");
-    // Checked before anything else that uses the chain, so the first error a wrong stage
-    // causes points at it; the later ones (where its wrong output goes on) come after.
-    let check_name = format_ident!("__{}Check", name, span = name.span());
-    let check_fields = st_uses.iter().chain([&terminal_future]);
-
-    // The items that run the chain are spanned at the pipeline's name: what goes wrong
-    // there because a stage's output is wrong is reported once, at that name (the items
-    // users see — the structs, `new`, `stages` — keep the call site's span, so lints
-    // treat them as generated).
-    let fused = quote_spanned! {name.span()=>
-        impl #fw::pipeline::FusedPipeline for #name {
-            type Stages = #stages_name;
-            type Future = #terminal_future;
-            type Error = #terminal_error;
-            type States = (#(#st_uses,)*);
-
-            #[inline]
-            // Spanned at the user's stages (for errors), so lints see this code as theirs:
-            // a stage's state may well be `()`.
-            #[allow(clippy::let_unit_value, clippy::unit_arg)]
-            fn on_responses(
-                __stages: &#stages_name,
-                (#(#ss,)*): Self::States,
-                __response: &mut #fw::request::ProxyResponse,
-            ) {
-                #(#unwind_all)*
-            }
-        }
-
-        impl #name {
-            /// Run one request: every stage's `on_request` in order, then the terminal
-            /// service; `on_response` runs in reverse order on its result.
-            #[inline]
-            #[allow(unused_mut, clippy::let_unit_value, clippy::unit_arg)]
-            #vis fn call_fused(&self, mut #x0: #in0) -> #future_name {
-                let __stages: &#stages_name = &self.stages;
-                #(#call_steps)*
-                let __future = #terminal_call;
-                #fw::pipeline::FusedFuture::forwarding(
-                    __future,
-                    ::std::sync::Arc::clone(&self.stages),
-                    (#(#ss,)*),
-                )
-            }
-
-        }
-
-        impl #p::tower_service::Service<#in0> for #name {
-            type Response = #fw::request::ProxyResponse;
-            type Error = <#name as #fw::pipeline::FusedPipeline>::Error;
-            type Future = #future_name;
-
-            fn poll_ready(
-                &mut self,
-                _cx: &mut ::core::task::Context<'_>,
-            ) -> ::core::task::Poll<::core::result::Result<(), Self::Error>> {
-                ::core::task::Poll::Ready(::core::result::Result::Ok(()))
-            }
-
-            fn call(&mut self, request: #in0) -> #future_name {
-                self.call_fused(request)
-            }
-        }
-
-        impl #p::hyper::service::Service<#in0> for #name {
-            type Response = #p::http::Response<#fw::body::ProxyBody>;
-            type Error = <#name as #fw::pipeline::FusedPipeline>::Error;
-            type Future = #fw::server::IntoResponse<#future_name>;
-
-            fn call(&self, request: #in0) -> Self::Future {
-                #fw::server::IntoResponse::new(self.call_fused(request))
-            }
-        }
-    };
+    let doc_stages = format!(
+        "The stages of [`{name}`], in order, and its terminal service (the parameters' \
+         defaults are the pipeline's types)."
+    );
 
     quote! {
-        #(#aliases)*
-
-        #[doc(hidden)]
-        #[allow(dead_code, non_camel_case_types)]
-        struct #check_name(#(#check_fields,)*);
-
         #(#attrs)*
-        #vis struct #name {
-            stages: ::std::sync::Arc<#stages_name>,
+        #vis struct #name<#stp = #stages_name> {
+            stages: ::std::sync::Arc<#stp>,
         }
 
         #[doc = #doc_stages]
         #[allow(missing_debug_implementations)]
-        #vis struct #stages_name {
+        #vis struct #stages_name<#(#sp = #types,)* #tp = #tty> {
             #(
                 #[allow(missing_docs)]
-                pub #names: #types,
+                pub #names: #sp,
             )*
             #[allow(missing_docs)]
-            pub #tname: #tty,
+            pub #tname: #tp,
         }
 
         #[doc = #doc_future]
         #vis type #future_name = #fw::pipeline::FusedFuture<#name>;
 
-        impl ::core::clone::Clone for #name {
+        // The one place the user's types meet the chain (see `fused::expand`).
+        const _: () = {
+            #[allow(dead_code)]
+            fn __check(__stages: &#stages_name) {
+                let __chain = #p::Chain::<#request>::start();
+                #(#check_steps)*
+                #terminal_check
+            }
+        };
+
+        impl<#stp> ::core::clone::Clone for #name<#stp> {
             fn clone(&self) -> Self {
                 #name { stages: ::std::sync::Arc::clone(&self.stages) }
             }
         }
 
-        impl ::core::fmt::Debug for #name {
+        impl<#stp> ::core::fmt::Debug for #name<#stp> {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 f.debug_struct(::core::stringify!(#name)).finish_non_exhaustive()
             }
@@ -442,8 +392,87 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
             #extra_impl
         }
 
-        #fused
+        impl<#impl_params> #fw::pipeline::FusedPipeline for #self_ty #where_clause {
+            type Stages = #stages_name<#(#sp,)* #tp>;
+            type Future = <#tp as #fw::pipeline::Terminal<#last_in>>::Future;
+            type Error = <#tp as #fw::pipeline::Terminal<#last_in>>::Error;
+            type States = (#(<#sp as #fw::stage::Stage<#ip>>::State,)*);
+
+            #[inline]
+            // A stage's state may well be `()`.
+            #[allow(clippy::let_unit_value, clippy::unit_arg)]
+            fn on_responses(
+                __stages: &Self::Stages,
+                (#(#ss,)*): Self::States,
+                __response: &mut #fw::request::ProxyResponse,
+            ) {
+                #(#unwind_all)*
+            }
+        }
+
+        impl<#impl_params> #self_ty #where_clause {
+            /// Run one request: every stage's `on_request` in order, then the terminal
+            /// service; `on_response` runs in reverse order on its result.
+            #[inline]
+            #[allow(unused_mut, clippy::let_unit_value, clippy::unit_arg)]
+            #vis fn call_fused(&self, mut #x0: #request) -> #fw::pipeline::FusedFuture<Self> {
+                let __stages: &#stages_name<#(#sp,)* #tp> = &self.stages;
+                #(#call_steps)*
+                let __future = #terminal_call;
+                #fw::pipeline::FusedFuture::forwarding(
+                    __future,
+                    ::std::sync::Arc::clone(&self.stages),
+                    (#(#ss,)*),
+                )
+            }
+        }
+
+        impl<#impl_params> #p::tower_service::Service<#request> for #self_ty #where_clause {
+            type Response = #fw::request::ProxyResponse;
+            type Error = <Self as #fw::pipeline::FusedPipeline>::Error;
+            type Future = #fw::pipeline::FusedFuture<Self>;
+
+            fn poll_ready(
+                &mut self,
+                _cx: &mut ::core::task::Context<'_>,
+            ) -> ::core::task::Poll<::core::result::Result<(), Self::Error>> {
+                ::core::task::Poll::Ready(::core::result::Result::Ok(()))
+            }
+
+            fn call(&mut self, request: #request) -> Self::Future {
+                self.call_fused(request)
+            }
+        }
+
+        impl<#impl_params> #p::hyper::service::Service<#request> for #self_ty #where_clause {
+            type Response = #p::http::Response<#fw::body::ProxyBody>;
+            type Error = <Self as #fw::pipeline::FusedPipeline>::Error;
+            type Future = #fw::server::IntoResponse<#fw::pipeline::FusedFuture<Self>>;
+
+            fn call(&self, request: #request) -> Self::Future {
+                #fw::server::IntoResponse::new(self.call_fused(request))
+            }
+        }
     }
+}
+
+/// Every identifier in `streams` (to keep the generated generic parameters' names clear
+/// of the user's).
+fn idents(streams: impl IntoIterator<Item = TokenStream>) -> Vec<String> {
+    fn walk(tokens: TokenStream, out: &mut Vec<String>) {
+        for tree in tokens {
+            match tree {
+                TokenTree::Ident(ident) => out.push(ident.to_string()),
+                TokenTree::Group(group) => walk(group.stream(), out),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for tokens in streams {
+        walk(tokens, &mut out);
+    }
+    out
 }
 
 /// The span a type error about a stage points at: the last segment of its type's path
@@ -459,21 +488,4 @@ fn own_span(ty: &Type) -> Span {
             .map_or_else(|| ty.span(), |segment| segment.ident.span()),
         _ => ty.span(),
     }
-}
-
-/// `tokens` with every token (and group) at `span`.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut tree| {
-            if let TokenTree::Group(group) = &tree {
-                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(span);
-                tree = TokenTree::Group(inner);
-            } else {
-                tree.set_span(span);
-            }
-            tree
-        })
-        .collect()
 }
