@@ -114,6 +114,7 @@ pub(super) fn served<S>(service: S, info: ConnectionInfo) -> (Served<S>, Arc<idl
         inner: service,
         info,
         activity: Some(activity.clone()),
+        checks_host: true,
     };
     (svc, activity)
 }
@@ -207,6 +208,7 @@ where
             inner: service,
             info,
             activity: None,
+            checks_host: false,
         };
         Either::Left(native::serve_connection(
             io,

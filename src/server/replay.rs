@@ -83,6 +83,7 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
         inner: service,
         info,
         activity: None,
+        checks_host: engine == Http1Engine::Hyper,
     };
     let serving = async move {
         match engine {

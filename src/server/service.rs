@@ -88,6 +88,9 @@ pub(crate) struct Served<S> {
     pub(crate) inner: S,
     pub(crate) info: ConnectionInfo,
     pub(crate) activity: Option<Arc<Activity>>,
+    /// Answer an HTTP/1.1 request without `Host` with 400 here: hyper's HTTP/1.1
+    /// connections (the native engine's parser refuses such a head itself).
+    pub(crate) checks_host: bool,
 }
 
 impl<S, B> hyper::service::Service<Request<B>> for Served<S>
@@ -103,7 +106,8 @@ where
         let busy = self.activity.as_ref().map(Activity::enter);
         // RFC 9112 section 3.2: an HTTP/1.1 request without `Host` gets 400 (two `Host`
         // lines are refused by routing, which reads them).
-        if request.version() == http::Version::HTTP_11
+        if self.checks_host
+            && request.version() == http::Version::HTTP_11
             && !request.headers().contains_key(http::header::HOST)
         {
             return ServedFuture::BadRequest { busy };

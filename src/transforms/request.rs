@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
 use http::Method;
 
 use super::{
@@ -295,20 +295,27 @@ fn forwarded_header(
         (ForwardedAction::Set, None) => {
             headers.remove(name);
         }
-        (ForwardedAction::Append, Some(value)) => {
-            let mut joined: Vec<u8> = Vec::new();
-            for existing in headers.get_all(name) {
-                if existing.is_empty() {
-                    continue;
+        // One look-up: the usual request has no such header, and gets `value` as it is.
+        (ForwardedAction::Append, Some(value)) => match headers.entry(name) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(value);
+            }
+            Entry::Occupied(mut occupied) => {
+                let mut joined: Vec<u8> = Vec::new();
+                for existing in occupied.iter() {
+                    if existing.is_empty() {
+                        continue;
+                    }
+                    joined.extend_from_slice(existing.as_bytes());
+                    joined.extend_from_slice(b", ");
                 }
-                joined.extend_from_slice(existing.as_bytes());
-                joined.extend_from_slice(b", ");
+                joined.extend_from_slice(value.as_bytes());
+                if let Ok(v) = HeaderValue::from_bytes(&joined) {
+                    // `insert` replaces every value the header had.
+                    occupied.insert(v);
+                }
             }
-            joined.extend_from_slice(value.as_bytes());
-            if let Ok(v) = HeaderValue::from_bytes(&joined) {
-                headers.insert(name.clone(), v);
-            }
-        }
+        },
         (ForwardedAction::Append, None) | (ForwardedAction::Off, _) => {}
         (ForwardedAction::Remove, _) => {
             headers.remove(name);

@@ -360,6 +360,7 @@ pub(crate) fn slots_with_lot<P: ServeService>(
                     tls: false,
                 },
                 activity: None,
+                checks_host: false,
             };
             tokio::spawn(serve_connection(
                 io,

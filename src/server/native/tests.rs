@@ -20,6 +20,7 @@ fn the_connection_future_size() {
             tls: false,
         },
         activity: None,
+        checks_host: false,
     };
     let (io, _peer) = tokio::io::duplex(64);
     let drain = super::super::drain::Drain::new(Duration::from_secs(30));
