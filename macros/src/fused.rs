@@ -183,8 +183,9 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     // T = F>`, and every impl that runs the chain is `impl<S0, S1, T, I1, I2> ... where
     // S0: Stage<Req, Out = I1>, S1: Stage<I1, Out = I2>, T: Terminal<I2>`. A generic impl
     // is checked once, under its bounds, and never fails for the user's types; the user's
-    // types meet the chain in one place only, `check` below, a function body where
-    // inference runs: a stage that cannot take its input is one error there, at that
+    // types meet the chain in one place only, `__check` below, a function body that
+    // follows it with `__private::Chain<In>` (each step's input known before its stage is
+    // asked to take it): a stage that cannot take its input is one error there, at that
     // stage, and its unknown output does not become an error at every later use (as it
     // does where the chain is spelled out in types).
     let taken = idents(
@@ -257,7 +258,7 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
     // call: each stage's on_request in order; an early answer runs the earlier stages'
     // on_response (last first) and returns a ready future.
     let mut call_steps = Vec::new();
-    // check: the same chain over the user's types, its inputs inferred.
+    // __check: the same chain over the user's types.
     let mut check_steps = Vec::new();
     // The variable holding the request as it goes from stage to stage.
     let mut x_in = &xs[0];
