@@ -118,7 +118,11 @@ fn idle_connections(targets: &[Target], n: usize, held: Held) {
         };
         if matches!(
             t.kind,
-            Kind::HyperLegacy | Kind::HyperPool | Kind::HyperPinned
+            Kind::HyperLegacy
+                | Kind::HyperPool
+                | Kind::HyperPinned
+                | Kind::NginxForwarded
+                | Kind::HaproxyForwarded
         ) {
             continue;
         }

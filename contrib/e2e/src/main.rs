@@ -34,8 +34,11 @@
 //! allocations per request come from the binary's SIGUSR1 totals over the same window;
 //! RSS is read at the window's end. nginx and HAProxy run with equivalent keep-alive
 //! settings (configs written to a temp dir, 2 workers/threads like fuseway's 2-core
-//! runtime) when they are on PATH; otherwise they are skipped with a message. Only
-//! 127.0.0.1 is used.
+//! runtime) when they are on PATH; otherwise they are skipped with a message. They run
+//! twice on the HTTP/1.1-destination paths: as configured minimally (`nginx`,
+//! `haproxy`: no forwarding headers) and doing the header work fuseway does by default
+//! as YARP does (`nginx-xff`, `haproxy-xff`: `X-Forwarded-For` appended, `-Proto` and
+//! `-Host` set). Only 127.0.0.1 is used.
 
 mod idle;
 mod process;
@@ -229,16 +232,22 @@ fn main() {
             targets.extend(start_bare(&dir, backend_addr, kind));
         }
     }
-    if wanted(Kind::Nginx) {
-        match on_path("nginx") {
-            Some(nginx) => targets.extend(start_nginx(&nginx, &tmp, backend_addr)),
-            None => println!("e2e: nginx is not installed: its rounds are skipped"),
+    for (kind, forwarded) in [(Kind::Nginx, false), (Kind::NginxForwarded, true)] {
+        if wanted(kind) {
+            match on_path("nginx") {
+                Some(nginx) => targets.extend(start_nginx(&nginx, &tmp, backend_addr, forwarded)),
+                None => println!("e2e: nginx is not installed: its rounds are skipped"),
+            }
         }
     }
-    if wanted(Kind::Haproxy) {
-        match on_path("haproxy") {
-            Some(haproxy) => targets.extend(start_haproxy(&haproxy, &tmp, backend_addr)),
-            None => println!("e2e: haproxy is not installed: its rounds are skipped"),
+    for (kind, forwarded) in [(Kind::Haproxy, false), (Kind::HaproxyForwarded, true)] {
+        if wanted(kind) {
+            match on_path("haproxy") {
+                Some(haproxy) => {
+                    targets.extend(start_haproxy(&haproxy, &tmp, backend_addr, forwarded))
+                }
+                None => println!("e2e: haproxy is not installed: its rounds are skipped"),
+            }
         }
     }
     let mut kinds: Vec<Kind> = targets.iter().map(|t| t.kind).collect();

@@ -27,7 +27,12 @@ pub(crate) enum Kind {
     HyperPool,
     HyperPinned,
     Nginx,
+    /// nginx setting `X-Forwarded-For`/`-Proto`/`-Host` as fuseway does by default
+    /// (YARP's defaults): the same header work on both sides.
+    NginxForwarded,
     Haproxy,
+    /// HAProxy setting the same three headers.
+    HaproxyForwarded,
 }
 
 impl Kind {
@@ -42,7 +47,9 @@ impl Kind {
             Kind::HyperPool => "hyper-pool",
             Kind::HyperPinned => "hyper-pinned",
             Kind::Nginx => "nginx",
+            Kind::NginxForwarded => "nginx-xff",
             Kind::Haproxy => "haproxy",
+            Kind::HaproxyForwarded => "haproxy-xff",
         }
     }
 }
@@ -223,9 +230,26 @@ pub(crate) fn parse_allocs(line: &str) -> Option<(u64, u64)> {
 
 /// nginx: HTTP/1.1 and h2c clients to an HTTP/1.1 destination, and gRPC (`grpc_pass`:
 /// nginx forwards HTTP/2 only for gRPC).
-pub(crate) fn start_nginx(nginx: &Path, tmp: &Path, backend: SocketAddr) -> Option<Target> {
+/// `forwarded`: also set `X-Forwarded-For`/`-Proto`/`-Host` as fuseway does (then on
+/// HTTP/1.1 and h2c clients only, as [`Kind::NginxForwarded`]).
+pub(crate) fn start_nginx(
+    nginx: &Path,
+    tmp: &Path,
+    backend: SocketAddr,
+    forwarded: bool,
+) -> Option<Target> {
     let (h1, h2, grpc) = (free_port(), free_port(), free_port());
-    let d = tmp.join("nginx");
+    let (kind, forwarding) = if forwarded {
+        (
+            Kind::NginxForwarded,
+            "\n            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\
+             \n            proxy_set_header X-Forwarded-Proto $scheme;\
+             \n            proxy_set_header X-Forwarded-Host $http_host;",
+        )
+    } else {
+        (Kind::Nginx, "")
+    };
+    let d = tmp.join(kind.label());
     std::fs::create_dir_all(&d).expect("nginx dir");
     let p = d.display();
     // nginx 1.22 serves h2c (prior knowledge) only on a listener marked `http2`, so
@@ -267,7 +291,7 @@ http {{
         location / {{
             proxy_pass http://backend;
             proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            proxy_set_header Connection "";{forwarding}
             proxy_buffering on;
         }}
     }}
@@ -286,15 +310,16 @@ http {{
             .stdout(Stdio::null())
             .stderr(Stdio::inherit()),
     );
-    peer_up(Target::new(
-        Kind::Nginx,
-        Some(process),
+    let serves: &[(Scenario, u16)] = if forwarded {
+        &[(Scenario::H1ToH1, h1), (Scenario::H2ToH1, h2)]
+    } else {
         &[
             (Scenario::H1ToH1, h1),
             (Scenario::H2ToH1, h2),
             (Scenario::Grpc, grpc),
-        ],
-    ))
+        ]
+    };
+    peer_up(Target::new(kind, Some(process), serves))
 }
 
 /// HAProxy's `maxconn`: as many as its descriptor limit allows (it needs two per
@@ -305,8 +330,26 @@ pub(crate) fn haproxy_maxconn() -> u64 {
 
 /// HAProxy: HTTP/1.1 and h2c clients, to an HTTP/1.1 destination or (`proto h2`) an
 /// h2c one; gRPC through the latter.
-pub(crate) fn start_haproxy(haproxy: &Path, tmp: &Path, backend: SocketAddr) -> Option<Target> {
+/// `forwarded`: also set `X-Forwarded-For`/`-Proto`/`-Host` as fuseway does (in the
+/// frontends of HTTP/1.1 and h2c clients to the HTTP/1.1 destination, the only ones it
+/// then serves, as [`Kind::HaproxyForwarded`]).
+pub(crate) fn start_haproxy(
+    haproxy: &Path,
+    tmp: &Path,
+    backend: SocketAddr,
+    forwarded: bool,
+) -> Option<Target> {
     let (h1, h2, h1_h2, h2_h2) = (free_port(), free_port(), free_port(), free_port());
+    let (kind, forwarding) = if forwarded {
+        (
+            Kind::HaproxyForwarded,
+            "\n    option forwardfor\
+             \n    http-request set-header X-Forwarded-Proto http\
+             \n    http-request set-header X-Forwarded-Host %[req.hdr(host)]",
+        )
+    } else {
+        (Kind::Haproxy, "")
+    };
     let maxconn = haproxy_maxconn();
     let config = format!(
         r#"global
@@ -322,10 +365,10 @@ defaults
     http-reuse always
 frontend fe_h1
     bind 127.0.0.1:{h1}
-    default_backend be
+    default_backend be{forwarding}
 frontend fe_h2
     bind 127.0.0.1:{h2} proto h2
-    default_backend be
+    default_backend be{forwarding}
 frontend fe_h1_h2
     bind 127.0.0.1:{h1_h2}
     default_backend be_h2
@@ -338,7 +381,7 @@ backend be_h2
     server b {backend} proto h2
 "#
     );
-    let file = tmp.join("haproxy.cfg");
+    let file = tmp.join(format!("{}.cfg", kind.label()));
     std::fs::write(&file, config).expect("write haproxy config");
     let process = spawn(
         "haproxy",
@@ -349,17 +392,18 @@ backend be_h2
             .stdout(Stdio::null())
             .stderr(Stdio::inherit()),
     );
-    peer_up(Target::new(
-        Kind::Haproxy,
-        Some(process),
+    let serves: &[(Scenario, u16)] = if forwarded {
+        &[(Scenario::H1ToH1, h1), (Scenario::H2ToH1, h2)]
+    } else {
         &[
             (Scenario::H1ToH1, h1),
             (Scenario::H2ToH1, h2),
             (Scenario::H1ToH2, h1_h2),
             (Scenario::H2ToH2, h2_h2),
             (Scenario::Grpc, h2_h2),
-        ],
-    ))
+        ]
+    };
+    peer_up(Target::new(kind, Some(process), serves))
 }
 
 /// A peer proxy that does not come up on all its ports is skipped, not fatal.
