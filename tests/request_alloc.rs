@@ -103,9 +103,21 @@ async fn per_request_with(
     terminal: Terminal,
     cluster_extra: &str,
 ) -> Measured {
+    per_request_on(engine, terminal, |url| {
+        simple_config(&[("d1", url)], cluster_extra)
+    })
+    .await
+}
+
+/// [`per_request`] on the configuration `config` makes for the backend's URL.
+async fn per_request_on(
+    engine: Http1Engine,
+    terminal: Terminal,
+    config: impl FnOnce(&str) -> String,
+) -> Measured {
     let b = backend(|_req: Request<Incoming>| async move { Response::new(full(vec![b'x'; 100])) })
         .await;
-    let config = simple_config(&[("d1", &b.url())], cluster_extra);
+    let config = config(&b.url());
     let config = fuseway::config::parse(&config, fuseway::config::Format::Json).unwrap();
     let state = Arc::new(fuseway::state::ProxyState::new(config).unwrap());
     match terminal {
@@ -330,6 +342,30 @@ async fn allocations_per_http11_request() {
     assert!(
         allocs <= 2.01 && bytes <= 700.0,
         "h2c, proxied: {allocs:.3} allocations / {bytes:.0} bytes per request"
+    );
+
+    // `X-Forwarded-*` appended rather than set (`{"X-Forwarded": "Append"}`): a request
+    // without them gets each as it is, no joined copy made.
+    let append = per_request_on(Http1Engine::Native, Terminal::Forwarder, |url| {
+        format!(
+            r#"{{
+  "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }},
+                       "Transforms": [ {{ "X-Forwarded": "Append" }} ] }} }},
+  "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{url}" }} }} }} }}
+}}"#
+        )
+    })
+    .await;
+    println!(
+        "native engine, proxied, X-Forwarded appended: {:.2} allocations, {:.0} bytes per request",
+        append.allocs, append.bytes
+    );
+    assert!(
+        append.allocs <= 0.01 && append.bytes <= 16.0,
+        "X-Forwarded appended: {:.2} allocations / {:.0} bytes per request (first sizes {:?})",
+        append.allocs,
+        append.bytes,
+        append.sizes
     );
 
     // HTTP/1.1 from the client, h2c to the destination (the h2 crate's client).
