@@ -146,6 +146,11 @@ impl SharedBuffer {
         let bytes = self.0.lock().unwrap_or_else(|e| e.into_inner());
         String::from_utf8_lossy(&bytes).into_owned()
     }
+
+    /// Forget what was written so far.
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
 }
 
 impl std::io::Write for SharedBuffer {

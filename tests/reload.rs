@@ -404,14 +404,14 @@ fn a_changed_listen_is_logged_as_needing_a_restart() {
     let provider: Arc<dyn ConfigProvider> = Arc::new(FileProvider::open(file.clone(), Vec::new()));
     let reloader = Providers::new(vec![provider]);
 
-    let logs = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let logs = fuseway::testing::SharedBuffer::default();
     let sink = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
-        .with_writer(move || LogSink(sink.clone()))
+        .with_writer(move || sink.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    let logged = || String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let logged = || logs.text();
 
     write_config(&file, &config("127.0.0.1:1", "/b"));
     reloader.reload(&state).unwrap();
@@ -439,17 +439,4 @@ fn a_changed_listen_is_logged_as_needing_a_restart() {
         state.snapshot().config().routes["r"].match_.path.as_deref(),
         Some("/c")
     );
-}
-
-struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogSink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }

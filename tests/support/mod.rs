@@ -4,15 +4,15 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fuseway::pipeline;
 use fuseway::server::{ServeService, ServerOptions};
 use fuseway::state::ProxyState;
+use fuseway::testing::SharedBuffer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -243,20 +243,7 @@ pub fn status_of(response: &str) -> Option<u16> {
 /// [`Logs::capture`] lives (`#[tokio::test]` runs the proxy, backends and client on
 /// the test's thread).
 #[derive(Clone, Default)]
-pub struct Logs(Arc<Mutex<Vec<u8>>>);
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+pub struct Logs(SharedBuffer);
 
 impl Logs {
     /// Capture DEBUG and above on this thread until the guard is dropped.
@@ -266,7 +253,7 @@ impl Logs {
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::DEBUG)
             .with_ansi(false)
-            .with_writer(move || LogWriter(sink.clone()))
+            .with_writer(move || sink.clone())
             .finish();
         (logs, tracing::subscriber::set_default(subscriber))
     }
@@ -279,7 +266,7 @@ impl Logs {
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::WARN)
             .with_ansi(false)
-            .with_writer(move || LogWriter(sink.clone()))
+            .with_writer(move || sink.clone())
             .finish();
         tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
         logs
@@ -287,12 +274,12 @@ impl Logs {
 
     /// Everything captured so far.
     pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        self.0.text()
     }
 
     /// Forget what was captured so far.
     pub fn clear(&self) {
-        self.0.lock().unwrap().clear();
+        self.0.clear();
     }
 
     /// The first line containing every one of `parts`.
