@@ -1,6 +1,9 @@
 //! The in-flight slots a listener lends its connections: the pipeline's future, then
 //! the response body, kept out of the connections' own futures.
 
+use std::any::Any;
+use std::cell::RefCell;
+
 use super::*;
 
 pin_project_lite::pin_project! {
@@ -17,20 +20,28 @@ pin_project_lite::pin_project! {
 
 /// The in-flight slots of a listener's connections: one is taken when a request head
 /// arrives and given back when the connection waits again, so a warm server allocates
-/// none per request and an idle connection holds none. Also the listener's options,
-/// which its connections read through it rather than each keeping a reference.
+/// none per request and an idle connection holds none. The free slots are kept by
+/// thread (a worker's connections run on its thread), with no lock to take and give
+/// them. Also the listener's options, which its connections read through it rather
+/// than each keeping a reference.
 pub(crate) struct Slots<F, B> {
-    pub(super) free: Mutex<Vec<Slot<F, B>>>,
     pub(super) options: Arc<ServerOptions>,
     /// Where the listener's idle plain TCP connections park (none: they do not).
     pub(super) lot: Option<Arc<lot::Lot>>,
+    _slots: std::marker::PhantomData<fn() -> Slot<F, B>>,
 }
 
 /// One in-flight slot: pinned in its own allocation, reused request after request.
 pub(super) type Slot<F, B> = Pin<Box<InFlight<F, B>>>;
 
-impl<F, B> Slots<F, B> {
-    /// Most slots kept free; more are freed.
+thread_local! {
+    /// This thread's free slots: one list per slot type (a `Vec<Slot<F, B>>`; a
+    /// thread serves one or two kinds of connection).
+    static FREE: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl<F: 'static, B: 'static> Slots<F, B> {
+    /// Most slots of a type a thread keeps free; more are freed.
     const KEEP: usize = 1024;
 
     /// The slots of a listener whose connections do not park.
@@ -40,26 +51,43 @@ impl<F, B> Slots<F, B> {
 
     pub(super) fn with_lot(options: Arc<ServerOptions>, lot: Option<Arc<lot::Lot>>) -> Arc<Self> {
         Arc::new(Slots {
-            free: Mutex::new(Vec::new()),
             options,
             lot,
+            _slots: std::marker::PhantomData,
         })
     }
 
+    /// Call `f` with this thread's free slots of this type (none while the thread's
+    /// locals are being destroyed).
+    fn with_free<R>(f: impl FnOnce(&mut Vec<Slot<F, B>>) -> R) -> Option<R> {
+        FREE.try_with(|lists| {
+            let mut lists = lists.borrow_mut();
+            let at = match lists.iter().position(|l| l.is::<Vec<Slot<F, B>>>()) {
+                Some(at) => at,
+                None => {
+                    lists.push(Box::new(Vec::<Slot<F, B>>::new()));
+                    lists.len() - 1
+                }
+            };
+            lists[at].downcast_mut::<Vec<Slot<F, B>>>().map(f)
+        })
+        .ok()
+        .flatten()
+    }
+
     pub(super) fn take(&self) -> Slot<F, B> {
-        self.free
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
+        Self::with_free(Vec::pop)
+            .flatten()
             .unwrap_or_else(|| Box::pin(InFlight::Idle))
     }
 
     pub(super) fn give(&self, mut slot: Slot<F, B>) {
         slot.set(InFlight::Idle);
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        if free.len() < Self::KEEP {
-            free.push(slot);
-        }
+        Self::with_free(|free| {
+            if free.len() < Self::KEEP {
+                free.push(slot);
+            }
+        });
     }
 }
 
@@ -71,12 +99,12 @@ impl<F, B> std::fmt::Debug for Slots<F, B> {
 
 /// The slot of the request in flight, given back to its pool when dropped (at the end
 /// of the message, or with the connection).
-pub(super) struct Lent<'a, F, B> {
+pub(super) struct Lent<'a, F: 'static, B: 'static> {
     pub(super) slot: Option<Slot<F, B>>,
     pub(super) slots: &'a Slots<F, B>,
 }
 
-impl<F, B> Lent<'_, F, B> {
+impl<F: 'static, B: 'static> Lent<'_, F, B> {
     /// The slot, taken from the pool if the connection has none.
     pub(super) fn get(&mut self) -> Pin<&mut InFlight<F, B>> {
         self.slot.get_or_insert_with(|| self.slots.take()).as_mut()
@@ -90,7 +118,7 @@ impl<F, B> Lent<'_, F, B> {
     }
 }
 
-impl<F, B> Drop for Lent<'_, F, B> {
+impl<F: 'static, B: 'static> Drop for Lent<'_, F, B> {
     fn drop(&mut self) {
         self.release();
     }
