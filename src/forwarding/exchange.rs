@@ -15,7 +15,10 @@ use super::{expect, pool};
 /// and guards are released first, then the hooks are called and the record is made —
 /// exactly once; a response the client abandoned is recorded as a non-failure.
 pub struct ExchangeGuard {
-    destination: Option<ConcurrencyGuard>,
+    /// The exchange counts in `target`'s concurrency counter (given back once): the
+    /// counter is reached through `target`, not through a guard of its own holding a
+    /// second `Arc` (each clone and drop an atomic operation on the request's path).
+    counted: bool,
     cluster: Option<ConcurrencyGuard>,
     /// The guards and end hooks stages asked for.
     held: Held,
@@ -34,7 +37,7 @@ pub struct ExchangeGuard {
 impl std::fmt::Debug for ExchangeGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExchangeGuard")
-            .field("destination", &self.destination)
+            .field("counted", &self.counted)
             .field("cluster", &self.cluster)
             .field("held", &self.held)
             .field("passive", &self.passive)
@@ -46,8 +49,9 @@ impl std::fmt::Debug for ExchangeGuard {
 
 impl ExchangeGuard {
     pub(super) fn new(target: &Arc<DestinationState>, cluster: ConcurrencyGuard) -> Self {
+        target.enter_unguarded();
         ExchangeGuard {
-            destination: Some(target.enter()),
+            counted: true,
             cluster: Some(cluster),
             held: Held::None,
             passive: None,
@@ -130,7 +134,9 @@ impl ExchangeGuard {
             let reusable = matches!(result, Some(Ok(()))) && self.continue_closer.is_none();
             upstream.finish(reusable);
         }
-        self.destination.take();
+        if std::mem::take(&mut self.counted) {
+            self.target.leave();
+        }
         self.cluster.take();
         self.continue_closer.take();
         let panicking = std::thread::panicking();

@@ -91,6 +91,17 @@ impl DestinationState {
             counter: Counter::Destination(self.clone()),
         }
     }
+
+    /// Count one more request, given back by [`leave`](Self::leave): for a holder that
+    /// keeps the state's `Arc` anyway (the exchange), so no second one is cloned.
+    pub(crate) fn enter_unguarded(&self) {
+        self.concurrent.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Give back a unit counted by [`enter_unguarded`](Self::enter_unguarded).
+    pub(crate) fn leave(&self) {
+        self.concurrent.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Runtime state of one cluster that outlives configuration reloads.
