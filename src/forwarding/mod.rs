@@ -323,7 +323,9 @@ pub(crate) fn outgoing<B: 'static>(
             };
             crate::transforms::host_value(host)
         })
-        .or_else(|| headers.get(header::HOST).cloned());
+        // Taken out rather than cloned: the client's `Host` never goes through as
+        // such (see below), and each clone and drop of a value is an atomic operation.
+        .or_else(|| headers.remove(header::HOST));
     let conn = ConnectionInfo::of(request);
     let normalized = path::normalize(uri.path());
 
@@ -353,7 +355,16 @@ pub(crate) fn outgoing<B: 'static>(
 
     let invalid =
         |e: http::uri::InvalidUri| ForwardError::new(ForwardErrorKind::RequestCreation, e);
+    // The client's path and query unchanged: moved over, not cloned.
+    let keep_target = rewritten.is_none()
+        && uri.path_and_query().is_some()
+        && address.path_prefix.is_empty()
+        && normalized.is_none();
     let path_and_query = match (rewritten, uri.path_and_query()) {
+        (None, Some(_)) if keep_target => uri
+            .into_parts()
+            .path_and_query
+            .expect("the target has a path"),
         (Some(r), _) => {
             let mut uri = String::with_capacity(
                 address.path_prefix.len()
@@ -371,7 +382,6 @@ pub(crate) fn outgoing<B: 'static>(
             }
             PathAndQuery::try_from(uri).map_err(invalid)?
         }
-        (None, Some(pq)) if address.path_prefix.is_empty() && normalized.is_none() => pq.clone(),
         (None, None) if address.path_prefix.is_empty() => PathAndQuery::from_static("/"),
         (None, pq) => {
             let path = normalized.as_deref().unwrap_or_else(|| uri.path());
