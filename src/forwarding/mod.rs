@@ -229,10 +229,12 @@ where
     /// Forward `request` (the body of [`Service::call`], usable through `&self`).
     pub fn forward(&self, mut request: Balanced<B>) -> ResponseFuture {
         let destination = request.destination_index();
+        // The request's parts are used as fields from here on: the pool found for it
+        // may be borrowed from the context's snapshot until the request is sent.
         let cluster = request.context.cluster();
         let dest = &cluster.destinations()[destination];
         let guard = ExchangeGuard::new(dest.state(), cluster.state().enter());
-        let http = cluster.http().clone();
+        let http = cluster.http();
         let client_version = request.request.version();
         // Upgrades need HTTP/1.1 to the destination, whatever the cluster's version.
         let upgrade = upgrade::ClientUpgrade::take(&mut request.request);
@@ -250,21 +252,23 @@ where
             limit: http
                 .max_connections_per_server
                 .map(|max| (&**dest.state(), max)),
+            cache: upgrade.is_none().then(|| dest.pool_cache()),
         });
+        let activity_timeout = http.activity_timeout;
         // What the request is shaped for (where the version is negotiated, what the
         // destination chose last).
         let version = pool.version();
         // The request is rewritten where it lies and its body wrapped once: each move
         // of a request is a `memcpy` of a few hundred bytes.
         let rewritten = outgoing(&mut request.request, &request.context, destination, version);
-        let (mut req, context, _) = request.into_parts();
-        match rewritten {
+        let mut req = request.request;
+        let upstream = match rewritten {
             Ok(()) => {
                 let gate = match version {
                     UpstreamVersion::Http2 => None,
                     _ => expect::hold_back(&mut req),
                 };
-                let body_limit = context.limits().max_request_body_size;
+                let body_limit = request.context.limits().max_request_body_size;
                 // Only a request with a body can make progress after it is sent.
                 let progress = (!req.body().is_end_stream())
                     .then(|| Arc::new(progress::Progress::new(crate::clock::now())));
@@ -272,21 +276,29 @@ where
                     UpstreamBody::new(RequestBody::new(body, body_limit), gate.clone())
                         .with_progress(progress.clone())
                 });
-                let upstream = pool.send(outgoing, upgrade.is_some());
-                ResponseFuture::sending(
-                    upstream,
-                    guard,
-                    context,
-                    destination,
-                    http.activity_timeout,
-                    client_version,
+                Ok((
+                    pool.send(outgoing, upgrade.is_some()),
                     future::Exchange {
                         upgrade,
                         gate,
                         progress,
                     },
-                )
+                ))
             }
+            Err(e) => Err(e),
+        };
+        drop(pool);
+        let context = request.context;
+        match upstream {
+            Ok((upstream, exchange)) => ResponseFuture::sending(
+                upstream,
+                guard,
+                context,
+                destination,
+                activity_timeout,
+                client_version,
+                exchange,
+            ),
             Err(e) => ResponseFuture::failed(e, context, destination),
         }
     }

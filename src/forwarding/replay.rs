@@ -73,6 +73,7 @@ pub async fn replay_response(
         tls: TlsVersions::Both,
         multiple_http2: false,
         limit: None,
+        cache: None,
     };
     let mut exchange = pools.pool_for(&target).send(request, false);
     let read = async {

@@ -349,6 +349,7 @@ impl Prober {
             // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
             // where they go through a client of their own).
             limit: None,
+            cache: None,
         });
         // HTTP/1.1 sends the origin form, HTTP/2 the absolute URI.
         *request.version_mut() = match pool.version() {

@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use http::uri::{Authority, Scheme};
 use http::HeaderValue;
@@ -240,6 +240,48 @@ pub struct Destination {
     host: HeaderValue,
     config: DestinationConfig,
     state: Arc<DestinationState>,
+    /// The forwarder's connection pool for it, found once per snapshot.
+    pool: PoolCache,
+}
+
+/// A forwarder's connection pool for one destination of one snapshot, kept with the
+/// destination so that a request reaches it without a look-up in the forwarder's map
+/// (a lock, a hash and two reference counts per request). Holds the pool of the first
+/// forwarder that asks; another forwarder (its `owner` differs) looks up its own.
+/// A clone starts empty: the cluster settings the pool was chosen by may differ where
+/// the clone goes.
+#[derive(Default)]
+pub(crate) struct PoolCache(OnceLock<(u64, Box<dyn Any + Send + Sync>)>);
+
+impl PoolCache {
+    /// The pool `owner` kept here, if it is a `T`.
+    pub(crate) fn get<T: Any>(&self, owner: u64) -> Option<&T> {
+        let (kept_by, pool) = self.0.get()?;
+        (*kept_by == owner).then(|| pool.downcast_ref::<T>()).flatten()
+    }
+
+    /// Keep `owner`'s `pool` here, unless a pool is kept already.
+    pub(crate) fn fill<T: Any + Send + Sync>(&self, owner: u64, pool: impl FnOnce() -> T) {
+        if self.0.get().is_none() {
+            let _ = self.0.set((owner, Box::new(pool())));
+        }
+    }
+}
+
+impl Clone for PoolCache {
+    fn clone(&self) -> Self {
+        PoolCache::default()
+    }
+}
+
+impl fmt::Debug for PoolCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "PoolCache(kept)"
+        } else {
+            "PoolCache(empty)"
+        })
+    }
 }
 
 impl Destination {
@@ -263,7 +305,13 @@ impl Destination {
             host,
             config: config.clone(),
             state,
+            pool: PoolCache::default(),
         })
+    }
+
+    /// Where the forwarder keeps its connection pool for it.
+    pub(crate) fn pool_cache(&self) -> &PoolCache {
+        &self.pool
     }
 
     /// The destination's id.

@@ -30,6 +30,7 @@ pub use data::{
     ClusterData, ClusterSource, RouteData, RouteSource, Shared, SnapshotData, SnapshotSource,
 };
 pub(crate) use data::{Compilers, DataSet};
+pub(crate) use destination::PoolCache;
 pub use destination::{
     ClusterState, ConcurrencyGuard, Destination, DestinationAddress, DestinationState,
 };

@@ -74,7 +74,7 @@ use tower_service::Service;
 use super::client::{Connector, Io};
 use crate::config::TlsVersions;
 use crate::fxhash::FxBuild;
-use crate::state::{DestinationState, UpstreamVersion};
+use crate::state::{DestinationState, PoolCache, UpstreamVersion};
 
 mod h1;
 mod h2;
@@ -320,10 +320,33 @@ pub(crate) struct Target<'a> {
     /// through the destination's pool, shared by every forwarder, and waits for a
     /// connection at the limit.
     pub(crate) limit: Option<(&'a DestinationState, usize)>,
+    /// Where the destination of the current snapshot keeps its pool (none: look it
+    /// up every time, as for an upgrade, whose version is not the cluster's).
+    pub(crate) cache: Option<&'a PoolCache>,
+}
+
+/// A pool found for a request: kept with the snapshot's destination, or an owned
+/// reference to one found in the map.
+pub(crate) enum PoolRef<'a, B> {
+    Kept(&'a Arc<Pool<B>>),
+    Found(Arc<Pool<B>>),
+}
+
+impl<B> std::ops::Deref for PoolRef<'_, B> {
+    type Target = Arc<Pool<B>>;
+
+    fn deref(&self) -> &Arc<Pool<B>> {
+        match self {
+            PoolRef::Kept(pool) => pool,
+            PoolRef::Found(pool) => pool,
+        }
+    }
 }
 
 /// The forwarder's pools and the connectors they open connections with.
 pub(crate) struct Pools<B> {
+    /// Tells these pools from another forwarder's in a [`PoolCache`].
+    id: u64,
     connectors: super::client::Connectors,
     pools: Mutex<PoolMap<B>>,
     opened: Arc<AtomicU64>,
@@ -345,7 +368,9 @@ impl<B: SendBody> Pools<B> {
     /// Pools whose HTTP/1.1 connections run on `engine` and are kept idle as `keep`
     /// says.
     pub(crate) fn new(engine: crate::server::Http1Engine, keep: Keep) -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(0);
         Pools {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
             connectors: super::client::Connectors::new(),
             pools: Mutex::new(PoolMap {
                 pools: HashMap::default(),
@@ -362,15 +387,18 @@ impl<B: SendBody> Pools<B> {
         self.opened.load(Ordering::Relaxed)
     }
 
-    /// The pool `to` goes to (made when first asked for).
-    pub(crate) fn pool_for(&self, to: &Target<'_>) -> Arc<Pool<B>> {
+    /// The pool `to` goes to (made when first asked for). Kept in `to.cache` when it
+    /// has one: the next request to the destination finds it there without the map's
+    /// lock; the map is then swept every [`SWEEP_EVERY`] such requests on each thread
+    /// (as it is every [`SWEEP_EVERY`] look-ups).
+    pub(crate) fn pool_for<'a>(&self, to: &Target<'a>) -> PoolRef<'a, B> {
         let https = *to.scheme == Scheme::HTTPS;
         // Nothing to negotiate without TLS: .NET speaks HTTP/1.1 there.
         let version = match to.version {
             UpstreamVersion::Negotiate if !https => UpstreamVersion::Http1,
             version => version,
         };
-        let key = Key {
+        let key = || Key {
             https,
             authority: to.authority.clone(),
             version,
@@ -380,9 +408,31 @@ impl<B: SendBody> Pools<B> {
             // Plain connections share a pool whatever the TLS setting.
             tls: if https { to.tls } else { TlsVersions::Both },
         };
-        match to.limit {
-            None => self.pool(key),
-            Some((destination, max)) => {
+        match (to.limit, to.cache) {
+            (None, Some(cache)) => {
+                thread_local! {
+                    static UNTIL_SWEEP: std::cell::Cell<u32> = const { std::cell::Cell::new(SWEEP_EVERY) };
+                }
+                let sweeps = UNTIL_SWEEP.with(|n| {
+                    let left = n.get().saturating_sub(1);
+                    n.set(if left == 0 { SWEEP_EVERY } else { left });
+                    left == 0
+                });
+                if sweeps {
+                    let mut map = self.pools.lock().expect("pools lock");
+                    map.lookups = 0;
+                    sweep(&mut map.pools);
+                }
+                if let Some(pool) = cache.get::<Arc<Pool<B>>>(self.id) {
+                    return PoolRef::Kept(pool);
+                }
+                let pool = self.pool(key());
+                cache.fill(self.id, || pool.clone());
+                PoolRef::Found(pool)
+            }
+            (None, None) => PoolRef::Found(self.pool(key())),
+            (Some((destination, max)), _) => {
+                let key = key();
                 let pool = destination.shared_pool(
                     |pool: &Pool<B>| pool.key == key && pool.limit.is_some(),
                     || self.new_pool(key.clone(), Some(Limit::new(max))),
@@ -391,7 +441,7 @@ impl<B: SendBody> Pools<B> {
                     // A reload may have changed it.
                     limit.set_max(max);
                 }
-                pool
+                PoolRef::Found(pool)
             }
         }
     }
