@@ -244,26 +244,42 @@ pub struct Destination {
     pool: PoolCache,
 }
 
-/// A forwarder's connection pool for one destination of one snapshot, kept with the
-/// destination so that a request reaches it without a look-up in the forwarder's map
-/// (a lock, a hash and two reference counts per request). Holds the pool of the first
-/// forwarder that asks; another forwarder (its `owner` differs) looks up its own.
-/// A clone starts empty: the cluster settings the pool was chosen by may differ where
-/// the clone goes.
+/// The forwarders' connection pools for one destination of one snapshot, kept with the
+/// destination so that a request reaches its pool without a look-up in the forwarder's
+/// map (a lock, a hash and two reference counts per request). The binary's workers each
+/// have a forwarder of their own: each forwarder keeps its pool in one of
+/// [`POOL_CACHE_WAYS`] ways (by its id); one whose way another forwarder took looks up
+/// its own. The ways are allocated at the first request. A clone starts empty: the
+/// cluster settings the pools were chosen by may differ where the clone goes.
 #[derive(Default)]
-pub(crate) struct PoolCache(OnceLock<(u64, Box<dyn Any + Send + Sync>)>);
+pub(crate) struct PoolCache(OnceLock<Box<[PoolWay; POOL_CACHE_WAYS]>>);
+
+/// How many forwarders a [`PoolCache`] keeps a pool for.
+pub(crate) const POOL_CACHE_WAYS: usize = 8;
+
+/// One forwarder's pool in a [`PoolCache`]: its id, and the pool.
+type PoolWay = OnceLock<(u64, Box<dyn Any + Send + Sync>)>;
 
 impl PoolCache {
+    fn way(ways: &[PoolWay; POOL_CACHE_WAYS], owner: u64) -> &PoolWay {
+        // Lossless: the remainder is below `POOL_CACHE_WAYS`.
+        &ways[(owner % POOL_CACHE_WAYS as u64) as usize]
+    }
+
     /// The pool `owner` kept here, if it is a `T`.
     pub(crate) fn get<T: Any>(&self, owner: u64) -> Option<&T> {
-        let (kept_by, pool) = self.0.get()?;
+        let (kept_by, pool) = Self::way(self.0.get()?, owner).get()?;
         (*kept_by == owner).then(|| pool.downcast_ref::<T>()).flatten()
     }
 
-    /// Keep `owner`'s `pool` here, unless a pool is kept already.
+    /// Keep `owner`'s `pool` here, unless its way holds a pool already.
     pub(crate) fn fill<T: Any + Send + Sync>(&self, owner: u64, pool: impl FnOnce() -> T) {
-        if self.0.get().is_none() {
-            let _ = self.0.set((owner, Box::new(pool())));
+        let ways = self
+            .0
+            .get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
+        let way = Self::way(ways, owner);
+        if way.get().is_none() {
+            let _ = way.set((owner, Box::new(pool())));
         }
     }
 }
@@ -348,6 +364,28 @@ impl Destination {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pool_cache_keeps_a_pool_per_forwarder() {
+        let cache = PoolCache::default();
+        assert!(cache.get::<u32>(1).is_none());
+        cache.fill(1, || 10u32);
+        cache.fill(2, || 20u32);
+        assert_eq!(cache.get::<u32>(1), Some(&10));
+        assert_eq!(cache.get::<u32>(2), Some(&20));
+        // A way is kept by its first forwarder: another with the same way looks up its own.
+        let same_way = 1 + POOL_CACHE_WAYS as u64;
+        cache.fill(same_way, || 30u32);
+        assert!(cache.get::<u32>(same_way).is_none());
+        assert_eq!(cache.get::<u32>(1), Some(&10));
+        // Filled once: a later pool does not replace it.
+        cache.fill(1, || 11u32);
+        assert_eq!(cache.get::<u32>(1), Some(&10));
+        // Another type is not mistaken for the pool.
+        assert!(cache.get::<u64>(1).is_none());
+        // A clone (a destination carried into another snapshot) starts empty.
+        assert!(cache.clone().get::<u32>(1).is_none());
+    }
 
     #[test]
     fn parses_addresses() {
