@@ -8,8 +8,10 @@
 //! [`now`] reads the clock the first time and returns that reading after.
 //!
 //! The server opens a moment around each call into the pipeline, each poll of its
-//! future and each poll of the response body; [`testing::block_on`](crate::testing::block_on)
-//! opens one around each poll. A moment lasts one synchronous call, never across an
+//! future and each poll of the response body; the native HTTP/1.1 engine around each
+//! poll of a connection's task (so a response's end, the connection's return to its
+//! pool and the next request's header timer share the reading of the poll they fall
+//! in); [`testing::block_on`](crate::testing::block_on) opens one around each poll. A moment lasts one synchronous call, never across an
 //! `.await`, so its reading is as fresh as the work it times. Outside any moment,
 //! [`now`] is `Instant::now()`. The instants are tokio's, so that a test runtime's
 //! paused clock governs them too.
@@ -24,6 +26,10 @@
 //! ```
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use tokio::time::Instant;
 
 thread_local! {
@@ -78,6 +84,31 @@ impl Drop for Moment {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// `inner`, each of its polls in a [`Moment`]: a task whose whole poll shares one
+    /// clock reading.
+    #[must_use = "futures do nothing unless polled"]
+    pub(crate) struct InMoment<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F> InMoment<F> {
+    pub(crate) fn new(inner: F) -> Self {
+        InMoment { inner }
+    }
+}
+
+impl<F: Future> Future for InMoment<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let _moment = Moment::open();
+        self.project().inner.poll(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +133,29 @@ mod tests {
         );
         drop(moment);
         assert!(now() > first, "outside a moment every call reads the clock");
+    }
+
+    #[test]
+    fn each_poll_in_a_moment_has_a_reading_of_its_own() {
+        let mut readings = Vec::new();
+        let mut future = std::pin::pin!(InMoment::new(std::future::poll_fn(|_| {
+            let a = now();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            assert_eq!(now(), a, "one reading for the whole poll");
+            readings.push(a);
+            if readings.len() < 2 {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(future.as_mut().poll(&mut cx).is_pending());
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(future.as_mut().poll(&mut cx).is_ready());
+        assert!(readings[1] > readings[0], "the next poll reads the clock again");
+        let outside = now();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(now() > outside, "no moment is left open after a poll");
     }
 }

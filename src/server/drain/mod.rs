@@ -279,7 +279,9 @@ impl Shared {
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(NEVER - 1)
+        // The moment's reading, where one is open (a native connection's poll).
+        let elapsed = crate::clock::now().saturating_duration_since(self.origin);
+        u64::try_from(elapsed.as_millis()).unwrap_or(NEVER - 1)
     }
 }
 

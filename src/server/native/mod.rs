@@ -123,7 +123,8 @@ where
     let timeout = move || Duration::from_millis(timeout_ms.into());
     // Only plain TCP connections park: their readiness is the socket's.
     let parks = TypeId::of::<I>() == TypeId::of::<TcpStream>() && slots.lot.is_some();
-    async move {
+    // One clock reading per poll of the task (see `clock`).
+    crate::clock::InMoment::new(async move {
         use hyper::service::Service as _;
         // Requests' locals live in blocks that end before the next suspension point, and
         // the pipeline's future and the response body in a lent slot: the connection's
@@ -273,7 +274,7 @@ where
         if written {
             let _ = poll_fn(|cx| Pin::new(&mut conn.io).poll_shutdown(cx)).await;
         }
-    }
+    })
 }
 
 /// How long the answer to a refused head may take to be written.
