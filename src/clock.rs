@@ -153,7 +153,10 @@ mod tests {
         assert!(future.as_mut().poll(&mut cx).is_pending());
         std::thread::sleep(std::time::Duration::from_millis(2));
         assert!(future.as_mut().poll(&mut cx).is_ready());
-        assert!(readings[1] > readings[0], "the next poll reads the clock again");
+        assert!(
+            readings[1] > readings[0],
+            "the next poll reads the clock again"
+        );
         let outside = now();
         std::thread::sleep(std::time::Duration::from_millis(2));
         assert!(now() > outside, "no moment is left open after a poll");

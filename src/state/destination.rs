@@ -269,7 +269,9 @@ impl PoolCache {
     /// The pool `owner` kept here, if it is a `T`.
     pub(crate) fn get<T: Any>(&self, owner: u64) -> Option<&T> {
         let (kept_by, pool) = Self::way(self.0.get()?, owner).get()?;
-        (*kept_by == owner).then(|| pool.downcast_ref::<T>()).flatten()
+        (*kept_by == owner)
+            .then(|| pool.downcast_ref::<T>())
+            .flatten()
     }
 
     /// Keep `owner`'s `pool` here, unless its way holds a pool already.
