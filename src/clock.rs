@@ -11,8 +11,9 @@
 //! future and each poll of the response body; the native HTTP/1.1 engine around each
 //! poll of a connection's task (so a response's end, the connection's return to its
 //! pool and the next request's header timer share the reading of the poll they fall
-//! in); [`testing::block_on`](crate::testing::block_on) opens one around each poll. A moment lasts one synchronous call, never across an
-//! `.await`, so its reading is as fresh as the work it times. Outside any moment,
+//! in); [`testing::block_on`](crate::testing::block_on) opens one around each poll. A
+//! moment lasts one synchronous call, never across an `.await`, so its reading is as
+//! fresh as the work it times. Outside any moment,
 //! [`now`] is `Instant::now()`. The instants are tokio's, so that a test runtime's
 //! paused clock governs them too.
 //!
