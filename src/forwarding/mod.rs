@@ -262,31 +262,28 @@ where
         // of a request is a `memcpy` of a few hundred bytes.
         let rewritten = outgoing(&mut request.request, &request.context, destination, version);
         let mut req = request.request;
-        let upstream = match rewritten {
-            Ok(()) => {
-                let gate = match version {
-                    UpstreamVersion::Http2 => None,
-                    _ => expect::hold_back(&mut req),
-                };
-                let body_limit = request.context.limits().max_request_body_size;
-                // Only a request with a body can make progress after it is sent.
-                let progress = (!req.body().is_end_stream())
-                    .then(|| Arc::new(progress::Progress::new(crate::clock::now())));
-                let outgoing = req.map(|body| {
-                    UpstreamBody::new(RequestBody::new(body, body_limit), gate.clone())
-                        .with_progress(progress.clone())
-                });
-                Ok((
-                    pool.send(outgoing, upgrade.is_some()),
-                    future::Exchange {
-                        upgrade,
-                        gate,
-                        progress,
-                    },
-                ))
-            }
-            Err(e) => Err(e),
-        };
+        let upstream = rewritten.map(|()| {
+            let gate = match version {
+                UpstreamVersion::Http2 => None,
+                _ => expect::hold_back(&mut req),
+            };
+            let body_limit = request.context.limits().max_request_body_size;
+            // Only a request with a body can make progress after it is sent.
+            let progress = (!req.body().is_end_stream())
+                .then(|| Arc::new(progress::Progress::new(crate::clock::now())));
+            let outgoing = req.map(|body| {
+                UpstreamBody::new(RequestBody::new(body, body_limit), gate.clone())
+                    .with_progress(progress.clone())
+            });
+            (
+                pool.send(outgoing, upgrade.is_some()),
+                future::Exchange {
+                    upgrade,
+                    gate,
+                    progress,
+                },
+            )
+        });
         drop(pool);
         let context = request.context;
         match upstream {
@@ -367,13 +364,9 @@ pub(crate) fn outgoing<B: 'static>(
 
     let invalid =
         |e: http::uri::InvalidUri| ForwardError::new(ForwardErrorKind::RequestCreation, e);
-    // The client's path and query unchanged: moved over, not cloned.
-    let keep_target = rewritten.is_none()
-        && uri.path_and_query().is_some()
-        && address.path_prefix.is_empty()
-        && normalized.is_none();
     let path_and_query = match (rewritten, uri.path_and_query()) {
-        (None, Some(_)) if keep_target => uri
+        // The client's path and query unchanged: moved over, not cloned.
+        (None, Some(_)) if address.path_prefix.is_empty() && normalized.is_none() => uri
             .into_parts()
             .path_and_query
             .expect("the target has a path"),
