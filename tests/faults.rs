@@ -547,6 +547,66 @@ async fn panic_on_one_http2_stream_leaves_the_other_streams_alone() {
     p.shutdown().await;
 }
 
+/// The same on HTTP/1.1 (either engine): a panic on the way in and on the way out each
+/// answer 500, and the keep-alive connection carries the next request.
+#[tokio::test]
+async fn panics_on_an_http1_connection_answer_500_and_it_keeps_serving() {
+    let (logs, _guard) = Logs::capture();
+    let b = backend(|req: Request<Incoming>| async move {
+        let mut resp = Response::builder();
+        if req.uri().path() == "/boom" {
+            resp = resp.header("x-panic-on-response", "1");
+        }
+        resp.body(full("quick")).unwrap()
+    })
+    .await;
+    let config = simple_config(&[("d1", &b.url())], "");
+    let state = state(&config);
+    let service = FusedPanicky::from_state(state.clone(), Panicky);
+    let p = start_service(state, service, options()).await;
+
+    let tcp = TcpStream::connect(p.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let conn_done = Arc::new(AtomicBool::new(false));
+    let done = conn_done.clone();
+    tokio::spawn(async move {
+        let _ = conn.await;
+        done.store(true, Ordering::SeqCst);
+    });
+    for (path, panic, status) in [
+        ("/x", true, StatusCode::INTERNAL_SERVER_ERROR),
+        ("/boom", false, StatusCode::INTERNAL_SERVER_ERROR),
+        ("/y", false, StatusCode::OK),
+    ] {
+        let mut r = Request::get(path).header("host", p.addr.to_string());
+        if panic {
+            r = r.header("x-panic", "1");
+        }
+        let response = within(
+            path,
+            send.send_request(r.body(Empty::<Bytes>::new()).unwrap()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status(), status, "{path}");
+        within("the body", response.into_body().collect())
+            .await
+            .unwrap();
+    }
+    logs.wait_line(&["ERROR", "user stage panicked on purpose"])
+        .await;
+    logs.wait_line(&["ERROR", "user stage panicked on the way back"])
+        .await;
+    assert!(
+        !conn_done.load(Ordering::SeqCst),
+        "the connection stayed up"
+    );
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}
+
 // ===== many faults in a row =====
 
 #[tokio::test]

@@ -142,7 +142,7 @@ pub(super) async fn drive<F, E>(
 }
 
 /// The native engine's in-flight slots for pipeline `S`.
-pub(super) type NativeSlots<S> = native::Slots<native::CallOf<S>, idle::ServedBody>;
+pub(super) type NativeSlots<S> = native::Slots<native::CallOf<S>, crate::body::ProxyBody>;
 
 /// What every connection of a listener shares.
 pub(super) struct Shared<S: ServeService> {
@@ -204,15 +204,10 @@ where
 {
     let remote = info.remote;
     if protocol == Protocol::Http1 && shared.options.http1_engine == Http1Engine::Native {
-        let service = Served {
-            inner: service,
-            info,
-            activity: None,
-            checks_host: false,
-        };
         Either::Left(native::serve_connection(
             io,
             service,
+            info,
             shared.slots.clone(),
             drain,
             false,

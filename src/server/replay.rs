@@ -79,19 +79,14 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
         local: ([127, 0, 0, 1], 2).into(),
         tls: false,
     };
-    let served = super::service::Served {
-        inner: service,
-        info,
-        activity: None,
-        checks_host: engine == Http1Engine::Hyper,
-    };
     let serving = async move {
         match engine {
             Http1Engine::Native => {
                 let drain = drain::Drain::new(options.header_read_timeout);
                 native::serve_connection(
                     server,
-                    served,
+                    service,
+                    info,
                     native::Slots::new(Arc::new(options)),
                     drain.signal(None),
                     false,
@@ -99,6 +94,12 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
                 .await;
             }
             Http1Engine::Hyper => {
+                let served = super::service::Served {
+                    inner: service,
+                    info,
+                    activity: None,
+                    checks_host: true,
+                };
                 let _ = hyper::server::conn::http1::Builder::new()
                     .max_buf_size(options.max_header_size.max(8192))
                     .serve_connection(hyper_util::rt::TokioIo::new(server), served)

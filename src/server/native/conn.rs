@@ -61,14 +61,13 @@ impl<I: Io> Conn<I> {
     pub(super) fn start_request(
         &mut self,
         head: crate::http1::RequestHead,
+        info: ConnectionInfo,
     ) -> (Request<Incoming>, Message) {
-        let mut request = head.request.map(|()| Incoming::empty());
-        let version = request.version();
         self.continue_pending = false;
-        match head.body {
-            crate::http1::BodyLength::Length(0) => {}
+        let body = match head.body {
+            crate::http1::BodyLength::Length(0) => Incoming::empty(),
             crate::http1::BodyLength::Length(n) if n <= self.read_buf.len() as u64 => {
-                *request.body_mut() = Incoming::full(self.read_buf.split_to(n as usize).freeze());
+                Incoming::full(self.read_buf.split_to(n as usize).freeze())
             }
             framing => {
                 let (decoder, length) = match framing {
@@ -78,9 +77,12 @@ impl<I: Io> Conn<I> {
                 self.body = Some(decoder);
                 self.continue_pending = head.expect_continue;
                 let channel = self.channel.get_or_insert_with(Default::default);
-                *request.body_mut() = Incoming::native(channel.open(length));
+                Incoming::native(channel.open(length))
             }
-        }
+        };
+        // The connection recorded in the body (`ConnectionInfo::of`).
+        let mut request = head.request.map(|()| body.with_connection(info));
+        let version = request.version();
         // Looked for only when `Connection` names `upgrade` (the parser saw its tokens).
         let upgrade = (head.connection_upgrade
             && crate::forwarding::upgrade::upgrade_protocol(request.headers(), version).is_some())
@@ -106,10 +108,10 @@ impl<I: Io> Conn<I> {
     /// whether the connection stays open, and whether it is being upgraded.
     pub(super) fn start_response(
         &mut self,
-        response: Response<ServedBody>,
+        response: Response<ProxyBody>,
         message: &Message,
         draining: bool,
-    ) -> (ServedBody, Sending, bool, bool) {
+    ) -> (ProxyBody, Sending, bool, bool) {
         let (parts, body) = response.into_parts();
         let status = parts.status;
         let upgrading = status == StatusCode::SWITCHING_PROTOCOLS && message.upgrade.is_some();
@@ -302,7 +304,7 @@ impl<I: Io> Conn<I> {
     pub(super) fn poll_send(
         &mut self,
         cx: &mut Context<'_>,
-        mut body: Pin<&mut ServedBody>,
+        mut body: Pin<&mut ProxyBody>,
         sending: &mut Sending,
     ) -> Poll<io::Result<()>> {
         loop {

@@ -37,6 +37,7 @@ mod lot {
 use std::any::{Any, TypeId};
 use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
@@ -57,14 +58,13 @@ use slots::{InFlight, InFlightProj, Lent};
 pub(crate) use upgrade::{OnUpgrade, UpgradedIo};
 
 use super::drain::Signal;
-use super::idle::ServedBody;
-use super::service::Served;
 use super::{ServeService, ServerOptions};
-use crate::body::Incoming;
+use crate::body::{Incoming, ProxyBody};
 use crate::http1::{
     buffers, parse_request, write_response_head, BodyDecoder, Connection, Decoded, Framing, Limits,
     Outgoing, ParseError,
 };
+use crate::request::ConnectionInfo;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -79,8 +79,8 @@ const WRITE_HIGH: usize = 64 * 1024;
 /// connection can carry the next request; beyond, the connection is closed.
 const DISCARD_MAX: u64 = 256 * 1024;
 
-/// The future of a call of a connection's service (what an in-flight slot holds first).
-pub(crate) type CallOf<P> = <Served<P> as hyper::service::Service<Request<Incoming>>>::Future;
+/// The future of a call of a connection's pipeline (what an in-flight slot holds first).
+pub(crate) type CallOf<P> = <P as hyper::service::Service<Request<Incoming>>>::Future;
 
 /// Serve HTTP/1.1 on `io` until the client closes, the connection idles past the
 /// header read timeout, shutdown, an error, or an upgrade.
@@ -93,8 +93,9 @@ pub(crate) type CallOf<P> = <Served<P> as hyper::service::Service<Request<Incomi
 /// for this head keeps the deadline it had.
 pub(crate) fn serve_connection<I, P>(
     io: I,
-    service: Served<P>,
-    slots: Arc<Slots<CallOf<P>, ServedBody>>,
+    pipeline: P,
+    info: ConnectionInfo,
+    slots: Arc<Slots<CallOf<P>, ProxyBody>>,
     mut drain: Signal,
     mut resumed: bool,
 ) -> impl Future<Output = ()>
@@ -125,7 +126,6 @@ where
     let parks = TypeId::of::<I>() == TypeId::of::<TcpStream>() && slots.lot.is_some();
     // One clock reading per poll of the task (see `clock`).
     crate::clock::InMoment::new(async move {
-        use hyper::service::Service as _;
         // Requests' locals live in blocks that end before the next suspension point, and
         // the pipeline's future and the response body in a lent slot: the connection's
         // future stays small while it waits (see `the_connection_future_size`).
@@ -147,7 +147,7 @@ where
                 } else {
                     Wait::Starts { parks }
                 };
-                let message = {
+                let (called, message) = {
                     let head = match poll_fn(|cx| {
                         conn.poll_head(cx, &mut drain, &mut wait, timeout())
                     })
@@ -156,54 +156,77 @@ where
                         Waited::Head(head) => head,
                         Waited::Closed => return,
                         Waited::Park => {
-                            park(conn.io, &service, &slots, drain, timeout() - PARK_AFTER);
+                            park(conn.io, info, &slots, drain, timeout() - PARK_AFTER);
                             return;
                         }
                         Waited::TimedOut => {
-                            tracing::debug!(remote = %service.info.remote, "no request head within the header read timeout; closing");
+                            tracing::debug!(remote = %info.remote, "no request head within the header read timeout; closing");
                             return;
                         }
                         Waited::Refused(error) => {
-                            tracing::debug!(remote = %service.info.remote, reason = error.reason(), status = error.status().as_u16(), "refused a request head");
+                            tracing::debug!(remote = %info.remote, reason = error.reason(), status = error.status().as_u16(), "refused a request head");
                             conn.queue_error(error.status());
                             // Answered after the loop: no head is held while it is written.
                             break;
                         }
                     };
-                    let (request, message) = conn.start_request(head);
-                    lent.get().set(InFlight::Calling {
-                        future: service.call(request),
-                    });
-                    message
+                    let (request, message) = conn.start_request(head, info);
+                    // The pipeline's future is made where it will be polled, with the
+                    // connection current; a panic answers 500 (as hyper's engine does).
+                    let _current = info.enter();
+                    let mut slot = lent.get();
+                    let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        slot.set(InFlight::Calling {
+                            future: pipeline.call(request),
+                        })
+                    }));
+                    // Only whether it did is kept across the wait below.
+                    let called = called.map_err(|panic| log_panic(&panic)).is_ok();
+                    (called, message)
                 };
 
                 // The pipeline runs; meanwhile the request body is pumped and the socket
                 // watched for the client's going away.
                 let (mut sending, keep_alive, upgrading) = {
-                    let response = poll_fn(|cx| {
-                        conn.pump(cx);
-                        if let InFlightProj::Calling { future } = lent.get().project() {
-                            if let Poll::Ready(response) = future.poll(cx) {
-                                return Poll::Ready(Some(response.map_err(Into::<BoxError>::into)));
+                    let response = if !called {
+                        Some(Ok(internal_error()))
+                    } else {
+                        poll_fn(|cx| {
+                            conn.pump(cx);
+                            if let InFlightProj::Calling { future } = lent.get().project() {
+                                let _current = info.enter();
+                                match std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)))
+                                {
+                                    Ok(Poll::Ready(response)) => {
+                                        return Poll::Ready(Some(
+                                            response.map_err(Into::<BoxError>::into),
+                                        ));
+                                    }
+                                    Ok(Poll::Pending) => {}
+                                    Err(panic) => {
+                                        log_panic(&panic);
+                                        return Poll::Ready(Some(Ok(internal_error())));
+                                    }
+                                }
                             }
-                        }
-                        if conn.peer_closed(cx) {
-                            return Poll::Ready(None);
-                        }
-                        Poll::Pending
-                    })
-                    .await;
+                            if conn.peer_closed(cx) {
+                                return Poll::Ready(None);
+                            }
+                            Poll::Pending
+                        })
+                        .await
+                    };
                     // The future is done (or abandoned): dropped now, before the body takes
                     // its place.
                     lent.get().set(InFlight::Idle);
                     let response = match response {
                         Some(Ok(response)) => response,
                         Some(Err(e)) => {
-                            tracing::debug!(error = %e, remote = %service.info.remote, "the service failed; closing the connection");
+                            tracing::debug!(error = %e, remote = %info.remote, "the service failed; closing the connection");
                             return;
                         }
                         None => {
-                            tracing::debug!(remote = %service.info.remote, "the client closed its connection before the response; request cancelled");
+                            tracing::debug!(remote = %info.remote, "the client closed its connection before the response; request cancelled");
                             return;
                         }
                     };
@@ -221,7 +244,7 @@ where
                 // The body is dropped here (an upgrade's hands the exchange to the tunnel).
                 lent.release();
                 if let Err(e) = written {
-                    tracing::debug!(error = %e, remote = %service.info.remote, "the response could not be sent; closing");
+                    tracing::debug!(error = %e, remote = %info.remote, "the response could not be sent; closing");
                     return;
                 }
                 if upgrading {
@@ -298,10 +321,10 @@ enum Wait {
 
 /// End the connection's task; its socket waits for the next request in the
 /// listener's lot. `rest`: what is left of the header read timeout.
-fn park<I: Io, P: ServeService>(
+fn park<I: Io, F, B>(
     io: I,
-    service: &Served<P>,
-    slots: &Slots<CallOf<P>, ServedBody>,
+    info: ConnectionInfo,
+    slots: &Slots<F, B>,
     mut drain: Signal,
     rest: Duration,
 ) {
@@ -321,10 +344,10 @@ fn park<I: Io, P: ServeService>(
         // given back (the lot's task answers shutdown for it).
         let permit = drain.take_permit();
         drop(drain);
-        lot.park(io, service.info.remote, permit, rest);
+        lot.park(io, info.remote, permit, rest);
     }
     #[cfg(not(unix))]
-    let _ = (io, service, slots, drain, rest);
+    let _ = (io, info, slots, drain, rest);
 }
 
 /// Slots for a listener's plain TCP connections on this worker, with a lot their idle
@@ -336,7 +359,7 @@ pub(crate) fn slots_with_lot<P: ServeService>(
     service: P,
     local: std::net::SocketAddr,
     signal: Signal,
-) -> Arc<Slots<CallOf<P>, ServedBody>> {
+) -> Arc<Slots<CallOf<P>, ProxyBody>> {
     #[cfg(unix)]
     if let Some((lot, poll)) = lot::Lot::new() {
         let slots = Slots::with_lot(options, Some(lot.clone()));
@@ -353,19 +376,15 @@ pub(crate) fn slots_with_lot<P: ServeService>(
             };
             let mut drain = signal.sibling(permit);
             drain.restart(left);
-            let service = Served {
-                inner: service.clone(),
-                info: crate::request::ConnectionInfo {
-                    remote,
-                    local,
-                    tls: false,
-                },
-                activity: None,
-                checks_host: false,
+            let info = ConnectionInfo {
+                remote,
+                local,
+                tls: false,
             };
             tokio::spawn(serve_connection(
                 io,
-                service,
+                service.clone(),
+                info,
                 for_resumed.clone(),
                 drain,
                 true,
@@ -376,4 +395,18 @@ pub(crate) fn slots_with_lot<P: ServeService>(
     }
     let _ = (service, local, signal);
     Slots::new(options)
+}
+
+/// A panic in a request's pipeline: logged, and the request answered with
+/// [`internal_error`]; the connection and the server keep serving (the stages' guards
+/// were released by the unwinding).
+fn log_panic(panic: &Box<dyn Any + Send>) {
+    tracing::error!(panic = %super::service::panic_message(panic), "the pipeline panicked; answering 500");
+}
+
+/// The answer to a request whose pipeline panicked.
+fn internal_error() -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::empty());
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response
 }

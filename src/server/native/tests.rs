@@ -12,31 +12,28 @@ fn the_connection_future_size() {
     )
     .unwrap();
     let state = Arc::new(crate::state::ProxyState::new(config).unwrap());
-    let service = super::super::service::Served {
-        inner: crate::pipeline::FusedDefault::from_state(state),
-        info: crate::request::ConnectionInfo {
-            remote: ([127, 0, 0, 1], 1).into(),
-            local: ([127, 0, 0, 1], 2).into(),
-            tls: false,
-        },
-        activity: None,
-        checks_host: false,
+    let pipeline = crate::pipeline::FusedDefault::from_state(state);
+    let info = crate::request::ConnectionInfo {
+        remote: ([127, 0, 0, 1], 1).into(),
+        local: ([127, 0, 0, 1], 2).into(),
+        tls: false,
     };
     let (io, _peer) = tokio::io::duplex(64);
     let drain = super::super::drain::Drain::new(Duration::from_secs(30));
     let future = serve_connection(
         io,
-        service,
+        pipeline,
+        info,
         Slots::new(Arc::new(ServerOptions::default())),
         drain.signal(None),
         false,
     );
     let size = std::mem::size_of_val(&future);
     println!(
-        "the native connection future: {size} bytes (the service {} bytes, the drain signal {}, the in-flight slot {})",
-        std::mem::size_of::<super::super::service::Served<crate::pipeline::FusedDefault>>(),
+        "the native connection future: {size} bytes (the pipeline {} bytes, the drain signal {}, the in-flight slot {})",
+        std::mem::size_of::<crate::pipeline::FusedDefault>(),
         std::mem::size_of::<Signal>(),
-        std::mem::size_of::<InFlight<<super::super::service::Served<crate::pipeline::FusedDefault> as hyper::service::Service<Request<Incoming>>>::Future, ServedBody>>(),
+        std::mem::size_of::<InFlight<CallOf<crate::pipeline::FusedDefault>, ProxyBody>>(),
     );
     // 376 bytes in a debug build; 392 in a release build (print-type-sizes), which
     // with tokio's task header and trailer make a 512-byte task (tasks are rounded
