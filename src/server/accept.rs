@@ -114,7 +114,6 @@ pub(super) fn served<S>(service: S, info: ConnectionInfo) -> (Served<S>, Arc<idl
         inner: service,
         info,
         activity: Some(activity.clone()),
-        checks_host: true,
     };
     (svc, activity)
 }

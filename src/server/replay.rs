@@ -98,7 +98,6 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
                     inner: service,
                     info,
                     activity: None,
-                    checks_host: true,
                 };
                 let _ = hyper::server::conn::http1::Builder::new()
                     .max_buf_size(options.max_header_size.max(8192))

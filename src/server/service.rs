@@ -75,22 +75,22 @@ where
     }
 }
 
-/// What the server wraps around every pipeline: makes the connection's
-/// [`ConnectionInfo`] [current](ConnectionInfo::current) while it calls the pipeline and
-/// polls its future (no per-request allocation, unlike an extensions insert), and turns a panic anywhere in the
-/// pipeline into a `500` for that request alone (stage guards are released by the
-/// unwinding; the connection and the server keep serving).
+/// What the server wraps around every pipeline it serves through hyper (HTTP/2, and
+/// HTTP/1.1 on hyper's engine; the native engine does the same in its connection
+/// driver): makes the connection's [`ConnectionInfo`] [current](ConnectionInfo::current)
+/// while it calls the pipeline and polls its future (no per-request allocation, unlike
+/// an extensions insert), and turns a panic anywhere in the pipeline into a `500` for
+/// that request alone (stage guards are released by the unwinding; the connection and
+/// the server keep serving).
 ///
 /// On HTTP/1.1 connections it also marks the connection busy from the request's head
-/// until its response body has been sent (see [`idle`](super::idle)).
+/// until its response body has been sent (see [`idle`](super::idle)), and answers a
+/// request without `Host` with 400.
 #[derive(Debug, Clone)]
 pub(crate) struct Served<S> {
     pub(crate) inner: S,
     pub(crate) info: ConnectionInfo,
     pub(crate) activity: Option<Arc<Activity>>,
-    /// Answer an HTTP/1.1 request without `Host` with 400 here: hyper's HTTP/1.1
-    /// connections (the native engine's parser refuses such a head itself).
-    pub(crate) checks_host: bool,
 }
 
 impl<S, B> hyper::service::Service<Request<B>> for Served<S>
@@ -105,9 +105,9 @@ where
     fn call(&self, request: Request<B>) -> Self::Future {
         let busy = self.activity.as_ref().map(Activity::enter);
         // RFC 9112 section 3.2: an HTTP/1.1 request without `Host` gets 400 (two `Host`
-        // lines are refused by routing, which reads them).
-        if self.checks_host
-            && request.version() == http::Version::HTTP_11
+        // lines are refused by routing, which reads them). hyper's connections only: the
+        // native engine's parser refuses such a head itself.
+        if request.version() == http::Version::HTTP_11
             && !request.headers().contains_key(http::header::HOST)
         {
             return ServedFuture::BadRequest { busy };
