@@ -32,6 +32,20 @@ fn has_hop_by_hop(headers: &HeaderMap) -> bool {
     headers.keys().any(is_hop_by_hop)
 }
 
+/// Remove every value of `name` from `headers`. Most removals (the default transforms'
+/// `X-Forwarded-Prefix` and `Forwarded`, a route's `RequestHeaderRemove`) find nothing:
+/// in a map of a few fields one pass over the names present says so for less than the
+/// hashed look-up `HeaderMap::remove` makes.
+pub(crate) fn remove_field(headers: &mut HeaderMap, name: &HeaderName) {
+    if headers.keys_len() <= SCANNED && !headers.keys().any(|present| present == name) {
+        return;
+    }
+    headers.remove(name);
+}
+
+/// The most fields [`remove_field`] looks through before it hashes.
+const SCANNED: usize = 16;
+
 /// Whether `name` is in [`HOP_BY_HOP`] (a `match` on the name: a length switch and a
 /// compare, not 17 comparisons).
 fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -116,6 +130,28 @@ pub(crate) fn prepare_request(headers: &mut HeaderMap, version: Version) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remove_field_removes_every_value_in_small_and_large_maps() {
+        for fields in [2, SCANNED + 4] {
+            let mut headers = HeaderMap::new();
+            for i in 0..fields {
+                headers.insert(
+                    HeaderName::from_bytes(format!("x-field-{i}").as_bytes()).unwrap(),
+                    HeaderValue::from_static("v"),
+                );
+            }
+            headers.append("x-gone", HeaderValue::from_static("1"));
+            headers.append("x-gone", HeaderValue::from_static("2"));
+            remove_field(&mut headers, &HeaderName::from_static("x-absent"));
+            assert_eq!(headers.keys_len(), fields + 1, "{fields} fields");
+            remove_field(&mut headers, &HeaderName::from_static("x-gone"));
+            assert!(!headers.contains_key("x-gone"), "{fields} fields");
+            assert_eq!(headers.keys_len(), fields, "{fields} fields");
+            remove_field(&mut headers, &header::HOST);
+            assert_eq!(headers.keys_len(), fields, "{fields} fields");
+        }
+    }
 
     #[test]
     fn the_hop_by_hop_match_is_the_list() {

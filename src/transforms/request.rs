@@ -12,6 +12,7 @@ use super::{
     XForwardedKind,
 };
 use crate::config::{ForwardedAction, NodeFormat, ValueAction};
+use crate::forwarding::headers::remove_field;
 use crate::request::ConnectionInfo;
 use crate::routing::RouteValues;
 
@@ -235,7 +236,7 @@ fn apply_header_op(
             headers.append(name.clone(), value.clone());
         }
         HeaderOp::Remove(name) => {
-            headers.remove(name);
+            remove_field(headers, name);
         }
         HeaderOp::RouteValue {
             name,
@@ -253,7 +254,7 @@ fn apply_header_op(
                     headers.append(name.clone(), v);
                 }
                 (None, ValueAction::Set) => {
-                    headers.remove(name);
+                    remove_field(headers, name);
                 }
                 (None, ValueAction::Append) => {}
             }
@@ -293,7 +294,7 @@ fn forwarded_header(
             headers.insert(name.clone(), value);
         }
         (ForwardedAction::Set, None) => {
-            headers.remove(name);
+            remove_field(headers, name);
         }
         // One look-up: the usual request has no such header, and gets `value` as it is.
         (ForwardedAction::Append, Some(value)) => match headers.entry(name) {
@@ -318,7 +319,7 @@ fn forwarded_header(
         },
         (ForwardedAction::Append, None) | (ForwardedAction::Off, _) => {}
         (ForwardedAction::Remove, _) => {
-            headers.remove(name);
+            remove_field(headers, name);
         }
     }
 }

@@ -26,7 +26,7 @@ fn apply_ops(ops: &[ResponseOp], headers: &mut HeaderMap, status: StatusCode) {
                 headers.append(name.clone(), value.clone());
             }
             ResponseOp::Remove(name, when) if applies(*when, status) => {
-                headers.remove(name);
+                crate::forwarding::headers::remove_field(headers, name);
             }
             _ => {}
         }
