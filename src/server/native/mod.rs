@@ -188,40 +188,46 @@ where
                 // The pipeline runs; meanwhile the request body is pumped and the socket
                 // watched for the client's going away.
                 let (mut sending, keep_alive, upgrading) = {
-                    let response = if !called {
-                        Some(Ok(internal_error()))
+                    let started = if !called {
+                        let draining = drain.is_draining();
+                        let response = internal_error();
+                        Some(Ok(begin_response(
+                            &mut conn, &mut lent, response, &message, draining,
+                        )))
                     } else {
                         poll_fn(|cx| {
                             conn.pump(cx);
-                            if let InFlightProj::Calling { future } = lent.get().project() {
-                                let _current = info.enter();
-                                match std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)))
-                                {
-                                    Ok(Poll::Ready(response)) => {
-                                        return Poll::Ready(Some(
-                                            response.map_err(Into::<BoxError>::into),
-                                        ));
-                                    }
-                                    Ok(Poll::Pending) => {}
-                                    Err(panic) => {
-                                        log_panic(&panic);
-                                        return Poll::Ready(Some(Ok(internal_error())));
-                                    }
+                            let polled = match lent.get().project() {
+                                InFlightProj::Calling { future } => {
+                                    let _current = info.enter();
+                                    std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)))
                                 }
-                            }
-                            if conn.peer_closed(cx) {
-                                return Poll::Ready(None);
-                            }
-                            Poll::Pending
+                                _ => Ok(Poll::Pending),
+                            };
+                            // The response is begun here, where it comes out of the future:
+                            // each step it were handed up would be a copy of it (~400 bytes).
+                            let response = match polled {
+                                Ok(Poll::Ready(Ok(response))) => response,
+                                Ok(Poll::Ready(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+                                Ok(Poll::Pending) if conn.peer_closed(cx) => {
+                                    return Poll::Ready(None)
+                                }
+                                Ok(Poll::Pending) => return Poll::Pending,
+                                Err(panic) => {
+                                    log_panic(&panic);
+                                    internal_error()
+                                }
+                            };
+                            let draining = drain.is_draining();
+                            Poll::Ready(Some(Ok(begin_response(
+                                &mut conn, &mut lent, response, &message, draining,
+                            ))))
                         })
                         .await
                     };
-                    // The future is done (or abandoned): dropped now, before the body takes
-                    // its place.
-                    lent.get().set(InFlight::Idle);
-                    let response = match response {
-                        Some(Ok(response)) => response,
-                        Some(Err(e)) => {
+                    match started {
+                        Some(Ok(started)) => started,
+                        Some(Err::<_, BoxError>(e)) => {
                             tracing::debug!(error = %e, remote = %info.remote, "the service failed; closing the connection");
                             return;
                         }
@@ -229,12 +235,7 @@ where
                             tracing::debug!(remote = %info.remote, "the client closed its connection before the response; request cancelled");
                             return;
                         }
-                    };
-                    let draining = drain.is_draining();
-                    let (body, sending, keep_alive, upgrading) =
-                        conn.start_response(response, &message, draining);
-                    lent.get().set(InFlight::Sending { body });
-                    (sending, keep_alive, upgrading)
+                    }
                 };
                 let written = poll_fn(|cx| match lent.get().project() {
                     InFlightProj::Sending { body } => conn.poll_send(cx, body, &mut sending),
@@ -395,6 +396,23 @@ pub(crate) fn slots_with_lot<P: ServeService>(
     }
     let _ = (service, local, signal);
     Slots::new(options)
+}
+
+/// Begin answering with `response`: the pipeline's future is dropped, the response's
+/// head written into the write buffer and its body put in the in-flight slot. Returns how
+/// the body is sent, whether the connection stays open and whether it is upgraded.
+fn begin_response<I: Io, F: 'static>(
+    conn: &mut Conn<I>,
+    lent: &mut Lent<'_, F, ProxyBody>,
+    response: Response<ProxyBody>,
+    message: &conn::Message,
+    draining: bool,
+) -> (conn::Sending, bool, bool) {
+    // The future is done (or abandoned): dropped now, before the body takes its place.
+    lent.get().set(InFlight::Idle);
+    let (body, sending, keep_alive, upgrading) = conn.start_response(response, message, draining);
+    lent.get().set(InFlight::Sending { body });
+    (sending, keep_alive, upgrading)
 }
 
 /// A panic in a request's pipeline: logged, and the request answered with
