@@ -260,44 +260,38 @@ where
         let version = pool.version();
         // The request is rewritten where it lies and its body wrapped once: each move
         // of a request is a `memcpy` of a few hundred bytes.
-        let rewritten = outgoing(&mut request.request, &request.context, destination, version);
-        let mut req = request.request;
-        let upstream = rewritten.map(|()| {
-            let gate = match version {
-                UpstreamVersion::Http2 => None,
-                _ => expect::hold_back(&mut req),
-            };
-            let body_limit = request.context.limits().max_request_body_size;
-            // Only a request with a body can make progress after it is sent.
-            let progress = (!req.body().is_end_stream())
-                .then(|| Arc::new(progress::Progress::new(crate::clock::now())));
-            let outgoing = req.map(|body| {
-                UpstreamBody::new(RequestBody::new(body, body_limit), gate.clone())
-                    .with_progress(progress.clone())
-            });
-            (
-                pool.send(outgoing, upgrade.is_some()),
-                future::Exchange {
-                    upgrade,
-                    gate,
-                    progress,
-                },
-            )
-        });
-        drop(pool);
-        let context = request.context;
-        match upstream {
-            Ok((upstream, exchange)) => ResponseFuture::sending(
-                upstream,
-                guard,
-                context,
-                destination,
-                activity_timeout,
-                client_version,
-                exchange,
-            ),
-            Err(e) => ResponseFuture::failed(e, context, destination),
+        if let Err(e) = outgoing(&mut request.request, &request.context, destination, version) {
+            drop(pool);
+            return ResponseFuture::failed(e, request.context, destination);
         }
+        let gate = match version {
+            UpstreamVersion::Http2 => None,
+            _ => expect::hold_back(&mut request.request),
+        };
+        let body_limit = request.context.limits().max_request_body_size;
+        // Only a request with a body can make progress after it is sent.
+        let progress = (!request.request.body().is_end_stream())
+            .then(|| Arc::new(progress::Progress::new(crate::clock::now())));
+        let outgoing = request.request.map(|body| {
+            UpstreamBody::new(RequestBody::new(body, body_limit), gate.clone())
+                .with_progress(progress.clone())
+        });
+        let upstream = pool.send(outgoing, upgrade.is_some());
+        drop(pool);
+        let exchange = future::Exchange {
+            upgrade,
+            gate,
+            progress,
+        };
+        ResponseFuture::sending(
+            upstream,
+            guard,
+            request.context,
+            destination,
+            activity_timeout,
+            client_version,
+            exchange,
+        )
     }
 }
 
