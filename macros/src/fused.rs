@@ -448,10 +448,10 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
         impl<#impl_params> #p::hyper::service::Service<#request> for #self_ty #where_clause {
             type Response = #p::http::Response<#fw::body::ProxyBody>;
             type Error = <Self as #fw::pipeline::FusedPipeline>::Error;
-            type Future = #fw::server::IntoResponse<#fw::pipeline::FusedFuture<Self>>;
+            type Future = #fw::pipeline::FusedResponse<Self>;
 
             fn call(&self, request: #request) -> Self::Future {
-                #fw::server::IntoResponse::new(self.call_fused(request))
+                #fw::pipeline::FusedResponse::new(self.call_fused(request))
             }
         }
     }

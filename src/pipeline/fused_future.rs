@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
+use crate::body::ProxyBody;
 use crate::request::ProxyResponse;
 
 /// What `fused_pipeline!` generates for a pipeline: its stages, the terminal service's
@@ -113,27 +114,74 @@ impl<P: FusedPipeline> FusedFuture<P> {
     }
 }
 
-impl<P: FusedPipeline> Future for FusedFuture<P> {
-    type Output = Result<ProxyResponse, P::Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+impl<P: FusedPipeline> FusedFuture<P> {
+    /// Poll to the pipeline's response, handed to `finish` where it lies: each layer a
+    /// response (~430 bytes) is handed up through is a copy of it.
+    #[inline]
+    fn poll_with<R>(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        finish: impl FnOnce(ProxyResponse) -> R,
+    ) -> Poll<Result<R, P::Error>> {
         match self.project().state.project() {
-            StateProj::Answered { response } => {
-                Poll::Ready(Ok(response.take().expect("polled after completion")))
-            }
+            StateProj::Answered { response } => Poll::Ready(Ok(finish(
+                response.take().expect("polled after completion"),
+            ))),
             StateProj::Forwarding {
                 future,
                 stages,
                 states,
             } => {
-                let mut result = std::task::ready!(future.poll(cx));
+                let mut response = match std::task::ready!(future.poll(cx)) {
+                    Ok(response) => response,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
                 let states = states.take().expect("polled after completion");
-                // In place: the response (~430 bytes) is moved once, not re-wrapped.
-                if let Ok(response) = &mut result {
-                    P::on_responses(stages, states, response);
-                }
-                Poll::Ready(result)
+                P::on_responses(stages, states, &mut response);
+                Poll::Ready(Ok(finish(response)))
             }
         }
+    }
+}
+
+impl<P: FusedPipeline> Future for FusedFuture<P> {
+    type Output = Result<ProxyResponse, P::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.poll_with(cx, |response| response)
+    }
+}
+
+pin_project! {
+    /// A fused pipeline's future as a server serves it (the pipeline's
+    /// `hyper::service::Service` future): the HTTP response of its [`FusedFuture`],
+    /// taken out of the [`ProxyResponse`] where the future finishes it.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct FusedResponse<P: FusedPipeline> {
+        #[pin]
+        inner: FusedFuture<P>,
+    }
+}
+
+impl<P: FusedPipeline> FusedResponse<P> {
+    /// Serve `inner`'s response.
+    pub fn new(inner: FusedFuture<P>) -> Self {
+        FusedResponse { inner }
+    }
+}
+
+impl<P: FusedPipeline> std::fmt::Debug for FusedResponse<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FusedResponse").finish_non_exhaustive()
+    }
+}
+
+impl<P: FusedPipeline> Future for FusedResponse<P> {
+    type Output = Result<http::Response<ProxyBody>, P::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project()
+            .inner
+            .poll_with(cx, |response| response.response)
     }
 }

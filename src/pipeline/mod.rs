@@ -44,7 +44,7 @@ use std::sync::Arc;
 use crate::body::Incoming;
 
 pub use fused::FusedDefault;
-pub use fused_future::{FusedFuture, FusedPipeline, HyperTerminal, Terminal};
+pub use fused_future::{FusedFuture, FusedPipeline, FusedResponse, HyperTerminal, Terminal};
 
 use crate::affinity::SessionAffinity;
 use crate::balancing::LoadBalancing;
