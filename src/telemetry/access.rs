@@ -20,6 +20,7 @@
 //! stdout (or a file) from a thread of its own, as text or JSON (`--access-log`,
 //! `--log-format`): a worker never waits for the log.
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -87,6 +88,35 @@ impl Arrival {
             request_id,
         }
     }
+}
+
+thread_local! {
+    /// Boxes for arrivals, kept by thread: a request with a record takes one and its
+    /// record gives it back, emptied, when written — a warm worker allocates none.
+    #[allow(clippy::vec_box)] // The boxes are what is kept: each is handed out whole.
+    static BOXES: RefCell<Vec<Box<Option<Arrival>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Most boxes a thread keeps.
+const BOXES_KEPT: usize = 1024;
+
+/// An [`Arrival`] in a box kept by its thread: 8 bytes in the telemetry stage's state
+/// and in the record, where the arrival itself is ~300 — the state lives in every
+/// request's future (which is moved and copied, with or without a record) and the
+/// record in the exchange's end hook, a heap allocation of its own.
+#[derive(Debug)]
+pub(crate) struct Boxed(Option<Box<Option<Arrival>>>);
+
+impl Boxed {
+    pub(crate) fn new(arrival: Arrival) -> Self {
+        let mut boxed = BOXES
+            .try_with(|boxes| boxes.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Box::new(None));
+        *boxed = Some(arrival);
+        Boxed(Some(boxed))
+    }
 
     /// The record so far, once the pipeline has answered: written by
     /// [`Record::write`] when the exchange is over.
@@ -108,10 +138,37 @@ impl Arrival {
     }
 }
 
+impl std::ops::Deref for Boxed {
+    type Target = Arrival;
+
+    fn deref(&self) -> &Arrival {
+        self.0
+            .as_deref()
+            .and_then(Option::as_ref)
+            .expect("a boxed arrival")
+    }
+}
+
+impl Drop for Boxed {
+    fn drop(&mut self) {
+        if let Some(mut boxed) = self.0.take() {
+            // Emptied first: a kept box holds nothing of its request (a header value
+            // would keep the buffer of the request's head).
+            *boxed = None;
+            let _ = BOXES.try_with(|boxes| {
+                let mut boxes = boxes.borrow_mut();
+                if boxes.len() < BOXES_KEPT {
+                    boxes.push(boxed);
+                }
+            });
+        }
+    }
+}
+
 /// An access record waiting for its exchange's end.
 #[derive(Debug)]
 pub(crate) struct Record {
-    pub(super) arrival: Arrival,
+    pub(super) arrival: Boxed,
     start: Instant,
     pub(super) upstream: Option<Duration>,
     pub(super) status: u16,
@@ -341,6 +398,29 @@ mod tests {
             let addr: SocketAddr = addr.parse().unwrap();
             assert_eq!(client_text(addr, &mut [0; 64]), addr.to_string());
         }
+    }
+
+    #[test]
+    fn an_arrivals_box_is_kept_by_its_thread_emptied_and_reused() {
+        let request = http::Request::get("http://example.test/a")
+            .body(())
+            .unwrap();
+        let first = Boxed::new(Arrival::of(&request, true, None));
+        assert_eq!(first.path(), "/a");
+        let at = std::ptr::from_ref::<Arrival>(&first) as usize;
+        drop(first);
+        // What the thread kept holds nothing of the request.
+        BOXES.with(|boxes| assert!(boxes.borrow().last().is_some_and(|b| b.is_none())));
+        let request = http::Request::get("http://example.test/b")
+            .body(())
+            .unwrap();
+        let second = Boxed::new(Arrival::of(&request, true, None));
+        assert_eq!(
+            std::ptr::from_ref::<Arrival>(&second) as usize,
+            at,
+            "the same box"
+        );
+        assert_eq!(second.path(), "/b");
     }
 
     #[test]

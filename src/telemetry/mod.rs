@@ -61,7 +61,7 @@ pub struct Started {
     span: tracing::Span,
     _in_flight: InFlight,
     /// For the access log and the span record, when either is written.
-    access: Option<access::Arrival>,
+    access: Option<access::Boxed>,
 }
 
 impl Telemetry {
@@ -103,7 +103,8 @@ impl<B: 'static> InPlace<http::Request<B>> for Telemetry {
             start: crate::clock::now(),
             span,
             _in_flight: self.metrics.enter(),
-            access: (log || ids.is_some()).then(|| access::Arrival::of(request, log, ids)),
+            access: (log || ids.is_some())
+                .then(|| access::Boxed::new(access::Arrival::of(request, log, ids))),
         };
         Ok(started)
     }
