@@ -112,9 +112,7 @@ impl<P: FusedPipeline> FusedFuture<P> {
             },
         }
     }
-}
 
-impl<P: FusedPipeline> FusedFuture<P> {
     /// Poll to the pipeline's response, handed to `finish` where it lies: each layer a
     /// response (~430 bytes) is handed up through is a copy of it.
     #[inline]

@@ -205,7 +205,7 @@ where
                                 _ => Ok(Poll::Pending),
                             };
                             // The response is begun here, where it comes out of the future:
-                            // each step it were handed up would be a copy of it (~400 bytes).
+                            // each step it is handed up through is a copy of it (~400 bytes).
                             let response = match polled {
                                 Ok(Poll::Ready(Ok(response))) => response,
                                 Ok(Poll::Ready(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
