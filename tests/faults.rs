@@ -426,6 +426,25 @@ fuseway::default_pipeline! {
     }
 }
 
+/// The proxy with `Panicky` after load balancing, in front of `b`.
+async fn panicky_proxy(b: &Backend) -> TestProxy {
+    let config = simple_config(&[("d1", &b.url())], "");
+    let state = state(&config);
+    let service = FusedPanicky::from_state(state.clone(), Panicky);
+    start_service(state, service, options()).await
+}
+
+/// Drive a client connection on its own task; the flag is set when it ends.
+fn drive_until_closed<C: std::future::Future + Send + 'static>(conn: C) -> Arc<AtomicBool> {
+    let closed = Arc::new(AtomicBool::new(false));
+    let done = closed.clone();
+    tokio::spawn(async move {
+        let _ = conn.await;
+        done.store(true, Ordering::SeqCst);
+    });
+    closed
+}
+
 #[tokio::test]
 async fn panic_on_one_http2_stream_leaves_the_other_streams_alone() {
     let (logs, _guard) = Logs::capture();
@@ -463,10 +482,7 @@ async fn panic_on_one_http2_stream_leaves_the_other_streams_alone() {
         }
     })
     .await;
-    let config = simple_config(&[("d1", &b.url())], "");
-    let state = state(&config);
-    let service = FusedPanicky::from_state(state.clone(), Panicky);
-    let p = start_service(state, service, options()).await;
+    let p = panicky_proxy(&b).await;
 
     // One HTTP/2 connection, several streams.
     let tcp = TcpStream::connect(p.addr).await.unwrap();
@@ -474,12 +490,7 @@ async fn panic_on_one_http2_stream_leaves_the_other_streams_alone() {
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
             .await
             .unwrap();
-    let conn_done = Arc::new(AtomicBool::new(false));
-    let done = conn_done.clone();
-    tokio::spawn(async move {
-        let _ = conn.await;
-        done.store(true, Ordering::SeqCst);
-    });
+    let conn_done = drive_until_closed(conn);
     let request = |path: &str, panic: bool| {
         let mut r = Request::get(format!("http://{}{path}", p.addr));
         if panic {
@@ -560,21 +571,13 @@ async fn panics_on_an_http1_connection_answer_500_and_it_keeps_serving() {
         resp.body(full("quick")).unwrap()
     })
     .await;
-    let config = simple_config(&[("d1", &b.url())], "");
-    let state = state(&config);
-    let service = FusedPanicky::from_state(state.clone(), Panicky);
-    let p = start_service(state, service, options()).await;
+    let p = panicky_proxy(&b).await;
 
     let tcp = TcpStream::connect(p.addr).await.unwrap();
     let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .unwrap();
-    let conn_done = Arc::new(AtomicBool::new(false));
-    let done = conn_done.clone();
-    tokio::spawn(async move {
-        let _ = conn.await;
-        done.store(true, Ordering::SeqCst);
-    });
+    let conn_done = drive_until_closed(conn);
     for (path, panic, status) in [
         ("/x", true, StatusCode::INTERNAL_SERVER_ERROR),
         ("/boom", false, StatusCode::INTERNAL_SERVER_ERROR),
