@@ -1,5 +1,6 @@
 //! Adapters between tower pipelines and hyper's `Service`.
 
+use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -123,7 +124,7 @@ where
                 busy,
             },
             Err(panic) => ServedFuture::Panicked {
-                message: Some(panic_message(&panic)),
+                panic: Some(panic),
                 busy,
             },
         }
@@ -140,7 +141,7 @@ pin_project! {
             info: ConnectionInfo,
             busy: Option<Busy>,
         },
-        Panicked { message: Option<String>, busy: Option<Busy> },
+        Panicked { panic: Option<Box<dyn Any + Send>>, busy: Option<Busy> },
         BadRequest { busy: Option<Busy> },
     }
 }
@@ -152,7 +153,7 @@ where
     type Output = Result<Response<ServedBody>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (message, busy) = match self.project() {
+        let (panic, busy) = match self.project() {
             ServedProj::Running { inner, info, busy } => {
                 let polled = {
                     let _current = info.enter();
@@ -166,11 +167,11 @@ where
                             result.map(|response| response.map(|b| ServedBody::new(b, busy))),
                         );
                     }
-                    Err(panic) => (panic_message(&panic), busy.take()),
+                    Err(panic) => (panic, busy.take()),
                 }
             }
-            ServedProj::Panicked { message, busy } => {
-                (message.take().unwrap_or_default(), busy.take())
+            ServedProj::Panicked { panic, busy } => {
+                (panic.take().expect("polled after completion"), busy.take())
             }
             ServedProj::BadRequest { busy } => {
                 let mut response = Response::new(ServedBody::new(ProxyBody::empty(), busy.take()));
@@ -178,14 +179,26 @@ where
                 return Poll::Ready(Ok(response));
             }
         };
-        tracing::error!(panic = %message, "the pipeline panicked; answering 500");
-        let mut response = Response::new(ServedBody::new(ProxyBody::empty(), busy));
-        *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
-        Poll::Ready(Ok(response))
+        log_panic(&panic);
+        Poll::Ready(Ok(internal_error().map(|body| ServedBody::new(body, busy))))
     }
 }
 
-pub(super) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+/// A panic in a request's pipeline, on either engine: logged, and the request answered
+/// with [`internal_error`]; the connection and the server keep serving (the stages'
+/// guards were released by the unwinding).
+pub(super) fn log_panic(panic: &Box<dyn Any + Send>) {
+    tracing::error!(panic = %panic_message(panic), "the pipeline panicked; answering 500");
+}
+
+/// The answer to a request whose pipeline panicked.
+pub(super) fn internal_error() -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::empty());
+    *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+    response
+}
+
+fn panic_message(panic: &Box<dyn Any + Send>) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

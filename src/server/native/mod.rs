@@ -58,6 +58,7 @@ use slots::{InFlight, InFlightProj, Lent};
 pub(crate) use upgrade::{OnUpgrade, UpgradedIo};
 
 use super::drain::Signal;
+use super::service::{internal_error, log_panic};
 use super::{ServeService, ServerOptions};
 use crate::body::{Incoming, ProxyBody};
 use crate::http1::{
@@ -413,18 +414,4 @@ fn begin_response<I: Io, F: 'static>(
     let (body, sending, keep_alive, upgrading) = conn.start_response(response, message, draining);
     lent.get().set(InFlight::Sending { body });
     (sending, keep_alive, upgrading)
-}
-
-/// A panic in a request's pipeline: logged, and the request answered with
-/// [`internal_error`]; the connection and the server keep serving (the stages' guards
-/// were released by the unwinding).
-fn log_panic(panic: &Box<dyn Any + Send>) {
-    tracing::error!(panic = %super::service::panic_message(panic), "the pipeline panicked; answering 500");
-}
-
-/// The answer to a request whose pipeline panicked.
-fn internal_error() -> Response<ProxyBody> {
-    let mut response = Response::new(ProxyBody::empty());
-    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    response
 }
