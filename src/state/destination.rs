@@ -86,7 +86,7 @@ impl DestinationState {
 
     /// Count one more request until the guard is dropped.
     pub fn enter(self: &Arc<Self>) -> ConcurrencyGuard {
-        self.concurrent.fetch_add(1, Ordering::Relaxed);
+        self.enter_unguarded();
         ConcurrencyGuard {
             counter: Counter::Destination(self.clone()),
         }
@@ -169,10 +169,14 @@ impl ConcurrencyGuard {
 impl Drop for ConcurrencyGuard {
     fn drop(&mut self) {
         match &self.counter {
-            Counter::Destination(d) => d.concurrent.fetch_sub(1, Ordering::Relaxed),
-            Counter::Cluster(c) => c.concurrent.fetch_sub(1, Ordering::Relaxed),
-            Counter::Other(count) => count.fetch_sub(1, Ordering::Relaxed),
-        };
+            Counter::Destination(d) => d.leave(),
+            Counter::Cluster(c) => {
+                c.concurrent.fetch_sub(1, Ordering::Relaxed);
+            }
+            Counter::Other(count) => {
+                count.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 
