@@ -11,9 +11,12 @@
 //! the connection keeps it and reuses its memory once the views are gone.
 //!
 //! Header maps: a map, once its head is written (a response's to the client, a
-//! request's to the destination), is emptied and kept for a later head's fields
-//! (Kestrel's reuse of per-message objects), so a head read costs no allocation when
-//! the pool has one large enough.
+//! request's to the destination), is kept for a later head's fields (Kestrel's reuse
+//! of per-message objects), so a head read costs no allocation when the pool has one
+//! large enough. Requests and responses have pools of their own, and a map keeps its
+//! names (its values are dropped): the next response of a destination, or the next
+//! request of a client, mostly has the same fields, whose names are then reused as
+//! they are (`head::fields`).
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -22,42 +25,71 @@ use std::pin::pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Size of a read buffer (and the free space a read is given).
 pub(crate) const READ_SIZE: usize = 8 * 1024;
+/// The fields a pooled header map has room for at least.
+const ROOM: usize = 6;
 /// Buffers of each kind a thread keeps for its connections; more are freed.
 const KEEP: usize = 256;
 
 thread_local! {
     static READ: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
     static WRITE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    static HEADERS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+    static REQUEST_HEADERS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+    static RESPONSE_HEADERS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
 }
 
-/// An empty header map with room for `fields`: a pooled one when there is one.
-pub(crate) fn headers(fields: usize) -> HeaderMap {
-    let mut map = HEADERS.with(|p| p.borrow_mut().pop()).unwrap_or_default();
-    map.reserve(fields);
-    map
+/// Whose heads a header map holds: each kind has its own pool, so that a map comes
+/// back with the names of a head like the one it is taken for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Heads {
+    /// Requests (read from clients, written to destinations).
+    Requests,
+    /// Responses (read from destinations, written to clients).
+    Responses,
 }
 
-/// Keep `map`'s memory for a later request (emptied here); maps with no room are not
-/// worth keeping. A map grown once (room for 6 fields) is: an HTTP/2 request's map is
-/// often that (h2 decodes only its regular fields into it, the `X-Forwarded-*` headers
-/// grow it), and it is the map the destination's response is then read into.
-pub(crate) fn release_headers(mut map: HeaderMap) {
-    if map.capacity() < 6 {
-        return;
+impl Heads {
+    fn pool<R>(self, f: impl FnOnce(&mut Vec<HeaderMap>) -> R) -> R {
+        let pool = match self {
+            Heads::Requests => &REQUEST_HEADERS,
+            Heads::Responses => &RESPONSE_HEADERS,
+        };
+        pool.with(|p| f(&mut p.borrow_mut()))
     }
-    map.clear();
-    HEADERS.with(|p| {
-        let mut pool = p.borrow_mut();
-        if pool.len() < KEEP {
-            pool.push(map);
+
+    /// A header map with room for `fields` (and at least [`ROOM`]): a pooled one when
+    /// there is one, holding the names of the last head it held (with empty values),
+    /// else a new empty one.
+    pub(crate) fn take(self, fields: usize) -> HeaderMap {
+        let mut map = self.pool(Vec::pop).unwrap_or_default();
+        // Room for that many whatever the names held (cleared, if the head's differ).
+        let room = fields.max(ROOM);
+        if map.capacity() < room {
+            map.reserve(room - map.len());
         }
-    });
+        map
+    }
+
+    /// Keep `map` for a later head: its values are dropped (they may share a read
+    /// buffer, which could not be reused in place while they live), its names kept.
+    /// Maps with less room than [`ROOM`] are not kept (taken, they would grow).
+    pub(crate) fn release(self, mut map: HeaderMap) {
+        if map.capacity() < ROOM {
+            return;
+        }
+        for value in map.values_mut() {
+            *value = HeaderValue::from_static("");
+        }
+        self.pool(|pool| {
+            if pool.len() < KEEP {
+                pool.push(map);
+            }
+        });
+    }
 }
 
 /// A read buffer with room for a read: `buf` itself when it has room, else a pooled

@@ -110,8 +110,8 @@ const FORWARDING_ROOM: usize = 8;
 
 /// Parse the request head at the start of `buf`. `Ok(None)`: not complete yet (read
 /// more). On success the head's bytes are split off `buf`, which then starts with the
-/// body or the next request. `new_headers(n)` gives the empty map the fields go into
-/// (with room for `n`).
+/// body or the next request. `new_headers(n)` gives the map the fields go into (with
+/// room for `n`): empty, or with the names of an earlier head (see [`fields`]).
 pub(crate) fn parse_request(
     buf: &mut BytesMut,
     limits: &Limits,
@@ -223,13 +223,22 @@ fn split_head(
 }
 
 /// The header fields at `spans` of `head`, into `headers`, each seen by `checks`.
-/// Values are views of `head`, not copies.
+/// Values are views of `head`, not copies. `headers` is empty, or holds the names of
+/// an earlier head (see [`buffers`](super::buffers)): when this head has the same
+/// names in the same order, only the values are replaced.
 fn fields(
     head: &Bytes,
     spans: &Spans,
     checks: &mut Checks,
     mut headers: HeaderMap,
 ) -> Result<HeaderMap, ParseError> {
+    if !headers.is_empty() {
+        if same_names(head, spans, &headers) {
+            refill(head, spans, checks, &mut headers)?;
+            return Ok(headers);
+        }
+        headers.clear();
+    }
     for &(name, value) in spans {
         let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
             .map_err(|_| ParseError::Bad("header name"))?;
@@ -246,6 +255,48 @@ fn fields(
         headers.append(name, value);
     }
     Ok(headers)
+}
+
+/// Whether the fields at `spans` are `headers`' names, one each, in its order (names
+/// compared without regard to case, as a parsed name is lowered).
+///
+/// Most heads on a connection, and most responses of one destination, repeat the
+/// fields of the one before: their names are then taken as they are, without parsing,
+/// hashing or inserting any (about two thirds of what reading a field costs), and a
+/// name that is not a standard one is not allocated again.
+fn same_names(head: &[u8], spans: &Spans, headers: &HeaderMap) -> bool {
+    // One value per name: a map's iteration order is the fields' only then.
+    headers.keys_len() == spans.len()
+        && headers.len() == spans.len()
+        && headers
+            .keys()
+            .zip(spans)
+            .all(|(known, &(name, _))| is_lowered(&head[name.0..name.0 + name.1], known))
+}
+
+/// Whether `raw`, a field name as sent, is `name` (lower case) in any case. Most
+/// senders write names in lower case (HTTP/2's rule), many others capitalised:
+/// compared as they are first, which is a `memcmp`, byte by byte only when that fails.
+fn is_lowered(raw: &[u8], name: &HeaderName) -> bool {
+    let name = name.as_str().as_bytes();
+    raw == name || raw.eq_ignore_ascii_case(name)
+}
+
+/// Put the values at `spans` of `head` in place of `headers`' (the same names, see
+/// [`same_names`]), each seen by `checks`.
+fn refill(
+    head: &Bytes,
+    spans: &Spans,
+    checks: &mut Checks,
+    headers: &mut HeaderMap,
+) -> Result<(), ParseError> {
+    for ((name, slot), &(_, value)) in headers.iter_mut().zip(spans) {
+        let value = head.slice(value.0..value.0 + value.1);
+        checks.see(name, &value)?;
+        *slot =
+            HeaderValue::from_maybe_shared(value).map_err(|_| ParseError::Bad("header value"))?;
+    }
+    Ok(())
 }
 
 /// How a response's body is delimited (RFC 9112 section 6.3).

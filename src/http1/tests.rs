@@ -472,3 +472,94 @@ fn request_heads_carry_the_framing_we_chose() {
     );
     assert_eq!(out, b"OPTIONS * HTTP/1.1\r\n\r\n");
 }
+
+/// Reads `raw` into a map that held the head `earlier` (names kept, values blanked, as
+/// the pool gives them back): what a connection's next head gets.
+fn parse_after(earlier: &str, raw: &str) -> Result<Option<RequestHead>, ParseError> {
+    let first = head(earlier);
+    let mut map = first.request.headers().clone();
+    for value in map.values_mut() {
+        *value = http::HeaderValue::from_static("");
+    }
+    parse_request(&mut BytesMut::from(raw), &limits(), move |_| map)
+}
+
+/// The fields of a map in their order, as (name, value) strings.
+fn fields_of(map: &HeaderMap) -> Vec<(String, String)> {
+    map.iter()
+        .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_head_with_the_names_of_the_last_one_gets_its_values_in_place() {
+    let earlier = "GET / HTTP/1.1\r\nHost: a\r\nUser-Agent: x\r\nX-Id: 1\r\n\r\n";
+    // The same names in another case: the kept names are reused.
+    let next = "GET / HTTP/1.1\r\nhost: b\r\nuser-agent: y\r\nx-ID: 2\r\n\r\n";
+    let reused = parse_after(earlier, next).unwrap().unwrap();
+    let fresh = head(next);
+    assert_eq!(
+        fields_of(reused.request.headers()),
+        [("host", "b"), ("user-agent", "y"), ("x-id", "2")]
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+    );
+    assert_eq!(
+        fields_of(reused.request.headers()),
+        fields_of(fresh.request.headers())
+    );
+}
+
+#[test]
+fn a_head_with_other_names_is_read_afresh() {
+    let earlier = "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nX-B: 2\r\n\r\n";
+    for next in [
+        // Other order, fewer, more, another name, a name twice (one value each kept).
+        "GET / HTTP/1.1\r\nX-A: 1\r\nHost: a\r\nX-B: 2\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nX-Bb: 2\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nX-A: 2\r\n\r\n",
+    ] {
+        let reused = parse_after(earlier, next).unwrap().unwrap();
+        assert_eq!(
+            fields_of(reused.request.headers()),
+            fields_of(head(next).request.headers()),
+            "{next:?}"
+        );
+    }
+    // A map holding a name twice is never refilled: its order is not the fields'.
+    let twice = "GET / HTTP/1.1\r\nX-A: 1\r\nHost: a\r\nX-A: 2\r\n\r\n";
+    let next = "GET / HTTP/1.1\r\nX-A: 3\r\nX-A: 4\r\nHost: b\r\n\r\n";
+    let reused = parse_after(twice, next).unwrap().unwrap();
+    assert_eq!(
+        fields_of(reused.request.headers()),
+        fields_of(head(next).request.headers())
+    );
+}
+
+#[test]
+fn a_refilled_head_is_checked_like_any_other() {
+    let earlier = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n";
+    let next = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 7\r\n\r\n";
+    assert_eq!(
+        parse_after(earlier, next).unwrap().unwrap().body,
+        BodyLength::Length(7)
+    );
+    assert_eq!(
+        parse_after(
+            earlier,
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n"
+        )
+        .unwrap_err(),
+        ParseError::Bad("invalid Content-Length")
+    );
+    let close = "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n\r\n";
+    let next = "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    assert!(!parse_after(close, next).unwrap().unwrap().keep_alive);
+    // A value a header value cannot hold is refused as on a fresh read.
+    let bad = "GET / HTTP/1.1\r\nHost: a\r\nX-A: \x7f\r\n\r\n";
+    assert_eq!(
+        parse_after("GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n\r\n", bad).unwrap_err(),
+        refused(bad)
+    );
+}

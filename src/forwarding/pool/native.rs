@@ -185,7 +185,7 @@ impl<B: SendBody> Inner<B> {
             &parts.headers,
             framing,
         );
-        buffers::release_headers(std::mem::take(&mut parts.headers));
+        buffers::Heads::Requests.release(std::mem::take(&mut parts.headers));
         self.replay = framing == RequestFraming::Empty && parts.method.is_idempotent();
         self.out.keep(self.replay);
         self.to_head = parts.method == Method::HEAD;
@@ -283,12 +283,9 @@ impl<B: SendBody> Inner<B> {
         };
         loop {
             if !conn.read_buf.is_empty() {
-                match parse_response(
-                    &mut conn.read_buf,
-                    MAX_RESPONSE_HEAD,
-                    self.to_head,
-                    buffers::headers,
-                ) {
+                match parse_response(&mut conn.read_buf, MAX_RESPONSE_HEAD, self.to_head, |n| {
+                    buffers::Heads::Responses.take(n)
+                }) {
                     Ok(Some(head)) => {
                         let status = head.response.status();
                         if !status.is_informational() || status == StatusCode::SWITCHING_PROTOCOLS {
@@ -300,7 +297,7 @@ impl<B: SendBody> Inner<B> {
                             }
                         }
                         let (parts, ()) = head.response.into_parts();
-                        buffers::release_headers(parts.headers);
+                        buffers::Heads::Responses.release(parts.headers);
                         continue;
                     }
                     Ok(None) => {}

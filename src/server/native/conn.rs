@@ -150,7 +150,7 @@ impl<I: Io> Conn<I> {
             framing,
             connection,
         );
-        buffers::release_headers(parts.headers);
+        buffers::Heads::Responses.release(parts.headers);
         self.continue_pending = false;
         let sending = Sending {
             framing,
@@ -174,7 +174,9 @@ impl<I: Io> Conn<I> {
         let draining = drain.poll_draining(cx);
         loop {
             if !self.read_buf.is_empty() {
-                match parse_request(&mut self.read_buf, &self.limits, buffers::headers) {
+                match parse_request(&mut self.read_buf, &self.limits, |n| {
+                    buffers::Heads::Requests.take(n)
+                }) {
                     Ok(Some(head)) => return Poll::Ready(Waited::Head(head)),
                     Ok(None) => {}
                     Err(e) => return Poll::Ready(Waited::Refused(e)),
