@@ -93,11 +93,12 @@ pub(crate) fn hold_back<B>(request: &mut Request<B>) -> Option<Arc<Gate>>
 where
     B: Body,
 {
-    let expects = request
-        .headers()
-        .get(header::EXPECT)
+    if request.body().is_end_stream() {
+        return None;
+    }
+    let expects = super::headers::get_rare(request.headers(), &header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if !expects || request.body().is_end_stream() {
+    if !expects {
         return None;
     }
     let gate = Arc::new(Gate {

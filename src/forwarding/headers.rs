@@ -37,13 +37,28 @@ fn has_hop_by_hop(headers: &HeaderMap) -> bool {
 /// in a map of a few fields one pass over the names present says so for less than the
 /// hashed look-up `HeaderMap::remove` makes.
 pub(crate) fn remove_field(headers: &mut HeaderMap, name: &HeaderName) {
-    if headers.keys_len() <= SCANNED && !headers.keys().any(|present| present == name) {
-        return;
+    if may_have(headers, name) {
+        headers.remove(name);
     }
-    headers.remove(name);
 }
 
-/// The most fields [`remove_field`] looks through before it hashes.
+/// Whether `headers` may have `name`: `false` says it has not. For a look-up that
+/// mostly finds nothing (a `traceparent`, a header about to be removed): in a map of a
+/// few fields, one pass over the names present answers for less than a hashed look-up.
+fn may_have(headers: &HeaderMap, name: &HeaderName) -> bool {
+    headers.keys_len() > SCANNED || headers.keys().any(|present| present == name)
+}
+
+/// `headers.get(name)`, for a field most requests do not have (see [`may_have`]).
+pub(crate) fn get_rare<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
+    if may_have(headers, name) {
+        headers.get(name)
+    } else {
+        None
+    }
+}
+
+/// The most fields [`may_have`] looks through before it leaves the look-up to the hash.
 const SCANNED: usize = 16;
 
 /// Whether `name` is in [`HOP_BY_HOP`] (a `match` on the name: a length switch and a

@@ -63,9 +63,18 @@ impl Heads {
 
     /// A header map with room for `fields` (and at least [`ROOM`]): a pooled one when
     /// there is one, holding the names of the last head it held (with empty values),
-    /// else a new empty one.
+    /// else a new empty one. A map of the other kind serves when this kind's pool is
+    /// empty: requests whose maps are not given back (sent on by HTTP/2, or answered
+    /// by the proxy) still read into the maps of their responses.
     pub(crate) fn take(self, fields: usize) -> HeaderMap {
-        let mut map = self.pool(Vec::pop).unwrap_or_default();
+        let other = match self {
+            Heads::Requests => Heads::Responses,
+            Heads::Responses => Heads::Requests,
+        };
+        let mut map = self
+            .pool(Vec::pop)
+            .or_else(|| other.pool(Vec::pop))
+            .unwrap_or_default();
         // Room for that many whatever the names held (cleared, if the head's differ).
         let room = fields.max(ROOM);
         if map.capacity() < room {

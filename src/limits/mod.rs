@@ -136,10 +136,9 @@ impl<B> InPlace<Routed<B>> for Limits {
         let route = routed.context.route();
         let limits = route.limits();
         if let Some(max) = limits.max_request_body_size {
-            let declared = routed
-                .request
-                .headers()
-                .get(CONTENT_LENGTH)
+            // Most requests (`GET`s) declare no length: one pass over a few names says so.
+            let headers = routed.request.headers();
+            let declared = crate::forwarding::headers::get_rare(headers, &CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse::<u64>().ok());
             if declared.is_some_and(|len| len > max) {
