@@ -171,7 +171,10 @@ pub mod __private {
             cluster,
             crate::request::Candidates::all(destinations),
         );
-        crate::forwarding::outgoing(request, &context, 0, version)
+        let mut added = crate::forwarding::headers::Added::default();
+        let shaped = crate::forwarding::outgoing(request, &context, 0, version, &mut added);
+        added.move_into(request.headers_mut());
+        shaped
     }
 
     /// The hop-by-hop removal applied to both directions. For the fuzz targets.

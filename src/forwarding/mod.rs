@@ -260,7 +260,14 @@ where
         let version = pool.version();
         // The request is rewritten where it lies and its body wrapped once: each move
         // of a request is a `memcpy` of a few hundred bytes.
-        if let Err(e) = outgoing(&mut request.request, &request.context, destination, version) {
+        let mut added = headers::Added::default();
+        if let Err(e) = outgoing(
+            &mut request.request,
+            &request.context,
+            destination,
+            version,
+            &mut added,
+        ) {
             drop(pool);
             return ResponseFuture::failed(e, request.context, destination);
         }
@@ -276,7 +283,7 @@ where
             UpstreamBody::new(RequestBody::new(body, body_limit), gate.clone())
                 .with_progress(progress.clone())
         });
-        let upstream = pool.send(outgoing, upgrade.is_some());
+        let upstream = pool.send(outgoing, upgrade.is_some(), &mut added);
         drop(pool);
         let exchange = future::Exchange {
             upgrade,
@@ -297,11 +304,13 @@ where
 
 /// Rewrite `request` for the destination: the route's transforms (method, path,
 /// query, headers, `X-Forwarded-*`), then the destination's address and `Host`.
+/// Fields the request has none of may be put in `added` rather than in its map.
 pub(crate) fn outgoing<B: 'static>(
     request: &mut Request<B>,
     context: &crate::request::RouteContext,
     destination: usize,
     version: UpstreamVersion,
+    added: &mut headers::Added,
 ) -> Result<(), ForwardError> {
     let dest = &context.cluster().destinations()[destination];
     let address = dest.address();
@@ -355,7 +364,7 @@ pub(crate) fn outgoing<B: 'static>(
         https: conn.is_some_and(|c| c.tls) || uri.scheme() == Some(&Scheme::HTTPS),
         connection: conn.as_ref(),
     };
-    let rewritten = transforms.apply_request(&client, &mut method, &mut headers);
+    let rewritten = transforms.apply_request_adding(&client, &mut method, &mut headers, added);
 
     let invalid =
         |e: http::uri::InvalidUri| ForwardError::new(ForwardErrorKind::RequestCreation, e);

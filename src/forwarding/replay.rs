@@ -75,7 +75,9 @@ pub async fn replay_response(
         limit: None,
         cache: None,
     };
-    let mut exchange = pools.pool_for(&target).send(request, false);
+    let mut exchange = pools
+        .pool_for(&target)
+        .send(request, false, &mut Default::default());
     let read = async {
         let response = std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx))
             .await

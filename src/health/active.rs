@@ -15,6 +15,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::settings::ActiveSettings;
 use super::HealthState;
+use crate::forwarding::headers::Added;
 use crate::forwarding::pool::{self, Pools};
 use crate::state::{
     Cluster, Destination, DestinationState, HttpSettings, ProxyState, Snapshot, UpstreamVersion,
@@ -373,7 +374,7 @@ impl Prober {
             headers.insert(HOST, host.clone());
         }
         let deadline = Instant::now() + plan.settings.timeout;
-        let exchange = pool.send(request, false);
+        let exchange = pool.send(request, false, &mut Added::default());
         let sent = pool::status_of(exchange, DRAIN_LIMIT);
         match tokio::time::timeout_at(deadline, sent).await {
             Ok(Ok(status)) => {

@@ -83,6 +83,7 @@ pub(crate) fn write_request_head(
     method: &http::Method,
     uri: &http::Uri,
     headers: &HeaderMap,
+    added: &crate::forwarding::headers::Added,
     framing: RequestFraming,
 ) {
     dst.extend_from_slice(method.as_str().as_bytes());
@@ -99,6 +100,9 @@ pub(crate) fn write_request_head(
         if !framing_field {
             write_field(dst, name, value);
         }
+    }
+    for (name, value) in added.iter() {
+        write_field(dst, name, value);
     }
     match framing {
         RequestFraming::Length(n) => write_content_length(dst, n),

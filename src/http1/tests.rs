@@ -443,14 +443,34 @@ fn request_heads_carry_the_framing_we_chose() {
     headers.insert("content-length", "99".parse().unwrap());
     headers.insert("transfer-encoding", "chunked".parse().unwrap());
     let uri: http::Uri = "/a?b=c".parse().unwrap();
+    let none = crate::forwarding::headers::Added::default();
     let head = |framing| {
         let mut out = Vec::new();
-        write_request_head(&mut out, &Method::POST, &uri, &headers, framing);
+        write_request_head(&mut out, &Method::POST, &uri, &headers, &none, framing);
         String::from_utf8(out).unwrap()
     };
     assert_eq!(
         head(RequestFraming::Length(5)),
         "POST /a?b=c HTTP/1.1\r\nhost: dest\r\ncontent-length: 5\r\n\r\n"
+    );
+    // Fields added beside the map follow the map's.
+    let mut added = crate::forwarding::headers::Added::default();
+    added.push(
+        http::HeaderName::from_static("x-forwarded-for"),
+        "10.0.0.1".parse().unwrap(),
+    );
+    let mut out = Vec::new();
+    write_request_head(
+        &mut out,
+        &Method::GET,
+        &uri,
+        &HeaderMap::new(),
+        &added,
+        RequestFraming::Empty,
+    );
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "GET /a?b=c HTTP/1.1\r\nx-forwarded-for: 10.0.0.1\r\n\r\n"
     );
     assert_eq!(
         head(RequestFraming::Chunked),
@@ -468,6 +488,7 @@ fn request_heads_carry_the_framing_we_chose() {
         &Method::OPTIONS,
         &star,
         &HeaderMap::new(),
+        &none,
         RequestFraming::Empty,
     );
     assert_eq!(out, b"OPTIONS * HTTP/1.1\r\n\r\n");

@@ -145,8 +145,26 @@ enum HeaderOp {
         kind: XForwardedKind,
         name: HeaderName,
         action: ForwardedAction,
+        /// No later operation names this header (and it is not `Host`): when the
+        /// request has none, the forwarder may add it beside the map (see
+        /// [`Added`](crate::forwarding::headers::Added)).
+        last: bool,
     },
     Forwarded(ForwardedOp),
+}
+
+impl HeaderOp {
+    /// The header the operation sets, adds or removes.
+    fn name(&self) -> &HeaderName {
+        match self {
+            HeaderOp::Set(name, _)
+            | HeaderOp::Append(name, _)
+            | HeaderOp::Remove(name)
+            | HeaderOp::RouteValue { name, .. }
+            | HeaderOp::XForwarded { name, .. } => name,
+            HeaderOp::Forwarded(_) => &http::header::FORWARDED,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -288,7 +306,12 @@ impl RouteTransforms {
                         }
                         let name = HeaderName::try_from(format!("{}{suffix}", x.header_prefix))
                             .map_err(|e| (i, e.to_string()))?;
-                        headers.push(HeaderOp::XForwarded { kind, name, action });
+                        headers.push(HeaderOp::XForwarded {
+                            kind,
+                            name,
+                            action,
+                            last: false,
+                        });
                     }
                     if kinds.iter().any(|(_, _, a)| *a != ForwardedAction::Off) {
                         headers.push(HeaderOp::Remove(http::header::FORWARDED));
@@ -351,6 +374,7 @@ impl RouteTransforms {
                     kind,
                     name: HeaderName::from_static(name),
                     action: ForwardedAction::Set,
+                    last: false,
                 });
             }
             headers.push(HeaderOp::Remove(HeaderName::from_static(
@@ -374,12 +398,19 @@ impl RouteTransforms {
         t.method = method.into_boxed_slice();
         t.uri = uri.into_boxed_slice();
         t.sets_host = headers.iter().any(|op| match op {
-            HeaderOp::Set(name, _)
-            | HeaderOp::Append(name, _)
-            | HeaderOp::RouteValue { name, .. }
-            | HeaderOp::XForwarded { name, .. } => name == http::header::HOST,
             HeaderOp::Remove(_) | HeaderOp::Forwarded(_) => false,
+            op => op.name() == http::header::HOST,
         });
+        for i in 0..headers.len() {
+            let later = |name: &HeaderName| headers[i + 1..].iter().any(|op| op.name() == name);
+            let is_last = match &headers[i] {
+                HeaderOp::XForwarded { name, .. } => name != http::header::HOST && !later(name),
+                _ => false,
+            };
+            if let HeaderOp::XForwarded { last, .. } = &mut headers[i] {
+                *last = is_last;
+            }
+        }
         t.headers = headers.into_boxed_slice();
         t.response = response.into_boxed_slice();
         t.trailers = trailers.into_boxed_slice();

@@ -12,7 +12,7 @@ use super::{
     XForwardedKind,
 };
 use crate::config::{ForwardedAction, NodeFormat, ValueAction};
-use crate::forwarding::headers::remove_field;
+use crate::forwarding::headers::{may_have, remove_field, Added};
 use crate::request::ConnectionInfo;
 use crate::routing::RouteValues;
 
@@ -52,6 +52,22 @@ impl RouteTransforms {
         method: &mut Method,
         headers: &mut HeaderMap,
     ) -> Option<RewrittenUri> {
+        let mut added = Added::default();
+        let uri = self.apply_request_adding(client, method, headers, &mut added);
+        added.move_into(headers);
+        uri
+    }
+
+    /// [`apply_request`](Self::apply_request), with the `X-Forwarded-*` fields that
+    /// the request has none of, and that no later transform names, put in `added`
+    /// rather than in `headers`.
+    pub(crate) fn apply_request_adding(
+        &self,
+        client: &ClientRequest<'_>,
+        method: &mut Method,
+        headers: &mut HeaderMap,
+        added: &mut Added,
+    ) -> Option<RewrittenUri> {
         for (from, to) in self.method.iter() {
             if method == from {
                 *method = to.clone();
@@ -70,7 +86,7 @@ impl RouteTransforms {
             keep_only(headers, allowed);
         }
         for op in self.headers.iter() {
-            apply_header_op(op, headers, client, &values, &removed_prefix);
+            apply_header_op(op, headers, added, client, &values, &removed_prefix);
         }
         uri
     }
@@ -224,6 +240,7 @@ pub(super) fn keep_only(headers: &mut HeaderMap, allowed: &[HeaderName]) {
 fn apply_header_op(
     op: &HeaderOp,
     headers: &mut HeaderMap,
+    added: &mut Added,
     client: &ClientRequest<'_>,
     values: &RouteValues<'_>,
     removed_prefix: &str,
@@ -259,7 +276,12 @@ fn apply_header_op(
                 (None, ValueAction::Append) => {}
             }
         }
-        HeaderOp::XForwarded { kind, name, action } => {
+        HeaderOp::XForwarded {
+            kind,
+            name,
+            action,
+            last,
+        } => {
             let value = match kind {
                 XForwardedKind::For => client.connection.map(|c| ip_value(c.remote.ip())),
                 XForwardedKind::Proto => Some(HeaderValue::from_static(if client.https {
@@ -272,7 +294,17 @@ fn apply_header_op(
                     .then(|| HeaderValue::from_str(removed_prefix).ok())
                     .flatten(),
             };
-            forwarded_header(headers, name, *action, value);
+            match value {
+                // Set or appended to nothing: the value as it is.
+                Some(value)
+                    if *last
+                        && matches!(action, ForwardedAction::Set | ForwardedAction::Append)
+                        && !may_have(headers, name) =>
+                {
+                    added.push(name.clone(), value)
+                }
+                value => forwarded_header(headers, name, *action, value),
+            }
         }
         HeaderOp::Forwarded(op) => {
             let value = HeaderValue::try_from(forwarded_value(op, client)).ok();

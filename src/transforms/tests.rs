@@ -332,3 +332,82 @@ fn host_values_are_kept_per_thread_and_checked() {
     assert_eq!(first.as_bytes().as_ptr(), again.as_bytes().as_ptr());
     assert!(request::host_value("bad\nhost").is_none());
 }
+
+/// `apply_request_adding` with its added fields moved into the map afterwards.
+fn run_adding(
+    t: &RouteTransforms,
+    headers: &[(&str, &str)],
+) -> (HeaderMap, crate::forwarding::headers::Added) {
+    let conn = ConnectionInfo {
+        remote: "[::ffff:10.1.2.3]:5555".parse().unwrap(),
+        local: "127.0.0.1:8080".parse().unwrap(),
+        tls: false,
+    };
+    // The client `run` has.
+    let host = HeaderValue::from_static("front.example:8080");
+    let client = ClientRequest {
+        path: "/a",
+        query: None,
+        host: Some(&host),
+        https: false,
+        connection: Some(&conn),
+    };
+    let mut h = HeaderMap::new();
+    for (n, v) in headers {
+        h.append(
+            http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    let mut added = crate::forwarding::headers::Added::default();
+    let mut method = Method::GET;
+    t.apply_request_adding(&client, &mut method, &mut h, &mut added);
+    (h, added)
+}
+
+#[test]
+fn x_forwarded_fields_a_request_lacks_are_added_beside_its_map() {
+    let names = |added: &crate::forwarding::headers::Added| -> Vec<String> {
+        added.iter().map(|(n, _)| n.to_string()).collect()
+    };
+    // The defaults: the three fields, none in the map.
+    let (map, added) = run_adding(&RouteTransforms::default(), &[("accept", "*/*")]);
+    assert_eq!(
+        names(&added),
+        ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"]
+    );
+    assert_eq!(map.len(), 1);
+    // One the client sent is replaced in the map (its value not kept twice).
+    let (map, added) = run_adding(
+        &RouteTransforms::default(),
+        &[("x-forwarded-for", "6.6.6.6")],
+    );
+    assert_eq!(map["x-forwarded-for"], "10.1.2.3");
+    assert_eq!(names(&added), ["x-forwarded-proto", "x-forwarded-host"]);
+    // A later transform naming the header sees it in the map.
+    let t = compile(
+        &[
+            &[("X-Forwarded", "Set")],
+            &[("RequestHeader", "X-Forwarded-Proto"), ("Append", "extra")],
+            &[("RequestHeaderRemove", "X-Forwarded-Host")],
+        ],
+        None,
+    );
+    let (map, added) = run_adding(&t, &[]);
+    assert_eq!(names(&added), ["x-forwarded-for"]);
+    let protos: Vec<_> = map.get_all("x-forwarded-proto").iter().collect();
+    assert_eq!(protos, ["http", "extra"]);
+    assert!(!map.contains_key("x-forwarded-host"));
+    // Whatever is added beside, the request sent is the one `apply_request` makes.
+    for headers in [&[][..], &[("x-forwarded-host", "h"), ("accept", "a")][..]] {
+        let (mut map, mut added) = run_adding(&t, headers);
+        added.move_into(&mut map);
+        let expected = run(&t, "/a", None, headers).headers;
+        let sorted = |m: &HeaderMap| {
+            let mut v: Vec<_> = m.iter().map(|(n, v)| format!("{n}: {v:?}")).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(sorted(&map), sorted(&expected), "{headers:?}");
+    }
+}

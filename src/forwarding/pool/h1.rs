@@ -2,6 +2,7 @@
 //! idle in their pool between requests.
 
 use super::*;
+use crate::forwarding::headers::Added;
 
 /// An idle HTTP/1.1 connection in its pool, and since when it waits.
 pub(super) struct Idle<B> {
@@ -36,10 +37,16 @@ impl<B: SendBody> Pool<B> {
     }
 
     /// An HTTP/1.1 exchange for `request` on `link` (a new connection).
-    pub(super) fn h1_on(self: &Arc<Self>, link: Link<B>, request: Request<B>) -> BoxExchange {
+    pub(super) fn h1_on(
+        self: &Arc<Self>,
+        link: Link<B>,
+        mut request: Request<B>,
+        added: &mut Added,
+    ) -> BoxExchange {
         if self.native {
-            return native::Native::on_link(self, link, request);
+            return native::Native::on_link(self, link, request, added);
         }
+        added.move_into(request.headers_mut());
         H1::on_link(
             self,
             link,
@@ -117,14 +124,18 @@ impl<B: SendBody> Pool<B> {
 
     /// An HTTP/1.1 exchange on an idle connection, or on a new one (behind those
     /// queued at the pool's limit).
-    pub(super) fn checkout_h1(self: &Arc<Self>, request: Request<B>) -> BoxExchange {
+    pub(super) fn checkout_h1(
+        self: &Arc<Self>,
+        request: Request<B>,
+        added: &mut Added,
+    ) -> BoxExchange {
         let queued = self.limit.as_ref().is_some_and(|l| l.queued());
         match (!queued).then(|| self.take_idle()).flatten() {
             Some(mut connection) => {
-                connection.as_mut().start(request);
+                connection.as_mut().start(request, added);
                 connection
             }
-            None => self.h1_on(self.new_link(), request),
+            None => self.h1_on(self.new_link(), request, added),
         }
     }
 
@@ -203,8 +214,8 @@ impl<B: SendBody> Link<B> {
 
 /// What the pool holds of an idle HTTP/1.1 connection (an exchange between requests).
 pub(super) trait H1Slot<B>: Exchange {
-    /// Give it the next request.
-    fn start(self: Pin<&mut Self>, request: Request<B>);
+    /// Give it the next request, and the fields `added` beside its map.
+    fn start(self: Pin<&mut Self>, request: Request<B>, added: &mut Added);
     /// Take its connection out (to relink another exchange).
     fn take_link(self: Pin<&mut Self>) -> Link<B>;
 }
@@ -409,7 +420,8 @@ where
     F: Future<Output = Result<Response<Incoming>, http1_error::TrySend<B>>> + Send + 'static,
     S: Fn(&mut http1::SendRequest<B>, Request<B>) -> F + Send + Copy + 'static,
 {
-    fn start(self: Pin<&mut Self>, request: Request<B>) {
+    fn start(self: Pin<&mut Self>, mut request: Request<B>, added: &mut Added) {
+        added.move_into(request.headers_mut());
         let mut this = self.project();
         this.replay.arm(&request);
         *this.reused = true;

@@ -51,6 +51,7 @@
 //! (`MaxConnectionsPerServer`), `h2` (the shared HTTP/2 connection), `negotiate`
 //! (ALPN), `upgrade` (WebSockets) and `timer` (the exchanges' timers).
 
+use crate::forwarding::headers::Added;
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::future::Future;
@@ -582,18 +583,38 @@ impl<B: SendBody> Pool<B> {
         }
     }
 
-    /// Start sending `request` (an upgrade on a connection of its own), shaped for
-    /// [`version`](Self::version).
-    pub(crate) fn send(self: &Arc<Self>, request: Request<B>, upgrade: bool) -> BoxExchange {
+    /// Start sending `request` and the fields `added` beside its map (an upgrade on
+    /// a connection of its own), shaped for [`version`](Self::version). Only the
+    /// HTTP/1.1 engine writes `added` as it is; for the other ways the fields go into
+    /// the map first.
+    pub(crate) fn send(
+        self: &Arc<Self>,
+        mut request: Request<B>,
+        upgrade: bool,
+        added: &mut Added,
+    ) -> BoxExchange {
+        let h1 = !upgrade
+            && match self.key.version {
+                UpstreamVersion::Http1 => true,
+                UpstreamVersion::Http2 => false,
+                UpstreamVersion::Negotiate => self.learned.load(Ordering::Relaxed) == CHOSE_H1,
+            };
+        if h1 {
+            let request = match self.key.version {
+                UpstreamVersion::Negotiate => shape(request, UpstreamVersion::Http1, &self.target),
+                _ => request,
+            };
+            return self.checkout_h1(request, added);
+        }
+        added.move_into(request.headers_mut());
         match (self.key.version, upgrade) {
             (_, true) => upgrade_exchange(self, request),
-            (UpstreamVersion::Http1, false) => self.checkout_h1(request),
             (UpstreamVersion::Http2, false) => h2_exchange(self, request),
             (UpstreamVersion::Negotiate, false) => match self.learned.load(Ordering::Relaxed) {
-                CHOSE_H1 => self.checkout_h1(shape(request, UpstreamVersion::Http1, &self.target)),
                 CHOSE_H2 => h2_exchange(self, shape(request, UpstreamVersion::Http2, &self.target)),
                 _ => Negotiating::start(self, request),
             },
+            (UpstreamVersion::Http1, false) => unreachable!("sent on HTTP/1.1 above"),
         }
     }
 

@@ -20,6 +20,7 @@
 //! byte for byte as it went out. One whose bytes never left (the first write failed)
 //! goes to another connection whatever its method.
 
+use crate::forwarding::headers::Added;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -131,7 +132,12 @@ struct Inner<B> {
 impl<B: SendBody> Native<B> {
     /// An exchange for `request` on `link`: a new connection, or a wait for one at
     /// the pool's limit (the one allocation a pooled connection costs).
-    pub(super) fn on_link(pool: &Arc<Pool<B>>, link: Link<B>, request: Request<B>) -> BoxExchange {
+    pub(super) fn on_link(
+        pool: &Arc<Pool<B>>,
+        link: Link<B>,
+        request: Request<B>,
+        added: &mut Added,
+    ) -> BoxExchange {
         let mut inner = Inner {
             pool: Arc::downgrade(pool),
             link,
@@ -148,7 +154,7 @@ impl<B: SendBody> Native<B> {
             keep_alive: true,
             broken: false,
         };
-        inner.begin(request);
+        inner.begin(request, added);
         Box::pin(Native {
             inner,
             timer: Deadline::new(),
@@ -157,8 +163,9 @@ impl<B: SendBody> Native<B> {
 }
 
 impl<B: SendBody> Inner<B> {
-    /// Encode `request`'s head (written once the connection is open) and keep its body.
-    fn begin(&mut self, request: Request<B>) {
+    /// Encode `request`'s head, with the fields `added` after its map's (written once
+    /// the connection is open), and keep its body.
+    fn begin(&mut self, request: Request<B>, added: &Added) {
         let (mut parts, body) = request.into_parts();
         let framing = if body.is_end_stream() {
             RequestFraming::Empty
@@ -183,6 +190,7 @@ impl<B: SendBody> Inner<B> {
             &parts.method,
             &parts.uri,
             &parts.headers,
+            added,
             framing,
         );
         buffers::Heads::Requests.release(std::mem::take(&mut parts.headers));
@@ -542,8 +550,8 @@ impl<B: SendBody> Exchange for Native<B> {
 }
 
 impl<B: SendBody> H1Slot<B> for Native<B> {
-    fn start(self: Pin<&mut Self>, request: Request<B>) {
-        self.project().inner.begin(request);
+    fn start(self: Pin<&mut Self>, request: Request<B>, added: &mut Added) {
+        self.project().inner.begin(request, added);
     }
 
     fn take_link(self: Pin<&mut Self>) -> Link<B> {

@@ -1,6 +1,7 @@
 //! Versions negotiated by ALPN.
 
 use super::*;
+use crate::forwarding::headers::Added;
 
 pin_project! {
     /// A request on a new connection of a pool that negotiates the version: the
@@ -27,7 +28,10 @@ impl<B: SendBody> Negotiating<B> {
                 Some(permit) => Some(permit),
                 // At the limit: wait for an HTTP/1.1 connection like the others.
                 None => {
-                    return pool.checkout_h1(shape(request, UpstreamVersion::Http1, &pool.target))
+                    return pool.checkout_h1(
+                        shape(request, UpstreamVersion::Http1, &pool.target),
+                        &mut Added::default(),
+                    )
                 }
             },
         };
@@ -68,7 +72,11 @@ impl<B: SendBody> Exchange for Negotiating<B> {
                 )
             } else {
                 let link = Link::Connecting(Box::pin(h1_link(io, this.permit.take(), pool.native)));
-                pool.h1_on(link, shape(request, UpstreamVersion::Http1, &pool.target))
+                pool.h1_on(
+                    link,
+                    shape(request, UpstreamVersion::Http1, &pool.target),
+                    &mut Added::default(),
+                )
             });
         }
         match this.then {
