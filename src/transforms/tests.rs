@@ -24,7 +24,14 @@ struct Sent {
     uri: Option<RewrittenUri>,
 }
 
-fn run(t: &RouteTransforms, path: &str, query: Option<&str>, headers: &[(&str, &str)]) -> Sent {
+/// The transforms' view of a request to `path` with `headers` from one client
+/// (10.1.2.3 for `front.example:8080`), given to `f` with the request's map.
+fn with_request<R>(
+    path: &str,
+    query: Option<&str>,
+    headers: &[(&str, &str)],
+    f: impl FnOnce(&ClientRequest<'_>, HeaderMap) -> R,
+) -> R {
     let conn = ConnectionInfo {
         remote: "[::ffff:10.1.2.3]:5555".parse().unwrap(),
         local: "127.0.0.1:8080".parse().unwrap(),
@@ -45,13 +52,19 @@ fn run(t: &RouteTransforms, path: &str, query: Option<&str>, headers: &[(&str, &
             v.parse().unwrap(),
         );
     }
-    let mut method = Method::GET;
-    let uri = t.apply_request(&client, &mut method, &mut h);
-    Sent {
-        method,
-        headers: h,
-        uri,
-    }
+    f(&client, h)
+}
+
+fn run(t: &RouteTransforms, path: &str, query: Option<&str>, headers: &[(&str, &str)]) -> Sent {
+    with_request(path, query, headers, |client, mut h| {
+        let mut method = Method::GET;
+        let uri = t.apply_request(client, &mut method, &mut h);
+        Sent {
+            method,
+            headers: h,
+            uri,
+        }
+    })
 }
 
 fn path_of(t: &RouteTransforms, path: &str) -> String {
@@ -333,36 +346,18 @@ fn host_values_are_kept_per_thread_and_checked() {
     assert!(request::host_value("bad\nhost").is_none());
 }
 
-/// `apply_request_adding` with its added fields moved into the map afterwards.
+/// `apply_request_adding` for a request to `/a` (the client of [`run`]): its map and
+/// the fields added beside it.
 fn run_adding(
     t: &RouteTransforms,
     headers: &[(&str, &str)],
 ) -> (HeaderMap, crate::forwarding::headers::Added) {
-    let conn = ConnectionInfo {
-        remote: "[::ffff:10.1.2.3]:5555".parse().unwrap(),
-        local: "127.0.0.1:8080".parse().unwrap(),
-        tls: false,
-    };
-    // The client `run` has.
-    let host = HeaderValue::from_static("front.example:8080");
-    let client = ClientRequest {
-        path: "/a",
-        query: None,
-        host: Some(&host),
-        https: false,
-        connection: Some(&conn),
-    };
-    let mut h = HeaderMap::new();
-    for (n, v) in headers {
-        h.append(
-            http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
-            v.parse().unwrap(),
-        );
-    }
-    let mut added = crate::forwarding::headers::Added::default();
-    let mut method = Method::GET;
-    t.apply_request_adding(&client, &mut method, &mut h, &mut added);
-    (h, added)
+    with_request("/a", None, headers, |client, mut h| {
+        let mut added = crate::forwarding::headers::Added::default();
+        let mut method = Method::GET;
+        t.apply_request_adding(client, &mut method, &mut h, &mut added);
+        (h, added)
+    })
 }
 
 #[test]
