@@ -589,32 +589,28 @@ impl<B: SendBody> Pool<B> {
     /// the map first.
     pub(crate) fn send(
         self: &Arc<Self>,
-        mut request: Request<B>,
+        request: Request<B>,
         upgrade: bool,
         added: &mut Added,
     ) -> BoxExchange {
-        let h1 = !upgrade
-            && match self.key.version {
-                UpstreamVersion::Http1 => true,
-                UpstreamVersion::Http2 => false,
-                UpstreamVersion::Negotiate => self.learned.load(Ordering::Relaxed) == CHOSE_H1,
-            };
-        if h1 {
-            let request = match self.key.version {
-                UpstreamVersion::Negotiate => shape(request, UpstreamVersion::Http1, &self.target),
-                _ => request,
-            };
-            return self.checkout_h1(request, added);
-        }
-        added.move_into(request.headers_mut());
         match (self.key.version, upgrade) {
-            (_, true) => upgrade_exchange(self, request),
-            (UpstreamVersion::Http2, false) => h2_exchange(self, request),
+            (_, true) => upgrade_exchange(self, with_added(request, added)),
+            (UpstreamVersion::Http1, false) => self.checkout_h1(request, added),
+            (UpstreamVersion::Http2, false) => h2_exchange(self, with_added(request, added)),
             (UpstreamVersion::Negotiate, false) => match self.learned.load(Ordering::Relaxed) {
-                CHOSE_H2 => h2_exchange(self, shape(request, UpstreamVersion::Http2, &self.target)),
-                _ => Negotiating::start(self, request),
+                CHOSE_H1 => {
+                    self.checkout_h1(shape(request, UpstreamVersion::Http1, &self.target), added)
+                }
+                CHOSE_H2 => {
+                    let request = shape(
+                        with_added(request, added),
+                        UpstreamVersion::Http2,
+                        &self.target,
+                    );
+                    h2_exchange(self, request)
+                }
+                _ => Negotiating::start(self, with_added(request, added)),
             },
-            (UpstreamVersion::Http1, false) => unreachable!("sent on HTTP/1.1 above"),
         }
     }
 
@@ -643,4 +639,11 @@ impl<B: SendBody> Pool<B> {
             }
         })
     }
+}
+
+/// `request` with the fields `added` beside it moved into its map: for every way of
+/// sending but the HTTP/1.1 engine's.
+fn with_added<B>(mut request: Request<B>, added: &mut Added) -> Request<B> {
+    added.move_into(request.headers_mut());
+    request
 }
