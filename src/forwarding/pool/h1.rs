@@ -40,17 +40,16 @@ impl<B: SendBody> Pool<B> {
     pub(super) fn h1_on(
         self: &Arc<Self>,
         link: Link<B>,
-        mut request: Request<B>,
+        request: Request<B>,
         added: &mut Added,
     ) -> BoxExchange {
         if self.native {
             return native::Native::on_link(self, link, request, added);
         }
-        added.move_into(request.headers_mut());
         H1::on_link(
             self,
             link,
-            request,
+            with_added(request, added),
             |sender: &mut http1::SendRequest<B>, request| sender.try_send_request(request),
         )
     }
@@ -420,8 +419,8 @@ where
     F: Future<Output = Result<Response<Incoming>, http1_error::TrySend<B>>> + Send + 'static,
     S: Fn(&mut http1::SendRequest<B>, Request<B>) -> F + Send + Copy + 'static,
 {
-    fn start(self: Pin<&mut Self>, mut request: Request<B>, added: &mut Added) {
-        added.move_into(request.headers_mut());
+    fn start(self: Pin<&mut Self>, request: Request<B>, added: &mut Added) {
+        let request = with_added(request, added);
         let mut this = self.project();
         this.replay.arm(&request);
         *this.reused = true;

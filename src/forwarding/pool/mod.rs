@@ -643,7 +643,7 @@ impl<B: SendBody> Pool<B> {
 
 /// `request` with the fields `added` beside it moved into its map: for every way of
 /// sending but the HTTP/1.1 engine's.
-fn with_added<B>(mut request: Request<B>, added: &mut Added) -> Request<B> {
+pub(super) fn with_added<B>(mut request: Request<B>, added: &mut Added) -> Request<B> {
     added.move_into(request.headers_mut());
     request
 }
