@@ -90,8 +90,6 @@ pub mod forwarding;
 mod fxhash;
 pub mod health;
 mod http1;
-// The native HTTP/2 engine is being built (issue 20): its codec comes first.
-#[allow(dead_code)]
 mod http2;
 pub mod limits;
 pub mod pipeline;

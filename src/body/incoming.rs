@@ -8,11 +8,13 @@ use http_body::{Body, Frame, SizeHint};
 
 use crate::request::ConnectionInfo;
 use crate::server::native::BodyReader;
+use crate::server::native_h2::RecvBody;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A request body as the server received it: read by fuseway's own HTTP/1.1 engine,
-/// by hyper (HTTP/2, and HTTP/1.1 with `--http1-engine hyper`), or built in process.
+/// A request body as the server received it: read by fuseway's own HTTP/1.1 or HTTP/2
+/// engine, by hyper's (with `--http1-engine hyper`, `--http2-engine hyper`), or built
+/// in process.
 /// Pipelines take `Request<Incoming>`; it replaces `hyper::body::Incoming` in their
 /// types (`From<hyper::body::Incoming>` converts, without allocating).
 ///
@@ -38,6 +40,7 @@ enum Kind {
     Full(Option<Bytes>),
     Hyper(hyper::body::Incoming),
     Native(BodyReader),
+    Http2(RecvBody),
 }
 
 impl std::fmt::Debug for Incoming {
@@ -47,6 +50,7 @@ impl std::fmt::Debug for Incoming {
             Kind::Full(data) => f.debug_tuple("Incoming::Full").field(data).finish(),
             Kind::Hyper(body) => f.debug_tuple("Incoming::Hyper").field(body).finish(),
             Kind::Native(body) => f.debug_tuple("Incoming::Native").field(body).finish(),
+            Kind::Http2(body) => f.debug_tuple("Incoming::Http2").field(body).finish(),
         }
     }
 }
@@ -65,6 +69,10 @@ impl Incoming {
 
     pub(crate) fn native(reader: BodyReader) -> Self {
         Incoming::of(Kind::Native(reader))
+    }
+
+    pub(crate) fn http2(reader: RecvBody) -> Self {
+        Incoming::of(Kind::Http2(reader))
     }
 
     fn of(kind: Kind) -> Self {
@@ -132,6 +140,7 @@ impl Body for Incoming {
             Kind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             Kind::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
             Kind::Native(body) => body.poll_frame(cx),
+            Kind::Http2(body) => body.poll_frame(cx),
         }
     }
 
@@ -141,6 +150,7 @@ impl Body for Incoming {
             Kind::Full(data) => data.is_none(),
             Kind::Hyper(body) => body.is_end_stream(),
             Kind::Native(body) => body.is_end_stream(),
+            Kind::Http2(body) => body.is_end_stream(),
         }
     }
 
@@ -150,6 +160,7 @@ impl Body for Incoming {
             Kind::Full(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
             Kind::Hyper(body) => body.size_hint(),
             Kind::Native(body) => body.size_hint(),
+            Kind::Http2(body) => body.size_hint(),
         }
     }
 }

@@ -174,7 +174,7 @@ thread_local! {
 }
 
 /// Call `f` with the current `Date` value (IMF-fixdate).
-fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
+pub(crate) fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
     let now = SystemTime::now();
     let second = now
         .duration_since(UNIX_EPOCH)

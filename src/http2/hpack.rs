@@ -251,7 +251,7 @@ impl Decoder {
                     with_value(named, value)
                 };
                 if index {
-                    self.insert(field.clone());
+                    self.insert(detached(&field));
                 }
                 sink(field);
             }
@@ -338,6 +338,21 @@ fn integer(block: &[u8], at: &mut usize, n: u32) -> Result<usize, CompressionErr
     }
 }
 
+/// `field` with its value in memory of its own: a table entry lives as long as the
+/// connection, and must not keep the frame it came in (the connection's read buffer)
+/// from being reused.
+fn detached(field: &Field) -> Field {
+    match field {
+        Field::Pseudo(pseudo, value) => Field::Pseudo(*pseudo, Bytes::copy_from_slice(value)),
+        Field::Header(name, value) => {
+            // Valid as it was; the original kept were it not.
+            let copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+            Field::Header(name.clone(), copy)
+        }
+        Field::Invalid { .. } => field.clone(),
+    }
+}
+
 /// A field from a literal name and value.
 fn literal(name: &[u8], value: Bytes) -> Field {
     let invalid = Field::Invalid {
@@ -380,7 +395,7 @@ fn with_value(named: Field, value: Bytes) -> Field {
 
 /// `value` as an integer with an `n`-bit prefix, the prefix's byte starting with the
 /// bits of `flags` (RFC 7541 §5.1).
-fn put_integer(dst: &mut BytesMut, flags: u8, n: u32, value: usize) {
+fn put_integer(dst: &mut Vec<u8>, flags: u8, n: u32, value: usize) {
     let mask = (1usize << n) - 1;
     if value < mask {
         dst.put_u8(flags | value as u8);
@@ -396,14 +411,14 @@ fn put_integer(dst: &mut BytesMut, flags: u8, n: u32, value: usize) {
 }
 
 /// A string literal, not Huffman-coded.
-fn put_string(dst: &mut BytesMut, value: &[u8]) {
+fn put_string(dst: &mut Vec<u8>, value: &[u8]) {
     put_integer(dst, 0, 7, value.len());
     dst.put_slice(value);
 }
 
 /// A field as a literal without indexing (RFC 7541 §6.2.2), its name by the static
 /// table's index `name` or, with `0`, as a literal too.
-fn put_literal(dst: &mut BytesMut, name: usize, literal_name: &[u8], value: &[u8]) {
+fn put_literal(dst: &mut Vec<u8>, name: usize, literal_name: &[u8], value: &[u8]) {
     put_integer(dst, 0, 4, name);
     if name == 0 {
         put_string(dst, literal_name);
@@ -412,7 +427,7 @@ fn put_literal(dst: &mut BytesMut, name: usize, literal_name: &[u8], value: &[u8
 }
 
 /// `:status` (RFC 9113 §8.3.2): the static table's entry for the usual ones.
-pub(crate) fn encode_status(status: http::StatusCode, dst: &mut BytesMut) {
+pub(crate) fn encode_status(status: http::StatusCode, dst: &mut Vec<u8>) {
     let index = match status.as_u16() {
         200 => 8,
         204 => 9,
@@ -426,9 +441,11 @@ pub(crate) fn encode_status(status: http::StatusCode, dst: &mut BytesMut) {
     dst.put_u8(0x80 | index);
 }
 
+// For the client side (issue 20's next step); tested below.
+#[allow(dead_code)]
 /// A pseudo-header field: the static table's entry where it has this one (`GET`,
 /// `POST`, `/`, `http`, `https`), else its name's.
-pub(crate) fn encode_pseudo(pseudo: Pseudo, value: &[u8], dst: &mut BytesMut) {
+pub(crate) fn encode_pseudo(pseudo: Pseudo, value: &[u8], dst: &mut Vec<u8>) {
     let (name, whole) = match pseudo {
         Pseudo::Authority => (1, None),
         Pseudo::Method => (
@@ -458,7 +475,7 @@ pub(crate) fn encode_pseudo(pseudo: Pseudo, value: &[u8], dst: &mut BytesMut) {
 }
 
 /// A header field (its name is lower case, as `HeaderName`s are).
-pub(crate) fn encode_header(name: &HeaderName, value: &HeaderValue, dst: &mut BytesMut) {
+pub(crate) fn encode_header(name: &HeaderName, value: &HeaderValue, dst: &mut Vec<u8>) {
     let index = static_name_index(name).unwrap_or(0);
     put_literal(dst, index, name.as_str().as_bytes(), value.as_bytes());
 }
@@ -584,7 +601,7 @@ mod tests {
     #[test]
     fn what_http2_forbids_is_an_invalid_field_and_decoding_goes_on() {
         let mut decoder = Decoder::new(4096);
-        let mut block = BytesMut::new();
+        let mut block = Vec::new();
         // Upper case, with incremental indexing, then referred to by its index.
         block.put_u8(0x40);
         put_string(&mut block, b"X-Upper");
@@ -594,7 +611,9 @@ mod tests {
         put_literal(&mut block, 0, b"ok", b"bad\x01value");
         put_literal(&mut block, 0, b"ok", b"fine");
         let mut out = Vec::new();
-        decoder.decode(&block.freeze(), |f| out.push(f)).unwrap();
+        decoder
+            .decode(&Bytes::from(block), |f| out.push(f))
+            .unwrap();
         assert_eq!(out.len(), 5);
         assert!(out[..4].iter().all(|f| matches!(f, Field::Invalid { .. })));
         assert_eq!(
@@ -639,7 +658,7 @@ mod tests {
     /// values are one byte each.
     #[test]
     fn encoded_heads_decode_to_themselves() {
-        let mut block = BytesMut::new();
+        let mut block = Vec::new();
         encode_status(http::StatusCode::OK, &mut block);
         assert_eq!(&block[..], &[0x88]);
         encode_status(http::StatusCode::IM_A_TEAPOT, &mut block);
@@ -664,7 +683,7 @@ mod tests {
         let mut decoder = Decoder::new(4096);
         let mut out = Vec::new();
         decoder
-            .decode(&block.freeze(), |field| out.push(field))
+            .decode(&Bytes::from(block), |field| out.push(field))
             .unwrap();
         let text: Vec<(String, String)> = out
             .into_iter()

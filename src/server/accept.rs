@@ -211,6 +211,14 @@ where
             drain,
             false,
         ))
+    } else if protocol == Protocol::Http2 && shared.options.http2_engine == Http2Engine::Native {
+        Either::Right(Either::Left(native_h2::serve_connection(
+            io,
+            service,
+            info,
+            shared.options.clone(),
+            drain,
+        )))
     } else {
         let (service, activity) = served(service, info);
         let connection = shared
@@ -221,12 +229,12 @@ where
             Protocol::Http1 => shared.options.header_read_timeout,
             _ => shared.options.http2_idle_timeout,
         };
-        Either::Right(Box::pin(drive(
+        Either::Right(Either::Right(Box::pin(drive(
             WithStreams::new(drain::watch(drain, connection)),
             activity,
             timeout,
             remote,
-        )))
+        ))))
     }
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod counts;
 mod drain;
 mod idle;
 pub(crate) mod native;
+pub(crate) mod native_h2;
 mod options;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod replay;
@@ -34,7 +35,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use accept::{accept_loop, bind, worker_listener};
-pub use options::{Http1Engine, ServerOptions};
+pub use options::{Http1Engine, Http2Engine, ServerOptions};
 use service::Served;
 pub use service::{IntoResponse, ProxyService};
 pub use tls::{tls_config_from_files, tls_config_from_pem, TlsError, TlsPart};

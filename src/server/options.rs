@@ -25,6 +25,9 @@ pub struct ServerOptions {
     /// Which engine serves HTTP/1.1 (default [`Http1Engine::Native`], or what
     /// `FUSEWAY_HTTP1_ENGINE` names).
     pub http1_engine: Http1Engine,
+    /// Which engine serves HTTP/2 (default [`Http2Engine::Hyper`], or what
+    /// `FUSEWAY_HTTP2_ENGINE` names).
+    pub http2_engine: Http2Engine,
     /// Largest header list on HTTP/2 (bytes; default 64 KiB).
     pub max_header_list_size: u32,
     /// How long in-flight requests may take after shutdown starts (default 30 s).
@@ -40,7 +43,7 @@ pub struct ServerOptions {
     pub http2_idle_timeout: Duration,
 }
 
-/// The engine that serves HTTP/1.1 connections (HTTP/2 is always hyper's).
+/// The engine that serves HTTP/1.1 connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Http1Engine {
     /// fuseway's own: one task and one state machine per connection, buffers reused
@@ -82,6 +85,46 @@ impl std::str::FromStr for Http1Engine {
     }
 }
 
+/// The engine that serves HTTP/2 connections (h2c and h2 over TLS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Http2Engine {
+    /// hyper's HTTP/2 server (on the h2 crate), each connection's streams polled in
+    /// its own task.
+    #[default]
+    Hyper,
+    /// fuseway's own, being built (issue 20): one task per connection decodes the
+    /// frames and polls every stream's pipeline itself, no task, channel or lock per
+    /// stream. Not yet: keep-alive pings, CONNECT and extended CONNECT (WebSockets
+    /// over HTTP/2) — see docs/GUIDE.md, "HTTP/2 engines".
+    Native,
+}
+
+impl Http2Engine {
+    /// The engine named by the `FUSEWAY_HTTP2_ENGINE` environment variable (`native`
+    /// or `hyper`), else the default. An unknown name is ignored with a warning.
+    pub fn from_env() -> Http2Engine {
+        match std::env::var("FUSEWAY_HTTP2_ENGINE") {
+            Ok(name) => name.parse().unwrap_or_else(|e| {
+                tracing::warn!("FUSEWAY_HTTP2_ENGINE: {e}; using hyper's engine");
+                Http2Engine::Hyper
+            }),
+            Err(_) => Http2Engine::Hyper,
+        }
+    }
+}
+
+impl std::str::FromStr for Http2Engine {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name.to_ascii_lowercase().as_str() {
+            "native" => Ok(Http2Engine::Native),
+            "hyper" => Ok(Http2Engine::Hyper),
+            _ => Err(format!("unknown HTTP/2 engine `{name}` (native or hyper)")),
+        }
+    }
+}
+
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
@@ -91,6 +134,7 @@ impl Default for ServerOptions {
             max_header_size: 64 * 1024,
             max_request_line: 8 * 1024,
             http1_engine: Http1Engine::from_env(),
+            http2_engine: Http2Engine::from_env(),
             max_header_list_size: 64 * 1024,
             graceful_timeout: Duration::from_secs(30),
             http2_keep_alive_interval: None,
@@ -160,6 +204,12 @@ impl ServerOptions {
     /// Sets `http1_engine`.
     pub fn http1_engine(mut self, value: Http1Engine) -> Self {
         self.http1_engine = value;
+        self
+    }
+
+    /// Sets `http2_engine`.
+    pub fn http2_engine(mut self, value: Http2Engine) -> Self {
+        self.http2_engine = value;
         self
     }
 

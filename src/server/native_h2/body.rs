@@ -1,0 +1,184 @@
+//! A request body on the native HTTP/2 engine: the connection puts each DATA frame's
+//! bytes in the stream's queue, the pipeline takes them out; what it has taken is
+//! credited back to the client (WINDOW_UPDATE) by the connection.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body::{Frame, SizeHint};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The reading side, in [`Incoming`](crate::body::Incoming).
+#[derive(Debug)]
+pub(crate) struct RecvBody {
+    shared: Arc<Mutex<Queue>>,
+    /// The request's `content-length`.
+    length: Option<u64>,
+}
+
+/// The connection's side of a stream's body.
+#[derive(Debug, Clone)]
+pub(crate) struct Sender {
+    shared: Arc<Mutex<Queue>>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    chunks: VecDeque<Bytes>,
+    trailers: Option<HeaderMap>,
+    state: State,
+    /// Bytes the reader has taken and the connection has not yet credited.
+    taken: usize,
+    /// The task reading the body.
+    reader: Option<Waker>,
+    /// The connection's task: woken when bytes are taken (their credit is due) or the
+    /// reader goes.
+    connection: Option<Waker>,
+    /// The reader is gone: what comes is credited at once and thrown away.
+    dropped: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum State {
+    #[default]
+    Open,
+    Ended,
+    /// The stream was reset, or its body broke a rule (a `content-length` it did not
+    /// match).
+    Failed(&'static str),
+}
+
+/// A body's channel: the reading side for the request, the sending side for the
+/// connection.
+pub(crate) fn channel(length: Option<u64>) -> (Sender, RecvBody) {
+    let shared = Arc::new(Mutex::new(Queue::default()));
+    (
+        Sender {
+            shared: shared.clone(),
+        },
+        RecvBody { shared, length },
+    )
+}
+
+fn lock(shared: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Sender {
+    /// Queue a DATA frame's bytes; `false` when the reader is gone (the caller credits
+    /// them back at once).
+    pub(crate) fn push(&self, data: Bytes) -> bool {
+        let mut q = lock(&self.shared);
+        if q.dropped {
+            return false;
+        }
+        q.chunks.push_back(data);
+        if let Some(w) = q.reader.take() {
+            w.wake();
+        }
+        true
+    }
+
+    /// The body ends (with trailers, if any).
+    pub(crate) fn end(&self, trailers: Option<HeaderMap>) {
+        let mut q = lock(&self.shared);
+        if q.state == State::Open {
+            q.state = State::Ended;
+            q.trailers = trailers;
+        }
+        if let Some(w) = q.reader.take() {
+            w.wake();
+        }
+    }
+
+    /// The body ends in error (`why`), unless it had ended.
+    pub(crate) fn fail(&self, why: &'static str) {
+        let mut q = lock(&self.shared);
+        if q.state == State::Open {
+            q.state = State::Failed(why);
+        }
+        if let Some(w) = q.reader.take() {
+            w.wake();
+        }
+    }
+
+    /// Bytes taken by the reader since the last call (to credit), and whether the
+    /// reader is gone; the connection's task is woken when either changes.
+    pub(crate) fn take_credit(&self, cx: &Context<'_>) -> (usize, bool) {
+        let mut q = lock(&self.shared);
+        if !q
+            .connection
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            q.connection = Some(cx.waker().clone());
+        }
+        (std::mem::take(&mut q.taken), q.dropped)
+    }
+}
+
+impl Sender {
+    /// The stream is gone: what its reader took and was not credited for, and what it
+    /// left unread, to credit back on the connection; later bytes are refused.
+    pub(crate) fn close(&self) -> usize {
+        let mut q = lock(&self.shared);
+        q.dropped = true;
+        let unread: usize = q.chunks.drain(..).map(|c| c.len()).sum();
+        std::mem::take(&mut q.taken) + unread
+    }
+}
+
+impl RecvBody {
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut q = lock(&self.shared);
+        if let Some(data) = q.chunks.pop_front() {
+            q.taken += data.len();
+            if let Some(w) = q.connection.take() {
+                w.wake();
+            }
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        match q.state {
+            State::Open => {
+                if !q.reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    q.reader = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            State::Ended => Poll::Ready(q.trailers.take().map(|t| Ok(Frame::trailers(t)))),
+            State::Failed(why) => Poll::Ready(Some(Err(why.into()))),
+        }
+    }
+
+    pub(crate) fn is_end_stream(&self) -> bool {
+        let q = lock(&self.shared);
+        q.chunks.is_empty() && q.state == State::Ended && q.trailers.is_none()
+    }
+
+    pub(crate) fn size_hint(&self) -> SizeHint {
+        match self.length {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+impl Drop for RecvBody {
+    fn drop(&mut self) {
+        let mut q = lock(&self.shared);
+        q.dropped = true;
+        // What it held unread is credited too.
+        let unread: usize = q.chunks.drain(..).map(|c| c.len()).sum();
+        q.taken += unread;
+        if let Some(w) = q.connection.take() {
+            w.wake();
+        }
+    }
+}

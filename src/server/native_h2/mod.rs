@@ -1,0 +1,1214 @@
+//! fuseway's own HTTP/2 engine, server side (selected with
+//! [`Http2Engine::Native`](super::Http2Engine)): one task per connection reads the
+//! frames, decodes each request's header block into the `http` types, calls the
+//! pipeline and polls every open stream's future and response body itself, in slots
+//! kept from one stream to the next, and writes the frames of all of them through one
+//! buffer. No task, channel or lock per stream; a request body, when there is one, is
+//! a queue the connection fills ([`body`]).
+//!
+//! What it does: the connection preface and SETTINGS (its own: the stream limit, 1 MiB
+//! windows, the header list limit), HPACK ([`crate::http2::hpack`]), flow control both
+//! ways (a stream's and the connection's window credited back as the pipeline reads
+//! the request body; the response's DATA sent as the client's windows allow),
+//! trailers both ways, PING answered, RST_STREAM both ways (a client's reset drops the
+//! stream's pipeline future: the destination's request is cancelled), GOAWAY on
+//! shutdown (streams in flight finish) and on protocol errors, the idle timeout
+//! (`http2_idle_timeout`), and the checks of RFC 9113 §8 on each request (a malformed
+//! one is reset with PROTOCOL_ERROR, as h2 does).
+//!
+//! Keep-alive pings (`http2_keep_alive_interval`): after that long without a frame from
+//! the client, a PING; no answer within `http2_keep_alive_timeout` closes the
+//! connection.
+//!
+//! Not yet (the hyper engine has them): extended CONNECT (RFC 8441, WebSockets over
+//! HTTP/2) and CONNECT tunnels. Priority is ignored, as RFC 9113 allows.
+
+mod body;
+
+use std::future::{poll_fn, Future};
+use std::io;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body;
+use pin_project_lite::pin_project;
+
+pub(crate) use body::RecvBody;
+
+use super::drain::Signal;
+use super::native::Io;
+use super::service::{internal_error, log_panic};
+use super::{ServeService, ServerOptions};
+use crate::body::{Incoming, ProxyBody};
+use crate::http1::buffers;
+use crate::http2::frame::{self, flag, kind, setting, Head, Reason};
+use crate::http2::hpack::{self, Field, Pseudo};
+use crate::request::ConnectionInfo;
+
+/// Buffered frames past which no more response body is taken before writing.
+const WRITE_HIGH: usize = 64 * 1024;
+/// The window this endpoint gives each stream, and the connection.
+const WINDOW: u32 = 1 << 20;
+/// The table size this endpoint's decoder allows (the default: no setting sent).
+const TABLE_SIZE: usize = 4096;
+/// Passes over the socket and the streams in one poll before the task yields.
+const BUDGET: usize = 32;
+
+/// Serve HTTP/2 on `io` (whose client is to send the connection preface first) until
+/// the client closes, the connection idles past `http2_idle_timeout`, shutdown (the
+/// streams in flight finish), or an error.
+pub(crate) fn serve_connection<I, P>(
+    io: I,
+    pipeline: P,
+    info: ConnectionInfo,
+    options: Arc<ServerOptions>,
+    drain: Signal,
+) -> impl Future<Output = ()>
+where
+    I: Io,
+    P: ServeService,
+{
+    let mut conn = Conn::new(io, pipeline, info, options, drain);
+    crate::clock::InMoment::new(async move { poll_fn(|cx| conn.poll(cx)).await })
+}
+
+pin_project! {
+    /// A stream's slot, kept for later streams once it ends.
+    struct Slot<F> {
+        #[pin]
+        future: Option<F>,
+        stream: Stream,
+    }
+}
+
+#[derive(Default)]
+struct Stream {
+    /// 0: the slot is free.
+    id: u32,
+    /// The response body being sent.
+    body: Option<ProxyBody>,
+    /// Body bytes taken from it and not yet sent (the windows were closed).
+    pending: Option<Bytes>,
+    /// The body ends after `pending`.
+    pending_end: bool,
+    /// What may be sent on the stream (the client's window).
+    send_window: i64,
+    /// The request body's queue, when it has one.
+    recv: Option<body::Sender>,
+    /// The client is still sending (no END_STREAM yet).
+    recv_open: bool,
+    /// What the client may still send on the stream.
+    recv_window: i64,
+    /// Bytes read off the stream and not yet credited back to the client.
+    credit: u32,
+    /// What is left of the request's `content-length`.
+    expect: Option<u64>,
+}
+
+struct Conn<I, P: ServeService> {
+    io: I,
+    pipeline: P,
+    info: ConnectionInfo,
+    options: Arc<ServerOptions>,
+    drain: Signal,
+    read: BytesMut,
+    write: Vec<u8>,
+    /// How much of `write` is written.
+    written: usize,
+    /// Where header blocks are encoded.
+    block: Vec<u8>,
+    decoder: hpack::Decoder,
+    /// The preface, then the client's SETTINGS, have come.
+    preface: bool,
+    settings: bool,
+    /// The client's SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_FRAME_SIZE.
+    peer_window: u32,
+    peer_max_frame: usize,
+    /// What may be sent on the connection, and what the client may still send.
+    send_window: i64,
+    recv_window: i64,
+    /// Bytes read and not yet credited back on the connection.
+    credit: u32,
+    slots: Vec<Pin<Box<Slot<P::Future>>>>,
+    /// Streams in the slots.
+    open: usize,
+    /// The highest stream the client has opened.
+    last_stream: u32,
+    /// A header block waiting for its CONTINUATION frames.
+    partial: Option<Partial>,
+    /// GOAWAY sent: no new streams; the connection ends when the open ones have.
+    goaway: bool,
+    /// A connection error: the connection ends once GOAWAY is written.
+    closing: bool,
+    /// The idle timeout is counting (no stream open).
+    idle: bool,
+    /// The last pass stopped taking response bodies with the write buffer full.
+    full: bool,
+    /// Keep-alive pings, when they are on.
+    keep_alive: Option<KeepAlive>,
+}
+
+/// Keep-alive pings: `sleep` runs to the next check, or to the ping's deadline.
+struct KeepAlive {
+    interval: std::time::Duration,
+    timeout: std::time::Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    /// A frame came since the last check.
+    heard: bool,
+    /// A PING is out, unanswered.
+    pinged: bool,
+}
+
+/// The opaque data of the keep-alive PING.
+const PING: [u8; 8] = *b"fuseway!";
+
+struct Partial {
+    stream: u32,
+    end_stream: bool,
+    block: BytesMut,
+}
+
+/// A connection error: GOAWAY with the reason, then close (RFC 9113 §5.4.1).
+struct ConnError(Reason, &'static str);
+
+impl<I: Io, P: ServeService> Conn<I, P> {
+    fn new(
+        io: I,
+        pipeline: P,
+        info: ConnectionInfo,
+        options: Arc<ServerOptions>,
+        drain: Signal,
+    ) -> Self {
+        let mut write = Vec::new();
+        buffers::ready_to_write(&mut write);
+        frame::settings(
+            &mut write,
+            &[
+                (
+                    setting::MAX_CONCURRENT_STREAMS,
+                    options.max_concurrent_streams,
+                ),
+                (setting::INITIAL_WINDOW_SIZE, WINDOW),
+                (setting::MAX_HEADER_LIST_SIZE, options.max_header_list_size),
+                (setting::ENABLE_PUSH, 0),
+            ],
+        );
+        frame::window_update(&mut write, 0, WINDOW - frame::DEFAULT_WINDOW);
+        let keep_alive = options.http2_keep_alive_interval.map(|interval| KeepAlive {
+            interval,
+            timeout: options.http2_keep_alive_timeout,
+            sleep: Box::pin(tokio::time::sleep(interval)),
+            heard: false,
+            pinged: false,
+        });
+        Conn {
+            io,
+            pipeline,
+            info,
+            options,
+            drain,
+            read: BytesMut::new(),
+            write,
+            written: 0,
+            block: Vec::new(),
+            decoder: hpack::Decoder::new(TABLE_SIZE),
+            preface: false,
+            settings: false,
+            peer_window: frame::DEFAULT_WINDOW,
+            peer_max_frame: frame::DEFAULT_MAX_FRAME as usize,
+            send_window: frame::DEFAULT_WINDOW.into(),
+            recv_window: WINDOW.into(),
+            credit: 0,
+            slots: Vec::new(),
+            open: 0,
+            last_stream: 0,
+            partial: None,
+            goaway: false,
+            closing: false,
+            idle: false,
+            full: false,
+            keep_alive,
+        }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        for _ in 0..BUDGET {
+            if !self.goaway && self.drain.poll_draining(cx) {
+                self.go_away(Reason::NO_ERROR);
+            }
+            let mut progress = false;
+            if !self.closing {
+                match buffers::poll_read(&mut self.io, &mut self.read, cx) {
+                    Poll::Ready(Ok(0)) => {
+                        tracing::debug!(remote = %self.info.remote, "HTTP/2 client closed its connection");
+                        return Poll::Ready(());
+                    }
+                    Poll::Ready(Ok(_)) => {
+                        progress = true;
+                        if let Err(ConnError(reason, why)) = self.on_bytes() {
+                            tracing::debug!(remote = %self.info.remote, %reason, why, "HTTP/2 connection error");
+                            self.go_away(reason);
+                            self.closing = true;
+                        }
+                    }
+                    Poll::Ready(Err(e)) => {
+                        tracing::debug!(remote = %self.info.remote, error = %e, "HTTP/2 connection failed");
+                        return Poll::Ready(());
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            if !self.closing {
+                self.poll_streams(cx);
+                self.send_credit(cx);
+            }
+            let flushed = match self.poll_flush(cx) {
+                Poll::Ready(Ok(())) => true,
+                Poll::Ready(Err(e)) => {
+                    tracing::debug!(remote = %self.info.remote, error = %e, "HTTP/2 connection failed");
+                    return Poll::Ready(());
+                }
+                Poll::Pending => false,
+            };
+            if flushed && (self.closing || (self.goaway && self.open == 0)) {
+                let _ = Pin::new(&mut self.io).poll_shutdown(cx);
+                return Poll::Ready(());
+            }
+            if !progress && !(flushed && self.full) {
+                if self.poll_keep_alive(cx) {
+                    continue;
+                }
+                return self.poll_idle(cx);
+            }
+        }
+        // Other tasks get their turn.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Keep-alive pings: whether the connection has something to write or is to close
+    /// (another pass is due).
+    fn poll_keep_alive(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(ka) = &mut self.keep_alive else {
+            return false;
+        };
+        if ka.sleep.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        if ka.pinged {
+            tracing::debug!(remote = %self.info.remote, "HTTP/2 client did not answer a keep-alive ping; closing");
+            self.closing = true;
+            return true;
+        }
+        if std::mem::take(&mut ka.heard) {
+            ka.sleep.as_mut().reset(now + ka.interval);
+            // Polled again to register for the new deadline.
+            return ka.sleep.as_mut().poll(cx).is_ready();
+        }
+        ka.pinged = true;
+        ka.sleep.as_mut().reset(now + ka.timeout);
+        buffers::ready_to_write(&mut self.write);
+        frame::write(&mut self.write, kind::PING, 0, 0, &PING);
+        true
+    }
+
+    /// With no stream open, the idle timeout counts (from when the last one ended);
+    /// a connection idle past it is sent GOAWAY and closed. Its buffers go back to the
+    /// worker's pools meanwhile.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.open > 0 {
+            self.idle = false;
+            return Poll::Pending;
+        }
+        if self.write.is_empty() {
+            buffers::release_write(&mut self.write);
+        }
+        buffers::release_read(&mut self.read);
+        let restart =
+            (!std::mem::replace(&mut self.idle, true)).then_some(self.options.http2_idle_timeout);
+        if self.drain.poll_deadline(cx, restart).is_ready() {
+            tracing::debug!(remote = %self.info.remote, "HTTP/2 connection idle past its timeout; closing");
+            self.go_away(Reason::NO_ERROR);
+            // Written and closed on the next pass.
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+
+    fn go_away(&mut self, reason: Reason) {
+        if !self.goaway {
+            self.goaway = true;
+            buffers::ready_to_write(&mut self.write);
+            frame::goaway(&mut self.write, self.last_stream, reason);
+        }
+    }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.written < self.write.len() {
+            match Pin::new(&mut self.io).poll_write(cx, &self.write[self.written..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => self.written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        self.write.clear();
+        self.written = 0;
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    /// The frames read so far, each handled in turn.
+    fn on_bytes(&mut self) -> Result<(), ConnError> {
+        if !self.preface {
+            if self.read.len() < frame::PREFACE.len() {
+                return if frame::PREFACE.starts_with(&self.read) {
+                    Ok(())
+                } else {
+                    Err(ConnError(Reason::PROTOCOL_ERROR, "no connection preface"))
+                };
+            }
+            if &self.read[..frame::PREFACE.len()] != frame::PREFACE {
+                return Err(ConnError(Reason::PROTOCOL_ERROR, "no connection preface"));
+            }
+            self.read.advance(frame::PREFACE.len());
+            self.preface = true;
+        }
+        while self.read.len() >= frame::HEAD_LEN {
+            let head = Head::parse(&self.read);
+            if head.len > frame::DEFAULT_MAX_FRAME {
+                return Err(ConnError(
+                    Reason::FRAME_SIZE_ERROR,
+                    "frame larger than allowed",
+                ));
+            }
+            let len = frame::HEAD_LEN + head.len as usize;
+            if self.read.len() < len {
+                self.read.reserve(len - self.read.len());
+                break;
+            }
+            let payload = self.read.split_to(len).freeze().slice(frame::HEAD_LEN..);
+            if !self.settings {
+                if head.kind != kind::SETTINGS || head.flags & flag::ACK != 0 {
+                    return Err(ConnError(
+                        Reason::PROTOCOL_ERROR,
+                        "first frame not SETTINGS",
+                    ));
+                }
+                self.settings = true;
+            }
+            buffers::ready_to_write(&mut self.write);
+            if let Some(ka) = &mut self.keep_alive {
+                ka.heard = true;
+                if head.kind == kind::PING && head.flags & flag::ACK != 0 && payload[..] == PING {
+                    ka.pinged = false;
+                    ka.sleep
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + ka.interval);
+                }
+            }
+            self.on_frame(head, payload)?;
+            if self.closing {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_frame(&mut self, head: Head, payload: Bytes) -> Result<(), ConnError> {
+        use ConnError as E;
+        if let Some(partial) = &self.partial {
+            if head.kind != kind::CONTINUATION || head.stream != partial.stream {
+                return Err(E(Reason::PROTOCOL_ERROR, "header block not continued"));
+            }
+        }
+        match head.kind {
+            kind::DATA => self.on_data(head, payload),
+            kind::HEADERS => {
+                if head.stream == 0 {
+                    return Err(E(Reason::PROTOCOL_ERROR, "HEADERS on stream 0"));
+                }
+                let range = frame::unpadded(&payload, head.flags)
+                    .ok_or(E(Reason::PROTOCOL_ERROR, "padding past the frame"))?;
+                let mut fragment = payload.slice(range);
+                if head.flags & flag::PRIORITY != 0 {
+                    if fragment.len() < 5 {
+                        return Err(E(Reason::FRAME_SIZE_ERROR, "HEADERS too short"));
+                    }
+                    fragment.advance(5);
+                }
+                let end_stream = head.flags & flag::END_STREAM != 0;
+                if head.flags & flag::END_HEADERS != 0 {
+                    self.on_headers(head.stream, end_stream, fragment)
+                } else {
+                    self.partial = Some(Partial {
+                        stream: head.stream,
+                        end_stream,
+                        block: BytesMut::from(&fragment[..]),
+                    });
+                    Ok(())
+                }
+            }
+            kind::CONTINUATION => {
+                let Some(partial) = &mut self.partial else {
+                    return Err(E(Reason::PROTOCOL_ERROR, "CONTINUATION without HEADERS"));
+                };
+                partial.block.extend_from_slice(&payload);
+                // A block this large is refused whatever it holds (RFC 9113 §10.5.1).
+                if partial.block.len() > 2 * self.options.max_header_list_size as usize + 16_384 {
+                    return Err(E(Reason::ENHANCE_YOUR_CALM, "header block too large"));
+                }
+                if head.flags & flag::END_HEADERS != 0 {
+                    let partial = self.partial.take().expect("checked above");
+                    self.on_headers(partial.stream, partial.end_stream, partial.block.freeze())?;
+                }
+                Ok(())
+            }
+            kind::PRIORITY => {
+                if head.stream == 0 {
+                    return Err(E(Reason::PROTOCOL_ERROR, "PRIORITY on stream 0"));
+                }
+                if payload.len() != 5 {
+                    self.reset(head.stream, Reason::FRAME_SIZE_ERROR);
+                }
+                Ok(())
+            }
+            kind::RST_STREAM => {
+                if payload.len() != 4 {
+                    return Err(E(Reason::FRAME_SIZE_ERROR, "RST_STREAM not 4 bytes"));
+                }
+                if head.stream == 0 || head.stream > self.last_stream {
+                    return Err(E(Reason::PROTOCOL_ERROR, "RST_STREAM on an idle stream"));
+                }
+                if let Some(i) = self.find(head.stream) {
+                    tracing::debug!(remote = %self.info.remote, stream = head.stream, "the client reset its stream; request cancelled");
+                    self.free(i, "the client reset the stream");
+                }
+                Ok(())
+            }
+            kind::SETTINGS => self.on_settings(head, &payload),
+            kind::PUSH_PROMISE => Err(E(Reason::PROTOCOL_ERROR, "PUSH_PROMISE from a client")),
+            kind::PING => {
+                if head.stream != 0 {
+                    return Err(E(Reason::PROTOCOL_ERROR, "PING on a stream"));
+                }
+                if payload.len() != 8 {
+                    return Err(E(Reason::FRAME_SIZE_ERROR, "PING not 8 bytes"));
+                }
+                if head.flags & flag::ACK == 0 {
+                    frame::write(&mut self.write, kind::PING, flag::ACK, 0, &payload);
+                }
+                Ok(())
+            }
+            kind::GOAWAY => {
+                if head.stream != 0 {
+                    return Err(E(Reason::PROTOCOL_ERROR, "GOAWAY on a stream"));
+                }
+                // The client opens no more streams; those open finish.
+                self.go_away(Reason::NO_ERROR);
+                Ok(())
+            }
+            kind::WINDOW_UPDATE => self.on_window_update(head, &payload),
+            // Unknown frame types are ignored (RFC 9113 §4.1).
+            _ => Ok(()),
+        }
+    }
+
+    fn on_settings(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnError> {
+        use ConnError as E;
+        if head.stream != 0 {
+            return Err(E(Reason::PROTOCOL_ERROR, "SETTINGS on a stream"));
+        }
+        if head.flags & flag::ACK != 0 {
+            return if payload.is_empty() {
+                Ok(())
+            } else {
+                Err(E(Reason::FRAME_SIZE_ERROR, "SETTINGS ACK with a payload"))
+            };
+        }
+        if payload.len() % 6 != 0 {
+            return Err(E(
+                Reason::FRAME_SIZE_ERROR,
+                "SETTINGS not in 6-byte settings",
+            ));
+        }
+        for s in payload.chunks(6) {
+            let id = u16::from_be_bytes([s[0], s[1]]);
+            let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
+            match id {
+                setting::ENABLE_PUSH if value > 1 => {
+                    return Err(E(Reason::PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH not 0 or 1"))
+                }
+                setting::INITIAL_WINDOW_SIZE => {
+                    if value > frame::MAX_WINDOW {
+                        return Err(E(Reason::FLOW_CONTROL_ERROR, "initial window too large"));
+                    }
+                    let delta = i64::from(value) - i64::from(self.peer_window);
+                    self.peer_window = value;
+                    for slot in &mut self.slots {
+                        let stream = slot.as_mut().project().stream;
+                        if stream.id != 0 {
+                            stream.send_window += delta;
+                            if stream.send_window > frame::MAX_WINDOW.into() {
+                                return Err(E(Reason::FLOW_CONTROL_ERROR, "window past 2^31-1"));
+                            }
+                        }
+                    }
+                }
+                setting::MAX_FRAME_SIZE => {
+                    if !(frame::DEFAULT_MAX_FRAME..=(1 << 24) - 1).contains(&value) {
+                        return Err(E(
+                            Reason::PROTOCOL_ERROR,
+                            "SETTINGS_MAX_FRAME_SIZE out of range",
+                        ));
+                    }
+                    self.peer_max_frame = value as usize;
+                }
+                // The encoder keeps no table; the others bound what a server sends
+                // that this one does not (pushes) or are advisory.
+                _ => {}
+            }
+        }
+        frame::write(&mut self.write, kind::SETTINGS, flag::ACK, 0, &[]);
+        // A larger window may let blocked bodies go on.
+        self.full = true;
+        Ok(())
+    }
+
+    fn on_window_update(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnError> {
+        use ConnError as E;
+        if payload.len() != 4 {
+            return Err(E(Reason::FRAME_SIZE_ERROR, "WINDOW_UPDATE not 4 bytes"));
+        }
+        let increment = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+            & frame::MAX_WINDOW;
+        if head.stream == 0 {
+            if increment == 0 {
+                return Err(E(Reason::PROTOCOL_ERROR, "WINDOW_UPDATE of 0"));
+            }
+            self.send_window += i64::from(increment);
+            if self.send_window > frame::MAX_WINDOW.into() {
+                return Err(E(Reason::FLOW_CONTROL_ERROR, "window past 2^31-1"));
+            }
+            self.full = true;
+            return Ok(());
+        }
+        let Some(i) = self.find(head.stream) else {
+            if head.stream > self.last_stream {
+                return Err(E(Reason::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream"));
+            }
+            return Ok(());
+        };
+        let stream = self.slots[i].as_mut().project().stream;
+        stream.send_window += i64::from(increment);
+        if increment == 0 {
+            self.reset(head.stream, Reason::PROTOCOL_ERROR);
+        } else if stream.send_window > frame::MAX_WINDOW.into() {
+            self.reset(head.stream, Reason::FLOW_CONTROL_ERROR);
+        }
+        self.full = true;
+        Ok(())
+    }
+
+    fn on_data(&mut self, head: Head, payload: Bytes) -> Result<(), ConnError> {
+        use ConnError as E;
+        if head.stream == 0 {
+            return Err(E(Reason::PROTOCOL_ERROR, "DATA on stream 0"));
+        }
+        let len = payload.len();
+        if len as i64 > self.recv_window {
+            return Err(E(
+                Reason::FLOW_CONTROL_ERROR,
+                "DATA past the connection's window",
+            ));
+        }
+        self.recv_window -= len as i64;
+        let range = frame::unpadded(&payload, head.flags)
+            .ok_or(E(Reason::PROTOCOL_ERROR, "padding past the frame"))?;
+        let Some(i) = self.find(head.stream) else {
+            if head.stream > self.last_stream {
+                return Err(E(Reason::PROTOCOL_ERROR, "DATA on an idle stream"));
+            }
+            // A stream that has ended (or was reset): its bytes are credited back.
+            self.credit += len as u32;
+            return Ok(());
+        };
+        let stream = self.slots[i].as_mut().project().stream;
+        if !stream.recv_open {
+            self.credit += len as u32;
+            self.reset(head.stream, Reason::STREAM_CLOSED);
+            return Ok(());
+        }
+        if len as i64 > stream.recv_window {
+            self.credit += len as u32;
+            self.reset(head.stream, Reason::FLOW_CONTROL_ERROR);
+            return Ok(());
+        }
+        stream.recv_window -= len as i64;
+        let data = payload.slice(range);
+        // Padding is credited at once.
+        let padding = (len - data.len()) as u32;
+        stream.credit += padding;
+        let mut unread = padding;
+        let too_long = match &mut stream.expect {
+            Some(left) if data.len() as u64 > *left => true,
+            Some(left) => {
+                *left -= data.len() as u64;
+                false
+            }
+            None => false,
+        };
+        let end = head.flags & flag::END_STREAM != 0;
+        let too_short = end && stream.expect.is_some_and(|left| left > 0);
+        if too_long || too_short {
+            self.credit += len as u32;
+            if let Some(recv) = &stream.recv {
+                recv.fail("the request body does not match its content-length");
+            }
+            self.reset(head.stream, Reason::PROTOCOL_ERROR);
+            return Ok(());
+        }
+        if let Some(recv) = &stream.recv {
+            let n = data.len() as u32;
+            if !data.is_empty() && !recv.push(data) {
+                // Nobody reads it any more.
+                unread += n;
+            }
+            if end {
+                recv.end(None);
+            }
+        } else {
+            unread += data.len() as u32;
+        }
+        self.credit += unread;
+        if end {
+            stream.recv_open = false;
+        }
+        Ok(())
+    }
+
+    fn on_headers(&mut self, id: u32, end_stream: bool, block: Bytes) -> Result<(), ConnError> {
+        let limit = self.options.max_header_list_size as usize;
+        let mut fields = Fields::new(limit);
+        self.decoder
+            .decode(&block, |field| fields.add(field))
+            .map_err(|e| ConnError(Reason::COMPRESSION_ERROR, e.0))?;
+        if let Some(i) = self.find(id) {
+            // Trailers.
+            let stream = self.slots[i].as_mut().project().stream;
+            if !stream.recv_open {
+                self.reset(id, Reason::STREAM_CLOSED);
+                return Ok(());
+            }
+            if !end_stream || fields.malformed.is_some() || fields.has_pseudo() {
+                self.reset(id, Reason::PROTOCOL_ERROR);
+                return Ok(());
+            }
+            stream.recv_open = false;
+            if stream.expect.is_some_and(|left| left > 0) {
+                if let Some(recv) = &stream.recv {
+                    recv.fail("the request body does not match its content-length");
+                }
+                self.reset(id, Reason::PROTOCOL_ERROR);
+                return Ok(());
+            }
+            if let Some(recv) = &stream.recv {
+                recv.end(Some(fields.headers));
+            }
+            return Ok(());
+        }
+        if id <= self.last_stream {
+            return Err(ConnError(
+                Reason::STREAM_CLOSED,
+                "HEADERS on a closed stream",
+            ));
+        }
+        if id % 2 == 0 {
+            return Err(ConnError(
+                Reason::PROTOCOL_ERROR,
+                "a client stream with an even number",
+            ));
+        }
+        self.last_stream = id;
+        if self.goaway {
+            // Past the GOAWAY's last stream: not processed, the client may retry it.
+            frame::rst_stream(&mut self.write, id, Reason::REFUSED_STREAM);
+            return Ok(());
+        }
+        if self.open >= self.options.max_concurrent_streams as usize {
+            frame::rst_stream(&mut self.write, id, Reason::REFUSED_STREAM);
+            return Ok(());
+        }
+        if fields.size > limit {
+            tracing::debug!(remote = %self.info.remote, stream = id, "request header list too large; 431");
+            self.answer(id, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, end_stream);
+            return Ok(());
+        }
+        let request = match fields.into_request(end_stream) {
+            Ok(request) => request,
+            Err(why) => {
+                tracing::debug!(remote = %self.info.remote, stream = id, why, "malformed HTTP/2 request; stream reset");
+                frame::rst_stream(&mut self.write, id, Reason::PROTOCOL_ERROR);
+                return Ok(());
+            }
+        };
+        let (request, recv, expect) = request;
+        let i = match self.slots.iter().position(|s| s.stream.id == 0) {
+            Some(i) => i,
+            None => {
+                self.slots.push(Box::pin(Slot {
+                    future: None,
+                    stream: Stream::default(),
+                }));
+                self.slots.len() - 1
+            }
+        };
+        self.open += 1;
+        self.idle = false;
+        *self.slots[i].as_mut().project().stream = Stream {
+            id,
+            body: None,
+            pending: None,
+            pending_end: false,
+            send_window: self.peer_window.into(),
+            recv,
+            recv_open: !end_stream,
+            recv_window: WINDOW.into(),
+            credit: 0,
+            expect,
+        };
+        let request = request.map(|body| body.with_connection(self.info));
+        let _current = self.info.enter();
+        let slot = self.slots[i].as_mut().project();
+        let mut future = slot.future;
+        let pipeline = &self.pipeline;
+        let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            future.set(Some(pipeline.call(request)))
+        }));
+        if let Err(panic) = called {
+            log_panic(&panic);
+            self.respond(i, internal_error());
+        }
+        Ok(())
+    }
+
+    /// Answer a stream that never reached the pipeline with a bare status.
+    fn answer(&mut self, id: u32, status: StatusCode, end_stream: bool) {
+        self.block.clear();
+        hpack::encode_status(status, &mut self.block);
+        frame::headers(&mut self.write, id, &self.block, true, self.peer_max_frame);
+        if !end_stream {
+            // The rest of the request is not wanted (RFC 9113 §8.1).
+            frame::rst_stream(&mut self.write, id, Reason::NO_ERROR);
+        }
+    }
+
+    fn find(&self, id: u32) -> Option<usize> {
+        self.slots.iter().position(|s| s.stream.id == id)
+    }
+
+    /// Reset the stream `id` (a stream error): RST_STREAM, and its slot freed.
+    fn reset(&mut self, id: u32, reason: Reason) {
+        tracing::debug!(remote = %self.info.remote, stream = id, %reason, "HTTP/2 stream reset");
+        frame::rst_stream(&mut self.write, id, reason);
+        if let Some(i) = self.find(id) {
+            self.free(i, "the stream was reset");
+        }
+    }
+
+    /// End the stream in slot `i`: its future and body dropped, what its request body
+    /// still held credited back to the connection.
+    fn free(&mut self, i: usize, why: &'static str) {
+        let mut slot = self.slots[i].as_mut().project();
+        slot.future.set(None);
+        let stream = std::mem::take(slot.stream);
+        if let Some(recv) = &stream.recv {
+            recv.fail(why);
+            self.credit += recv.close() as u32;
+        }
+        self.open -= 1;
+    }
+
+    /// Begin the response of the stream in slot `i`: its head written, its body put in
+    /// the slot (or the stream ended, when it has none).
+    fn respond(&mut self, i: usize, response: Response<ProxyBody>) {
+        let (parts, body) = response.into_parts();
+        self.block.clear();
+        hpack::encode_status(parts.status, &mut self.block);
+        let mut length = false;
+        let mut date = false;
+        for (name, value) in &parts.headers {
+            if connection_specific(name) {
+                continue;
+            }
+            length |= name == header::CONTENT_LENGTH;
+            date |= name == header::DATE;
+            hpack::encode_header(name, value, &mut self.block);
+        }
+        let bodiless = parts.status.is_informational()
+            || parts.status == StatusCode::NO_CONTENT
+            || parts.status == StatusCode::NOT_MODIFIED;
+        if !length && !bodiless {
+            if let Some(n) = body.size_hint().exact() {
+                let mut digits = [0u8; 20];
+                let text = decimal(n, &mut digits);
+                hpack::encode_header(
+                    &header::CONTENT_LENGTH,
+                    &HeaderValue::from_bytes(text).expect("digits"),
+                    &mut self.block,
+                );
+            }
+        }
+        if !date {
+            crate::http1::with_date(|now| {
+                hpack::encode_header(
+                    &header::DATE,
+                    &HeaderValue::from_bytes(now).expect("a date"),
+                    &mut self.block,
+                )
+            });
+        }
+        buffers::Heads::Responses.release(parts.headers);
+        let end = body.is_end_stream();
+        let max_frame = self.peer_max_frame;
+        let stream = self.slots[i].as_mut().project().stream;
+        frame::headers(&mut self.write, stream.id, &self.block, end, max_frame);
+        if end {
+            self.finish(i);
+        } else {
+            stream.body = Some(body);
+        }
+    }
+
+    /// The response of slot `i` is sent: the stream ends (a request body still coming
+    /// is refused with RST_STREAM NO_ERROR, RFC 9113 §8.1).
+    fn finish(&mut self, i: usize) {
+        let stream = self.slots[i].as_mut().project().stream;
+        if stream.recv_open {
+            frame::rst_stream(&mut self.write, stream.id, Reason::NO_ERROR);
+        }
+        self.free(i, "the response was sent before the request body");
+    }
+
+    /// Poll every open stream: its pipeline's future until the response, then its
+    /// body while the windows and the write buffer allow.
+    fn poll_streams(&mut self, cx: &mut Context<'_>) {
+        self.full = false;
+        for i in 0..self.slots.len() {
+            if self.slots[i].stream.id == 0 {
+                continue;
+            }
+            let slot = self.slots[i].as_mut().project();
+            if let Some(future) = slot.future.as_pin_mut() {
+                let polled = {
+                    let _current = self.info.enter();
+                    std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx)))
+                };
+                let response = match polled {
+                    Ok(Poll::Pending) => continue,
+                    Ok(Poll::Ready(Ok(response))) => response,
+                    Ok(Poll::Ready(Err(e))) => {
+                        let e: Box<dyn std::error::Error + Send + Sync> = e.into();
+                        tracing::debug!(remote = %self.info.remote, error = %e, "the service failed; stream reset");
+                        let id = self.slots[i].stream.id;
+                        self.reset(id, Reason::INTERNAL_ERROR);
+                        continue;
+                    }
+                    Err(panic) => {
+                        log_panic(&panic);
+                        internal_error()
+                    }
+                };
+                self.slots[i].as_mut().project().future.set(None);
+                self.respond(i, response);
+            }
+            self.send_body(i, cx);
+        }
+    }
+
+    /// Send what the body of slot `i` has, as the windows and the buffer allow.
+    fn send_body(&mut self, i: usize, cx: &mut Context<'_>) {
+        loop {
+            let stream = self.slots[i].as_mut().project().stream;
+            if stream.id == 0 || (stream.body.is_none() && stream.pending.is_none()) {
+                return;
+            }
+            if self.write.len() - self.written >= WRITE_HIGH {
+                self.full = true;
+                return;
+            }
+            if let Some(data) = &mut stream.pending {
+                let can = stream
+                    .send_window
+                    .min(self.send_window)
+                    .min(self.peer_max_frame as i64);
+                if can <= 0 && !data.is_empty() {
+                    // The client's window opens with a WINDOW_UPDATE, read with the socket.
+                    return;
+                }
+                let n = (can.max(0) as usize).min(data.len());
+                let chunk = data.split_to(n);
+                let last = data.is_empty() && stream.pending_end;
+                let flags = if last { flag::END_STREAM } else { 0 };
+                frame::write(&mut self.write, kind::DATA, flags, stream.id, &chunk);
+                stream.send_window -= n as i64;
+                self.send_window -= n as i64;
+                if data.is_empty() {
+                    stream.pending = None;
+                }
+                if last {
+                    stream.body = None;
+                    self.finish(i);
+                    return;
+                }
+                continue;
+            }
+            let Some(body) = &mut stream.body else {
+                return;
+            };
+            match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Pending => return,
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        stream.pending_end = body.is_end_stream();
+                        if data.is_empty() && !stream.pending_end {
+                            continue;
+                        }
+                        stream.pending = Some(data);
+                    }
+                    Err(frame) => {
+                        let trailers = frame.into_trailers().unwrap_or_default();
+                        self.block.clear();
+                        for (name, value) in &trailers {
+                            if !connection_specific(name) {
+                                hpack::encode_header(name, value, &mut self.block);
+                            }
+                        }
+                        let id = stream.id;
+                        frame::headers(&mut self.write, id, &self.block, true, self.peer_max_frame);
+                        self.finish(i);
+                        return;
+                    }
+                },
+                Poll::Ready(None) => {
+                    frame::write(
+                        &mut self.write,
+                        kind::DATA,
+                        flag::END_STREAM,
+                        stream.id,
+                        &[],
+                    );
+                    self.finish(i);
+                    return;
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    tracing::debug!(remote = %self.info.remote, error = %e, "the response body failed; stream reset");
+                    let id = stream.id;
+                    self.reset(id, Reason::INTERNAL_ERROR);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Credit back what the pipelines have read of their request bodies: WINDOW_UPDATE
+    /// for a stream or the connection once half its window is owed.
+    fn send_credit(&mut self, cx: &mut Context<'_>) {
+        for slot in &mut self.slots {
+            let stream = slot.as_mut().project().stream;
+            let Some(recv) = &stream.recv else {
+                continue;
+            };
+            let (taken, gone) = recv.take_credit(cx);
+            self.credit += taken as u32;
+            if !stream.recv_open || gone {
+                continue;
+            }
+            stream.credit += taken as u32;
+            if stream.credit >= WINDOW / 2 {
+                frame::window_update(&mut self.write, stream.id, stream.credit);
+                stream.recv_window += i64::from(stream.credit);
+                stream.credit = 0;
+            }
+        }
+        if self.credit >= WINDOW / 2 {
+            frame::window_update(&mut self.write, 0, self.credit);
+            self.recv_window += i64::from(self.credit);
+            self.credit = 0;
+        }
+    }
+}
+
+/// Fields HTTP/2 does not carry (RFC 9113 §8.2.2): not sent, and a request with them is
+/// malformed (`te` but for `trailers` too).
+fn connection_specific(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == "keep-alive"
+        || name == "proxy-connection"
+}
+
+/// `n` in decimal, in `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+/// A request's fields as they are decoded, checked as RFC 9113 §8.3 says.
+struct Fields {
+    method: Option<Bytes>,
+    scheme: Option<Bytes>,
+    authority: Option<Bytes>,
+    path: Option<Bytes>,
+    protocol: Option<Bytes>,
+    headers: HeaderMap,
+    /// The header list's size (RFC 9113 §6.5.2).
+    size: usize,
+    limit: usize,
+    regular: bool,
+    malformed: Option<&'static str>,
+}
+
+/// A request made from its fields: the request, its body's queue, its `content-length`.
+type Made = (Request<Incoming>, Option<body::Sender>, Option<u64>);
+
+impl Fields {
+    fn new(limit: usize) -> Fields {
+        let mut headers = buffers::Heads::Requests.take(8);
+        headers.clear();
+        Fields {
+            method: None,
+            scheme: None,
+            authority: None,
+            path: None,
+            protocol: None,
+            headers,
+            size: 0,
+            limit,
+            regular: false,
+            malformed: None,
+        }
+    }
+
+    fn add(&mut self, field: Field) {
+        self.size += field.size();
+        match field {
+            Field::Pseudo(pseudo, value) => {
+                if self.regular {
+                    self.malformed = Some("a pseudo-header after a regular field");
+                }
+                let slot = match pseudo {
+                    Pseudo::Method => &mut self.method,
+                    Pseudo::Scheme => &mut self.scheme,
+                    Pseudo::Authority => &mut self.authority,
+                    Pseudo::Path => &mut self.path,
+                    Pseudo::Protocol => &mut self.protocol,
+                    Pseudo::Status => {
+                        self.malformed = Some(":status in a request");
+                        return;
+                    }
+                };
+                if slot.replace(value).is_some() {
+                    self.malformed = Some("a pseudo-header twice");
+                }
+            }
+            Field::Header(name, value) => {
+                self.regular = true;
+                if connection_specific(&name) || (name == header::TE && value != "trailers") {
+                    self.malformed = Some("a connection-specific field");
+                }
+                // Past the limit the request is answered 431; the rest is not kept.
+                if self.size <= self.limit {
+                    self.headers.append(name, value);
+                }
+            }
+            Field::Invalid { .. } => self.malformed = Some("an invalid field"),
+        }
+    }
+
+    fn has_pseudo(&self) -> bool {
+        self.method.is_some()
+            || self.scheme.is_some()
+            || self.authority.is_some()
+            || self.path.is_some()
+            || self.protocol.is_some()
+    }
+
+    fn into_request(self, end_stream: bool) -> Result<Made, &'static str> {
+        if let Some(why) = self.malformed {
+            return Err(why);
+        }
+        let method = self.method.ok_or("no :method")?;
+        let method = Method::from_bytes(&method).map_err(|_| "an invalid :method")?;
+        if self.protocol.is_some() {
+            // Extended CONNECT is not offered (no SETTINGS_ENABLE_CONNECT_PROTOCOL).
+            return Err(":protocol without extended CONNECT");
+        }
+        let mut uri = http::uri::Parts::default();
+        if method == Method::CONNECT {
+            if self.scheme.is_some() || self.path.is_some() {
+                return Err(":scheme or :path in a CONNECT");
+            }
+            let authority = self.authority.ok_or("a CONNECT without :authority")?;
+            uri.authority =
+                Some(Authority::from_maybe_shared(authority).map_err(|_| "an invalid :authority")?);
+        } else {
+            let scheme = self.scheme.ok_or("no :scheme")?;
+            let path = self.path.ok_or("no :path")?;
+            if path.is_empty() {
+                return Err("an empty :path");
+            }
+            let scheme = Scheme::try_from(&scheme[..]).map_err(|_| "an invalid :scheme")?;
+            // A URI has a scheme only with an authority (as h2 makes it, the scheme is
+            // checked and left out when there is no `:authority`).
+            if let Some(authority) = self.authority {
+                uri.authority = Some(
+                    Authority::from_maybe_shared(authority).map_err(|_| "an invalid :authority")?,
+                );
+                uri.scheme = Some(scheme);
+            }
+            uri.path_and_query =
+                Some(PathAndQuery::from_maybe_shared(path).map_err(|_| "an invalid :path")?);
+        }
+        let uri = Uri::from_parts(uri).map_err(|_| "an invalid request target")?;
+        let expect = match self.headers.get(header::CONTENT_LENGTH) {
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or("an invalid content-length")?,
+            ),
+            None => None,
+        };
+        if end_stream && expect.is_some_and(|n| n > 0) {
+            return Err("a content-length and no body");
+        }
+        let (body, recv) = if end_stream {
+            (Incoming::empty(), None)
+        } else {
+            let (sender, reader) = body::channel(expect);
+            (Incoming::http2(reader), Some(sender))
+        };
+        let mut request = Request::new(body);
+        *request.method_mut() = method;
+        *request.uri_mut() = uri;
+        *request.version_mut() = Version::HTTP_2;
+        *request.headers_mut() = self.headers;
+        Ok((request, recv, expect))
+    }
+}
