@@ -19,7 +19,7 @@ use crate::config::{self, ProxyConfig};
 use crate::health::ActiveHealthChecker;
 use crate::pipeline;
 use crate::providers::{ConfigProvider, FileProvider, Providers};
-use crate::server::{Http1Engine, Server};
+use crate::server::{Http1Engine, Http2Engine, Server};
 use crate::state::ProxyState;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -90,6 +90,11 @@ pub struct Args {
     /// set, else native.
     #[arg(long, value_name = "native|hyper")]
     pub http1_engine: Option<Http1Engine>,
+    /// Which engine serves HTTP/2 (h2c and h2 over TLS): `hyper` (the default) or
+    /// `native` (fuseway's own, being built: no WebSockets over HTTP/2 yet). Default:
+    /// `FUSEWAY_HTTP2_ENGINE` when set, else hyper.
+    #[arg(long, value_name = "hyper|native")]
+    pub http2_engine: Option<Http2Engine>,
     /// Where the access log (one record per request) goes: `stdout`, `stderr`, a file
     /// path (appended to), or `off`.
     #[arg(long, value_name = "stdout|stderr|PATH|off", default_value = "stdout")]
@@ -224,6 +229,7 @@ async fn check_config(providers: &Providers, args: &Args) -> Result<(), BoxError
 async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxError> {
     let signals = crate::server::Signals::new();
     let engine = args.http1_engine.unwrap_or_else(Http1Engine::from_env);
+    let engine2 = args.http2_engine.unwrap_or_else(Http2Engine::from_env);
     let config = load(&providers, args).await?;
     // The config's `Listen` entries may terminate TLS; `--listen` addresses are plain.
     let server = if args.listen.is_empty() && !config.listen.is_empty() {
@@ -232,6 +238,7 @@ async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxErr
         Server::bind(&listen_addrs(&args.listen, &config)?).await?
     }
     .http1_engine(engine)
+    .http2_engine(engine2)
     .graceful_timeout(args.grace);
     let state = Arc::new(build_state(&providers, config)?);
     let sources = sources(&providers);

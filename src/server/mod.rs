@@ -244,6 +244,12 @@ impl Server {
         self
     }
 
+    /// Serve HTTP/2 with `engine` (default: [`Http2Engine::from_env`]).
+    pub fn http2_engine(mut self, engine: Http2Engine) -> Server {
+        self.options.http2_engine = engine;
+        self
+    }
+
     /// Serve HTTP/1.1 with `engine` (default: [`Http1Engine::from_env`]).
     pub fn http1_engine(mut self, engine: Http1Engine) -> Server {
         self.options.http1_engine = engine;
