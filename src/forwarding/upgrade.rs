@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use super::ExchangeGuard;
 use crate::request::{ForwardErrorKind, RouteContext};
-use crate::server::native;
+use crate::server::{native, native_h2};
 
 /// Whether `headers` name `token` in `Connection` (comma-separated, case-insensitive).
 pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
@@ -65,10 +65,11 @@ pub(crate) fn upgrade_protocol(headers: &HeaderMap, version: Version) -> Option<
 }
 
 /// Where the client's connection comes from once upgraded: hyper, or fuseway's own
-/// HTTP/1.1 engine.
+/// HTTP/1.1 or HTTP/2 engine.
 enum ClientSide {
     Hyper(OnUpgrade),
     Native(native::OnUpgrade),
+    NativeH2(native_h2::OnUpgrade),
 }
 
 impl ClientSide {
@@ -79,6 +80,7 @@ impl ClientSide {
                 Err(e) => Err(io::Error::other(e)),
             },
             ClientSide::Native(on) => Ok(Box::new(on.upgraded().await?)),
+            ClientSide::NativeH2(on) => Ok(Box::new(on.upgraded().await?)),
         }
     }
 }
@@ -113,6 +115,14 @@ impl ClientUpgrade {
                 extended_connect: false,
             });
         }
+        if let Some(h2) = request.extensions_mut().remove::<native_h2::OnUpgrade>() {
+            let protocol = h2.protocol.clone();
+            return Some(Self::extended_connect(
+                request,
+                ClientSide::NativeH2(h2),
+                protocol,
+            ));
+        }
         request.extensions().get::<OnUpgrade>()?;
         if let Some(protocol) = upgrade_protocol(request.headers(), request.version()) {
             let protocol = protocol.clone();
@@ -128,6 +138,16 @@ impl ClientUpgrade {
         let protocol = request.extensions().get::<hyper::ext::Protocol>()?;
         let protocol = HeaderValue::from_str(protocol.as_str()).ok()?;
         let on_upgrade = ClientSide::Hyper(hyper::upgrade::on(&mut *request));
+        Some(Self::extended_connect(request, on_upgrade, protocol))
+    }
+
+    /// An HTTP/2 extended CONNECT rewritten in place into the HTTP/1.1 upgrade request
+    /// to forward.
+    fn extended_connect<B>(
+        request: &mut Request<B>,
+        on_upgrade: ClientSide,
+        protocol: HeaderValue,
+    ) -> ClientUpgrade {
         *request.method_mut() = Method::GET;
         *request.version_mut() = Version::HTTP_11;
         let headers = request.headers_mut();
@@ -138,11 +158,11 @@ impl ClientUpgrade {
         {
             headers.insert(header::SEC_WEBSOCKET_KEY, websocket_key());
         }
-        Some(ClientUpgrade {
+        ClientUpgrade {
             on_upgrade,
             protocol,
             extended_connect: true,
-        })
+        }
     }
 
     /// Whether the client used HTTP/2 extended CONNECT.

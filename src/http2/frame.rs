@@ -34,6 +34,7 @@ pub(crate) mod setting {
     pub(crate) const INITIAL_WINDOW_SIZE: u16 = 0x4;
     pub(crate) const MAX_FRAME_SIZE: u16 = 0x5;
     pub(crate) const MAX_HEADER_LIST_SIZE: u16 = 0x6;
+    pub(crate) const ENABLE_CONNECT_PROTOCOL: u16 = 0x8;
 }
 
 /// An error code (RFC 9113 §7).
@@ -48,6 +49,7 @@ impl Reason {
     pub(crate) const STREAM_CLOSED: Reason = Reason(0x5);
     pub(crate) const FRAME_SIZE_ERROR: Reason = Reason(0x6);
     pub(crate) const REFUSED_STREAM: Reason = Reason(0x7);
+    pub(crate) const CANCEL: Reason = Reason(0x8);
     pub(crate) const COMPRESSION_ERROR: Reason = Reason(0x9);
     pub(crate) const ENHANCE_YOUR_CALM: Reason = Reason(0xb);
 }

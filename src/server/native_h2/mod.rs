@@ -20,10 +20,12 @@
 //! the client, a PING; no answer within `http2_keep_alive_timeout` closes the
 //! connection.
 //!
-//! Not yet (the hyper engine has them): extended CONNECT (RFC 8441, WebSockets over
-//! HTTP/2) and CONNECT tunnels. Priority is ignored, as RFC 9113 allows.
+//! Extended CONNECT (RFC 8441, WebSockets over HTTP/2) is offered: such a stream,
+//! answered `2xx`, becomes a byte stream for the tunnel ([`tunnel`]). Priority is
+//! ignored, as RFC 9113 allows.
 
 mod body;
+mod tunnel;
 
 use std::future::{poll_fn, Future};
 use std::io;
@@ -40,6 +42,7 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 
 pub(crate) use body::RecvBody;
+pub(crate) use tunnel::{OnUpgrade, Upgraded};
 
 use super::drain::Signal;
 use super::native::Io;
@@ -109,6 +112,11 @@ struct Stream {
     credit: u32,
     /// What is left of the request's `content-length`.
     expect: Option<u64>,
+    /// An extended CONNECT: where the upgraded stream goes once answered `2xx`, and
+    /// what it reads.
+    upgrade: Option<(tokio::sync::oneshot::Sender<Upgraded>, RecvBody)>,
+    /// An upgraded stream's writes, sent as its DATA.
+    outbox: Option<Arc<std::sync::Mutex<tunnel::Outbox>>>,
 }
 
 struct Conn<I, P: ServeService> {
@@ -197,6 +205,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 (setting::INITIAL_WINDOW_SIZE, WINDOW),
                 (setting::MAX_HEADER_LIST_SIZE, options.max_header_list_size),
                 (setting::ENABLE_PUSH, 0),
+                (setting::ENABLE_CONNECT_PROTOCOL, 1),
             ],
         );
         frame::window_update(&mut write, 0, WINDOW - frame::DEFAULT_WINDOW);
@@ -280,7 +289,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 let _ = Pin::new(&mut self.io).poll_shutdown(cx);
                 return Poll::Ready(());
             }
-            if !progress && !(flushed && self.full) {
+            // Another pass when bytes came, or when the buffer was full and is written.
+            let again = progress || (flushed && self.full);
+            if !again {
                 if self.poll_keep_alive(cx) {
                     continue;
                 }
@@ -758,7 +769,12 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 return Ok(());
             }
         };
-        let (request, recv, expect) = request;
+        let Made {
+            request,
+            recv,
+            expect,
+            upgrade,
+        } = request;
         let i = match self.slots.iter().position(|s| s.stream.id == 0) {
             Some(i) => i,
             None => {
@@ -773,15 +789,13 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         self.idle = false;
         *self.slots[i].as_mut().project().stream = Stream {
             id,
-            body: None,
-            pending: None,
-            pending_end: false,
             send_window: self.peer_window.into(),
             recv,
             recv_open: !end_stream,
             recv_window: WINDOW.into(),
-            credit: 0,
             expect,
+            upgrade,
+            ..Stream::default()
         };
         let request = request.map(|body| body.with_connection(self.info));
         let _current = self.info.enter();
@@ -832,6 +846,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             recv.fail(why);
             self.credit += recv.close() as u32;
         }
+        if let Some(out) = &stream.outbox {
+            tunnel::fail(out);
+        }
         self.open -= 1;
     }
 
@@ -839,12 +856,14 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     /// the slot (or the stream ended, when it has none).
     fn respond(&mut self, i: usize, response: Response<ProxyBody>) {
         let (parts, body) = response.into_parts();
+        // An extended CONNECT answered 2xx becomes a tunnel: no length (RFC 9110 §9.3.6).
+        let tunnel = self.slots[i].stream.upgrade.is_some() && parts.status.is_success();
         self.block.clear();
         hpack::encode_status(parts.status, &mut self.block);
         let mut length = false;
         let mut date = false;
         for (name, value) in &parts.headers {
-            if connection_specific(name) {
+            if connection_specific(name) || (tunnel && name == header::CONTENT_LENGTH) {
                 continue;
             }
             length |= name == header::CONTENT_LENGTH;
@@ -853,7 +872,8 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         }
         let bodiless = parts.status.is_informational()
             || parts.status == StatusCode::NO_CONTENT
-            || parts.status == StatusCode::NOT_MODIFIED;
+            || parts.status == StatusCode::NOT_MODIFIED
+            || tunnel;
         if !length && !bodiless {
             if let Some(n) = body.size_hint().exact() {
                 let mut digits = [0u8; 20];
@@ -875,9 +895,25 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             });
         }
         buffers::Heads::Responses.release(parts.headers);
-        let end = body.is_end_stream();
         let max_frame = self.peer_max_frame;
         let stream = self.slots[i].as_mut().project().stream;
+        if let Some((tx, recv)) = stream.upgrade.take() {
+            if tunnel {
+                // An extended CONNECT accepted: the stream is the tunnel's from now on.
+                // Its body (the exchange's hand-off to the tunnel) is dropped once the
+                // head is written.
+                frame::headers(&mut self.write, stream.id, &self.block, false, max_frame);
+                let (upgraded, out) = Upgraded::new(recv);
+                stream.outbox = Some(out);
+                drop(body);
+                if tx.send(upgraded).is_err() {
+                    let id = stream.id;
+                    self.reset(id, Reason::CANCEL);
+                }
+                return;
+            }
+        }
+        let end = body.is_end_stream();
         frame::headers(&mut self.write, stream.id, &self.block, end, max_frame);
         if end {
             self.finish(i);
@@ -936,7 +972,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     fn send_body(&mut self, i: usize, cx: &mut Context<'_>) {
         loop {
             let stream = self.slots[i].as_mut().project().stream;
-            if stream.id == 0 || (stream.body.is_none() && stream.pending.is_none()) {
+            if stream.id == 0
+                || (stream.body.is_none() && stream.pending.is_none() && stream.outbox.is_none())
+            {
                 return;
             }
             if self.write.len() - self.written >= WRITE_HIGH {
@@ -970,7 +1008,29 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 continue;
             }
             let Some(body) = &mut stream.body else {
-                return;
+                // An upgraded stream: what the tunnel wrote.
+                let Some(out) = &stream.outbox else {
+                    return;
+                };
+                match tunnel::take(out, cx) {
+                    tunnel::Taken::Data(data) => {
+                        stream.pending = Some(data);
+                        stream.pending_end = false;
+                        continue;
+                    }
+                    tunnel::Taken::Empty => return,
+                    tunnel::Taken::Closed => {
+                        frame::write(
+                            &mut self.write,
+                            kind::DATA,
+                            flag::END_STREAM,
+                            stream.id,
+                            &[],
+                        );
+                        self.finish(i);
+                        return;
+                    }
+                }
             };
             match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Pending => return,
@@ -1083,8 +1143,16 @@ struct Fields {
     malformed: Option<&'static str>,
 }
 
-/// A request made from its fields: the request, its body's queue, its `content-length`.
-type Made = (Request<Incoming>, Option<body::Sender>, Option<u64>);
+/// A request made from its fields.
+struct Made {
+    request: Request<Incoming>,
+    /// Its body's queue.
+    recv: Option<body::Sender>,
+    /// Its `content-length`.
+    expect: Option<u64>,
+    /// An extended CONNECT's way to its tunnel.
+    upgrade: Option<(tokio::sync::oneshot::Sender<Upgraded>, RecvBody)>,
+}
 
 impl Fields {
     fn new(limit: usize) -> Fields {
@@ -1154,12 +1222,15 @@ impl Fields {
         }
         let method = self.method.ok_or("no :method")?;
         let method = Method::from_bytes(&method).map_err(|_| "an invalid :method")?;
-        if self.protocol.is_some() {
-            // Extended CONNECT is not offered (no SETTINGS_ENABLE_CONNECT_PROTOCOL).
-            return Err(":protocol without extended CONNECT");
-        }
+        let protocol = match self.protocol {
+            Some(_) if method != Method::CONNECT => {
+                return Err(":protocol in a request not CONNECT")
+            }
+            Some(p) => Some(HeaderValue::from_maybe_shared(p).map_err(|_| "an invalid :protocol")?),
+            None => None,
+        };
         let mut uri = http::uri::Parts::default();
-        if method == Method::CONNECT {
+        if method == Method::CONNECT && protocol.is_none() {
             if self.scheme.is_some() || self.path.is_some() {
                 return Err(":scheme or :path in a CONNECT");
             }
@@ -1198,8 +1269,15 @@ impl Fields {
         if end_stream && expect.is_some_and(|n| n > 0) {
             return Err("a content-length and no body");
         }
+        let mut upgrade = None;
         let (body, recv) = if end_stream {
             (Incoming::empty(), None)
+        } else if let Some(protocol) = protocol {
+            // The client's DATA is the tunnel's, not the request's body.
+            let (sender, reader) = body::channel(None);
+            let (on_upgrade, tx) = OnUpgrade::new(protocol);
+            upgrade = Some((tx, reader, on_upgrade));
+            (Incoming::empty(), Some(sender))
         } else {
             let (sender, reader) = body::channel(expect);
             (Incoming::http2(reader), Some(sender))
@@ -1209,6 +1287,15 @@ impl Fields {
         *request.uri_mut() = uri;
         *request.version_mut() = Version::HTTP_2;
         *request.headers_mut() = self.headers;
-        Ok((request, recv, expect))
+        let upgrade = upgrade.map(|(tx, reader, on_upgrade)| {
+            request.extensions_mut().insert(on_upgrade);
+            (tx, reader)
+        });
+        Ok(Made {
+            request,
+            recv,
+            expect,
+            upgrade,
+        })
     }
 }

@@ -1,0 +1,368 @@
+//! fuseway's own HTTP/2 engine (`Http2Engine::Native`), whatever engine the rest of
+//! the suites run on: what an h2 client cannot be made to send (raw frames: malformed
+//! requests, protocol errors) and what needs flow control and CONTINUATION frames to
+//! work (hyper's client with small windows, large heads and bodies). The real server,
+//! pipeline and backends on 127.0.0.1.
+
+mod common;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::*;
+use fuseway::server::{Http2Engine, ServerOptions};
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The default pipeline on the native HTTP/2 engine (with `options` besides) to a
+/// backend that answers with the request's path, body length and `x-big` length, or
+/// with a body of `?n` bytes.
+async fn serving(
+    options: ServerOptions,
+) -> (
+    std::net::SocketAddr,
+    Backend,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let b = backend(|req: Request<Incoming>| async move {
+        let path = req.uri().path().to_owned();
+        let n: usize = req
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("n="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let big = req.headers().get("x-big").map_or(0, |v| v.len());
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        if n > 0 {
+            return Response::new(full(vec![b'x'; n]));
+        }
+        Response::new(full(format!("{path} {} {big}", body.len())))
+    })
+    .await;
+    let config = fuseway::config::parse(
+        &simple_config(&[("d1", &b.url())], ""),
+        fuseway::config::Format::Json,
+    )
+    .unwrap();
+    let state = Arc::new(fuseway::state::ProxyState::new(config).unwrap());
+    let options = options.http2_engine(Http2Engine::Native);
+    let (addr, stop, _done) =
+        serve_with(fuseway::pipeline::FusedDefault::from_state(state), options).await;
+    (addr, b, stop)
+}
+
+/// A client writing frames by hand.
+struct Raw {
+    stream: TcpStream,
+}
+
+/// A frame as read: type, flags, stream, payload.
+type Frame = (u8, u8, u32, Vec<u8>);
+
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const PING: u8 = 6;
+const GOAWAY: u8 = 7;
+const CONTINUATION: u8 = 9;
+const END_STREAM: u8 = 1;
+const END_HEADERS: u8 = 4;
+
+impl Raw {
+    /// Connected, its preface and (empty) SETTINGS sent.
+    async fn connect(addr: std::net::SocketAddr) -> Raw {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+        let mut raw = Raw { stream };
+        raw.send(SETTINGS, 0, 0, &[]).await;
+        raw
+    }
+
+    async fn send(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        frame.extend_from_slice(&[kind, flags]);
+        frame.extend_from_slice(&stream.to_be_bytes());
+        frame.extend_from_slice(payload);
+        self.stream.write_all(&frame).await.unwrap();
+    }
+
+    /// The next frame, or `None` once the server has closed the connection.
+    async fn next(&mut self) -> Option<Frame> {
+        let mut head = [0u8; 9];
+        within("a frame", self.stream.read_exact(&mut head))
+            .await
+            .ok()?;
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0; len];
+        within("a payload", self.stream.read_exact(&mut payload))
+            .await
+            .ok()?;
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+        Some((head[3], head[4], stream, payload))
+    }
+
+    /// The next frame that is not connection housekeeping (SETTINGS, WINDOW_UPDATE).
+    async fn next_event(&mut self) -> Option<Frame> {
+        loop {
+            let frame = self.next().await?;
+            if frame.0 != SETTINGS && frame.0 != 8 {
+                return Some(frame);
+            }
+        }
+    }
+
+    /// Frames until the connection closes: the GOAWAY's error code, if one came.
+    async fn goaway(&mut self) -> Option<u32> {
+        let mut code = None;
+        while let Some((kind, _, _, payload)) = self.next().await {
+            if kind == GOAWAY {
+                code = Some(u32::from_be_bytes([
+                    payload[4], payload[5], payload[6], payload[7],
+                ]));
+            }
+        }
+        code
+    }
+}
+
+/// A string literal, not Huffman-coded (lengths under 127).
+fn string(s: &[u8]) -> Vec<u8> {
+    assert!(s.len() < 127);
+    let mut out = vec![s.len() as u8];
+    out.extend_from_slice(s);
+    out
+}
+
+/// A field as a literal without indexing, with a literal name.
+fn literal(name: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x00];
+    out.extend(string(name));
+    out.extend(string(value));
+    out
+}
+
+/// `GET path` as a header block: `:method GET`, `:scheme http` (static table),
+/// `:path`, `:authority x` (literals with the static table's names).
+fn get(path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86, 0x04];
+    block.extend(string(path.as_bytes()));
+    block.push(0x01);
+    block.extend(string(b"x"));
+    block
+}
+
+/// A request the RFC 9113 §8 rules make malformed is reset with PROTOCOL_ERROR, and
+/// the connection goes on serving the next one.
+#[tokio::test]
+async fn malformed_requests_are_reset_and_the_connection_serves_on() {
+    let (addr, _backend, _stop) = serving(ServerOptions::default()).await;
+    let mut raw = Raw::connect(addr).await;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "an upper-case name",
+            [get("/a"), literal(b"X-Upper", b"v")].concat(),
+        ),
+        ("no :path", vec![0x82, 0x86, 0x01, 1, b'x']),
+        (
+            "a connection field",
+            [get("/a"), literal(b"connection", b"close")].concat(),
+        ),
+        (
+            "te other than trailers",
+            [get("/a"), literal(b"te", b"gzip")].concat(),
+        ),
+        (
+            "a pseudo-header after a field",
+            [literal(b"accept", b"*/*"), get("/a")].concat(),
+        ),
+        ("a :status", [get("/a"), vec![0x88]].concat()),
+        (
+            "an unknown pseudo-header",
+            [get("/a"), literal(b":nope", b"v")].concat(),
+        ),
+        (
+            "a value with a NUL",
+            [get("/a"), literal(b"x-a", b"a\x00b")].concat(),
+        ),
+        (
+            "a content-length and no body",
+            [get("/a"), literal(b"content-length", b"5")].concat(),
+        ),
+    ];
+    let mut id = 1;
+    for (why, block) in &cases {
+        raw.send(HEADERS, END_STREAM | END_HEADERS, id, block).await;
+        let (kind, _, stream, payload) = raw.next_event().await.expect("an answer");
+        assert_eq!((kind, stream), (RST_STREAM, id), "{why}");
+        assert_eq!(payload, 1u32.to_be_bytes(), "{why}: PROTOCOL_ERROR");
+        id += 2;
+    }
+    raw.send(HEADERS, END_STREAM | END_HEADERS, id, &get("/ok"))
+        .await;
+    let (kind, _, stream, _) = raw.next_event().await.expect("a response");
+    assert_eq!((kind, stream), (HEADERS, id));
+    let (kind, flags, _, body) = raw.next_event().await.expect("its body");
+    assert_eq!(kind, DATA);
+    assert_eq!(body, b"/ok 0 0");
+    assert_eq!(flags & END_STREAM, END_STREAM);
+}
+
+/// Connection errors end the connection with GOAWAY and their code (RFC 9113 §5.4.1).
+#[tokio::test]
+async fn protocol_errors_end_the_connection_with_goaway() {
+    let (addr, _backend, _stop) = serving(ServerOptions::default()).await;
+    let big = vec![0u8; 16_385];
+    // What is wrong, the frame (type, flags, stream, payload), the GOAWAY's code.
+    type Case = (&'static str, u8, u8, u32, Vec<u8>, u32);
+    let cases: Vec<Case> = vec![
+        ("a frame over 16 KiB", DATA, 0, 1, big, 0x6),
+        (
+            "HPACK index 0",
+            HEADERS,
+            END_STREAM | END_HEADERS,
+            1,
+            vec![0x80],
+            0x9,
+        ),
+        ("DATA on stream 0", DATA, 0, 0, b"x".to_vec(), 0x1),
+        (
+            "an even stream",
+            HEADERS,
+            END_STREAM | END_HEADERS,
+            2,
+            get("/"),
+            0x1,
+        ),
+        (
+            "CONTINUATION alone",
+            CONTINUATION,
+            END_HEADERS,
+            1,
+            get("/"),
+            0x1,
+        ),
+        ("DATA on an idle stream", DATA, 0, 5, b"x".to_vec(), 0x1),
+        ("a PING of 7 bytes", PING, 0, 0, vec![0; 7], 0x6),
+        ("a WINDOW_UPDATE of 0", 8, 0, 0, vec![0; 4], 0x1),
+    ];
+    for (why, kind, flags, stream, payload, code) in cases {
+        let mut raw = Raw::connect(addr).await;
+        raw.send(kind, flags, stream, &payload).await;
+        assert_eq!(raw.goaway().await, Some(code), "{why}");
+    }
+    // A connection that does not start with the preface is closed.
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    within("the close", stream.read_to_end(&mut rest))
+        .await
+        .ok();
+}
+
+/// A PING is answered with its payload; a header block in CONTINUATION frames is put
+/// together; a request past the stream limit is refused with REFUSED_STREAM; a header
+/// list past its limit is answered 431.
+#[tokio::test]
+async fn pings_continuations_and_limits() {
+    let options = ServerOptions::default()
+        .max_concurrent_streams(1)
+        .max_header_list_size(1024);
+    let (addr, _backend, _stop) = serving(options).await;
+    let mut raw = Raw::connect(addr).await;
+    raw.send(PING, 0, 0, b"12345678").await;
+    assert_eq!(
+        raw.next_event().await,
+        Some((PING, 1, 0, b"12345678".to_vec()))
+    );
+    let block = get("/split");
+    raw.send(HEADERS, END_STREAM, 1, &block[..3]).await;
+    raw.send(CONTINUATION, 0, 1, &block[3..6]).await;
+    raw.send(CONTINUATION, END_HEADERS, 1, &block[6..]).await;
+    let (kind, _, stream, _) = raw.next_event().await.unwrap();
+    assert_eq!((kind, stream), (HEADERS, 1));
+    let (_, _, _, body) = raw.next_event().await.unwrap();
+    assert_eq!(body, b"/split 0 0");
+    // Stream 3 stays open (no END_STREAM): stream 5 is one too many.
+    raw.send(HEADERS, END_HEADERS, 3, &get("/open")).await;
+    raw.send(HEADERS, END_STREAM | END_HEADERS, 5, &get("/more"))
+        .await;
+    let (kind, _, stream, payload) = raw.next_event().await.unwrap();
+    assert_eq!(
+        (kind, stream, payload),
+        (RST_STREAM, 5, 7u32.to_be_bytes().to_vec())
+    );
+    // The header list limit: 431, and the stream's rest refused.
+    raw.send(RST_STREAM, 0, 3, &8u32.to_be_bytes()).await;
+    let long = vec![b'v'; 120];
+    let mut block = get("/long");
+    for i in 0..10 {
+        block.extend(literal(format!("x-{i}").as_bytes(), &long));
+    }
+    raw.send(HEADERS, END_STREAM | END_HEADERS, 7, &block).await;
+    let (kind, _, stream, payload) = raw.next_event().await.unwrap();
+    assert_eq!((kind, stream), (HEADERS, 7));
+    // `:status 431` as a literal with the static table's name (index 8).
+    assert_eq!(&payload[..5], &[0x08, 3, b'4', b'3', b'1']);
+}
+
+/// Flow control both ways with hyper's client: a response body far larger than the
+/// client's stream window, and a request body larger than the server's 1 MiB windows;
+/// a head too large for one frame (CONTINUATION) reaches the destination whole.
+#[tokio::test]
+async fn bodies_larger_than_the_windows_and_heads_larger_than_a_frame() {
+    let (addr, _backend, _stop) = serving(ServerOptions::default()).await;
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(1024)
+            .handshake::<_, http_body_util::Full<Bytes>>(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let response = within(
+        "a large response",
+        send.send_request(
+            Request::get(format!("http://{addr}/big?n=300000"))
+                .body(http_body_util::Full::new(Bytes::new()))
+                .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = within("its body", response.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(body.len(), 300_000);
+    let upload = Bytes::from(vec![b'u'; 3 << 20]);
+    let big_head = "h".repeat(40_000);
+    let response = within(
+        "the upload's answer",
+        send.send_request(
+            Request::post(format!("http://{addr}/up"))
+                .header("x-big", &big_head)
+                .body(http_body_util::Full::new(upload))
+                .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = within("its body", response.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(body, format!("/up {} 40000", 3 << 20).as_bytes());
+}
