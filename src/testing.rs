@@ -1,7 +1,7 @@
 //! In-process stand-ins for the forwarder, for pipeline benches and tests that measure
 //! or compare the pipeline itself without sockets. Never part of a real proxy.
 //!
-//! [`replay`] serves a client's bytes through one HTTP/1.1 engine in process and tells
+//! [`replay`] ([`replay_h2`]) serves a client's bytes through one HTTP/1.1 (HTTP/2) engine in process and tells
 //! what the pipeline received; [`replay_response`] sends a request with one engine's
 //! client to a destination (on 127.0.0.1) that answers given bytes and tells what the
 //! client read: the differential tests and fuzz targets compare the native engine with
@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use http::{HeaderMap, Response, StatusCode};
 
 pub use crate::forwarding::replay::{replay_response, ReceivedResponse};
-pub use crate::server::replay::{replay, Received, Replayed};
+pub use crate::server::replay::{replay, replay_h2, Received, Replayed};
 
 use crate::body::ProxyBody;
 use crate::pipeline::Terminal;

@@ -137,3 +137,8 @@ fn fuzz_http1_responses() {
 fn fuzz_chunked() {
     run("chunked", structured(targets::chunked));
 }
+
+#[test]
+fn fuzz_http2_engines() {
+    run("http2_engines", structured(targets::http2_engines));
+}

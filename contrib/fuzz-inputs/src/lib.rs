@@ -1363,3 +1363,209 @@ pub fn http1_responses(u: &mut Unstructured) -> Result<()> {
     }
     Ok(())
 }
+
+// ===== HTTP/2 =====
+
+/// An HTTP/2 frame.
+fn h2_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+    out.extend_from_slice(&[kind, flags]);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// An HPACK string literal, not Huffman-coded (short strings).
+fn hpack_string(out: &mut Vec<u8>, s: &[u8]) {
+    let s = &s[..s.len().min(126)];
+    out.push(s.len() as u8);
+    out.extend_from_slice(s);
+}
+
+const H2_METHODS: &[&str] = &[
+    "GET", "POST", "PUT", "HEAD", "CONNECT", "OPTIONS", "get", "",
+];
+const H2_PATHS: &[&str] = &["/", "/a?b=c", "", "*", "a", "/x y", "/%41", "/é"];
+const H2_AUTHORITIES: &[&str] = &["x", "x:80", "", "a b", "[::1]:8080", "user@x"];
+const H2_NAMES: &[&str] = &[
+    "x-a",
+    "accept",
+    "X-Upper",
+    "connection",
+    "te",
+    "content-length",
+    "cookie",
+    "host",
+    ":path",
+    ":status",
+    ":nope",
+    "keep-alive",
+    "transfer-encoding",
+    "a b",
+];
+const H2_VALUES: &[&str] = &[
+    "v", "trailers", "5", "0", "a\u{0}b", " lead", "", "x, y", "gzip",
+];
+
+/// A header block: the pseudo-header fields of a request (now and then one missing,
+/// twice or out of place) and a few others, each in one of HPACK's representations.
+fn h2_block(u: &mut Unstructured, trailers: bool) -> Result<Vec<u8>> {
+    if u.ratio(1, 24)? {
+        return u.arbitrary();
+    }
+    // Three in four blocks stay within what a request may hold.
+    let valid = u.ratio(3, 4)?;
+    let mut fields: Vec<(String, String)> = Vec::new();
+    if !trailers {
+        for (name, values, good) in [
+            (
+                ":method",
+                H2_METHODS,
+                &["GET", "POST", "PUT", "HEAD", "OPTIONS"][..],
+            ),
+            (
+                ":scheme",
+                &["http", "https", "ftp", ""][..],
+                &["http", "https"][..],
+            ),
+            (":path", H2_PATHS, &["/", "/a?b=c", "/%41"][..]),
+            (
+                ":authority",
+                H2_AUTHORITIES,
+                &["x", "x:80", "[::1]:8080"][..],
+            ),
+        ] {
+            let values = if valid { good } else { values };
+            if !valid && u.ratio(1, 12)? {
+                continue;
+            }
+            let value = pick(u, values)?.to_owned();
+            fields.push((name.to_owned(), value.clone()));
+            if !valid && u.ratio(1, 24)? {
+                fields.push((name.to_owned(), value));
+            }
+        }
+        if !valid && u.ratio(1, 16)? {
+            fields.push((":protocol".to_owned(), "websocket".to_owned()));
+        }
+    }
+    for _ in 0..u.int_in_range(0..=4)? {
+        let field = if valid {
+            (
+                pick(u, &["x-a", "accept", "cookie", "host", "x-b"])?.to_owned(),
+                pick(u, &["v", "x, y", "", "a=b; c=d"])?.to_owned(),
+            )
+        } else {
+            (
+                pick(u, H2_NAMES)?.to_owned(),
+                pick(u, H2_VALUES)?.to_owned(),
+            )
+        };
+        let at = if !valid && u.ratio(1, 16)? {
+            0
+        } else {
+            fields.len()
+        };
+        fields.insert(at, field);
+    }
+    let mut block = Vec::new();
+    for (name, value) in fields {
+        // Literal with incremental indexing, without, never indexed; the name literal.
+        block.push(*pick(u, &[&0x40u8, &0x00, &0x10])?);
+        hpack_string(&mut block, name.as_bytes());
+        hpack_string(&mut block, value.as_bytes());
+        if u.ratio(1, 8)? {
+            // A reference to the newest dynamic entry, or a static one.
+            block.push(*pick(u, &[&0xbeu8, &0x82, &0x84, &0x87])?);
+        }
+    }
+    Ok(block)
+}
+
+/// A client's bytes on an HTTP/2 connection: the preface and SETTINGS, then requests
+/// (heads, DATA, trailers) on rising streams with now and then another frame; or (1 in
+/// 16) the preface and arbitrary bytes.
+fn h2_input(u: &mut Unstructured) -> Result<Vec<u8>> {
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    if u.ratio(1, 16)? {
+        out.extend(u.arbitrary::<Vec<u8>>()?);
+        return Ok(out);
+    }
+    h2_frame(&mut out, 4, 0, 0, &[]);
+    let mut stream = 1u32;
+    for _ in 0..u.int_in_range(1..=3)? {
+        let end_now = u.ratio(1, 2)?;
+        let block = h2_block(u, false)?;
+        let flags = 0x4 | if end_now { 0x1 } else { 0 };
+        h2_frame(&mut out, 1, flags, stream, &block);
+        if !end_now {
+            for _ in 0..u.int_in_range(0..=2)? {
+                let data = pick(u, BODIES)?.as_bytes().to_vec();
+                h2_frame(&mut out, 0, 0, stream, &data);
+            }
+            if u.ratio(1, 4)? {
+                let block = h2_block(u, true)?;
+                h2_frame(&mut out, 1, 0x5, stream, &block);
+            } else {
+                h2_frame(&mut out, 0, 0x1, stream, &[]);
+            }
+        }
+        if u.ratio(1, 8)? {
+            let kind = u.int_in_range(0..=10)?;
+            let flags = u.arbitrary()?;
+            let on = *pick(u, &[&0u32, &stream, &(stream + 2)])?;
+            let payload: Vec<u8> = u.arbitrary()?;
+            h2_frame(&mut out, kind, flags, on, &payload[..payload.len().min(64)]);
+        }
+        stream += 2;
+    }
+    Ok(out)
+}
+
+/// The native HTTP/2 engine against hyper's (on h2), fed the same client bytes: the
+/// requests hyper passed to the pipeline, the native engine passed too, in the same
+/// order, with the same heads and bodies. Neither may panic.
+///
+/// Where hyper ended the connection with an error, the native engine may have passed
+/// more: it calls the pipeline as a request's head is read, where hyper calls it when
+/// the stream is next polled — after a connection error in the same read (a later
+/// frame's), hyper's connection is gone first. And h2 takes a field it cannot accept
+/// (an upper-case name, an invalid value) for a connection error where the native
+/// engine resets only that stream (RFC 9113 §8.1.1), so it serves the requests after.
+/// Otherwise both passed the same requests.
+pub fn http2_engines(u: &mut Unstructured) -> Result<()> {
+    use fuseway::server::Http2Engine;
+    use fuseway::testing::replay_h2;
+    let input = h2_input(u)?;
+    let (native, hyper) = RUNTIME.with(|rt| {
+        rt.block_on(async {
+            (
+                replay_h2(Http2Engine::Native, &input).await,
+                replay_h2(Http2Engine::Hyper, &input).await,
+            )
+        })
+    });
+    let heads = |r: &fuseway::testing::Replayed| {
+        r.requests
+            .iter()
+            .map(|q| (q.method.clone(), q.uri.clone(), q.headers.clone()))
+            .collect::<Vec<_>>()
+    };
+    let (native_heads, hyper_heads) = (heads(&native), heads(&hyper));
+    if hyper.goaway.is_some_and(|code| code != 0) {
+        assert!(
+            native_heads.starts_with(&hyper_heads),
+            "the engines passed different requests from {input:02x?}: native {native_heads:?}, hyper {hyper_heads:?}"
+        );
+    } else {
+        assert_eq!(
+            native_heads, hyper_heads,
+            "the engines passed different requests from {input:02x?}"
+        );
+    }
+    for (n, h) in native.requests.iter().zip(&hyper.requests) {
+        if let (Some(nb), Some(hb)) = (&n.body, &h.body) {
+            assert_eq!(nb, hb, "different bodies from {input:02x?}");
+        }
+    }
+    Ok(())
+}

@@ -735,10 +735,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             return Ok(());
         }
         if id <= self.last_stream {
-            return Err(ConnError(
-                Reason::STREAM_CLOSED,
-                "HEADERS on a closed stream",
-            ));
+            // A stream that has ended or was reset: frames the client sent before it
+            // knew are ignored (RFC 9113 §5.1), once decoded (above) for the table.
+            return Ok(());
         }
         if id % 2 == 0 {
             return Err(ConnError(
