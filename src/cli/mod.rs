@@ -90,10 +90,10 @@ pub struct Args {
     /// set, else native.
     #[arg(long, value_name = "native|hyper")]
     pub http1_engine: Option<Http1Engine>,
-    /// Which engine serves HTTP/2 (h2c and h2 over TLS): `hyper` (the default) or
-    /// `native` (fuseway's own, being built: no WebSockets over HTTP/2 yet). Default:
-    /// `FUSEWAY_HTTP2_ENGINE` when set, else hyper.
-    #[arg(long, value_name = "hyper|native")]
+    /// The engine serving HTTP/2 clients (h2c and h2 over TLS): `native` (fuseway's
+    /// own, the default) or `hyper`. Default: `FUSEWAY_HTTP2_ENGINE` when set, else
+    /// native. (Destinations are reached over HTTP/2 with the h2 crate either way.)
+    #[arg(long, value_name = "native|hyper")]
     pub http2_engine: Option<Http2Engine>,
     /// Where the access log (one record per request) goes: `stdout`, `stderr`, a file
     /// path (appended to), or `off`.

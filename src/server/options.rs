@@ -25,7 +25,7 @@ pub struct ServerOptions {
     /// Which engine serves HTTP/1.1 (default [`Http1Engine::Native`], or what
     /// `FUSEWAY_HTTP1_ENGINE` names).
     pub http1_engine: Http1Engine,
-    /// Which engine serves HTTP/2 (default [`Http2Engine::Hyper`], or what
+    /// Which engine serves HTTP/2 (default [`Http2Engine::Native`], or what
     /// `FUSEWAY_HTTP2_ENGINE` names).
     pub http2_engine: Http2Engine,
     /// Largest header list on HTTP/2 (bytes; default 64 KiB).
@@ -88,27 +88,27 @@ impl std::str::FromStr for Http1Engine {
 /// The engine that serves HTTP/2 connections (h2c and h2 over TLS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Http2Engine {
-    /// hyper's HTTP/2 server (on the h2 crate), each connection's streams polled in
-    /// its own task.
+    /// fuseway's own: one task per connection decodes the frames and polls every
+    /// stream's pipeline itself — no task, channel or lock per stream (see
+    /// docs/GUIDE.md, "HTTP/2 engines").
     #[default]
-    Hyper,
-    /// fuseway's own, being built (issue 20): one task per connection decodes the
-    /// frames and polls every stream's pipeline itself, no task, channel or lock per
-    /// stream. Not yet: keep-alive pings, CONNECT and extended CONNECT (WebSockets
-    /// over HTTP/2) — see docs/GUIDE.md, "HTTP/2 engines".
     Native,
+    /// hyper's HTTP/2 server (on the h2 crate): the reference the native engine is
+    /// tested against, and a fallback.
+    Hyper,
 }
 
 impl Http2Engine {
     /// The engine named by the `FUSEWAY_HTTP2_ENGINE` environment variable (`native`
-    /// or `hyper`), else the default. An unknown name is ignored with a warning.
+    /// or `hyper`), else the default: lets a deployment, or a test run, pick hyper
+    /// without a code change. An unknown name is ignored with a warning.
     pub fn from_env() -> Http2Engine {
         match std::env::var("FUSEWAY_HTTP2_ENGINE") {
             Ok(name) => name.parse().unwrap_or_else(|e| {
-                tracing::warn!("FUSEWAY_HTTP2_ENGINE: {e}; using hyper's engine");
-                Http2Engine::Hyper
+                tracing::warn!("FUSEWAY_HTTP2_ENGINE: {e}; using the native engine");
+                Http2Engine::Native
             }),
-            Err(_) => Http2Engine::Hyper,
+            Err(_) => Http2Engine::Native,
         }
     }
 }

@@ -6,8 +6,8 @@
 //! 127.0.0.1, 32 connections, over five paths ([`Scenario`]): HTTP/1.1 and h2c clients
 //! to an HTTP/1.1 destination, the same to an h2c destination, and gRPC unary calls
 //! (h2c on both sides). Each path alternates rounds over the targets that serve it:
-//! direct -> fuseway -> fuseway-hyper (the binary with `--http1-engine hyper`;
-//! HTTP/1.1 clients only) -> hyper-legacy -> hyper-pool -> hyper-pinned [-> nginx ->
+//! direct -> fuseway -> fuseway-hyper (the binary with `--http1-engine hyper
+//! --http2-engine hyper`) -> hyper-legacy -> hyper-pool -> hyper-pinned [-> nginx ->
 //! haproxy, when installed]; to h2c destinations fuseway (a second process, configured
 //! with `"Version": "2"`) and HAProxy (`proto h2`), for gRPC those and nginx
 //! (`grpc_pass`; nginx forwards HTTP/2 only for gRPC). `hyper-legacy`, `hyper-pool` and

@@ -125,8 +125,6 @@ pub(crate) fn start_fuseway(
             (Scenario::H2ToH2, port),
             (Scenario::Grpc, port),
         ],
-        // HTTP/2 is hyper's in both engines: one of them is enough for h2c clients.
-        (Kind::FusewayHyper, false) => &[(Scenario::H1ToH1, port)],
         _ => &[(Scenario::H1ToH1, port), (Scenario::H2ToH1, port)],
     };
     let mut target = Target::new(kind, Some(process), serves);
@@ -158,7 +156,7 @@ pub(crate) fn spawn_fuseway(
             .arg("--config")
             .arg(config)
             .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--http1-engine", engine])
+            .args(["--http1-engine", engine, "--http2-engine", engine])
             .args([
                 "--access-log",
                 if kind == Kind::FusewayAccessLog {
