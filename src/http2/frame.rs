@@ -108,9 +108,14 @@ impl Head {
     }
 
     pub(crate) fn write(self, dst: &mut Vec<u8>) {
-        dst.extend_from_slice(&self.len.to_be_bytes()[1..]);
-        dst.extend_from_slice(&[self.kind, self.flags]);
-        dst.extend_from_slice(&self.stream.to_be_bytes());
+        dst.extend_from_slice(&self.bytes());
+    }
+
+    /// The header's nine bytes.
+    fn bytes(self) -> [u8; HEAD_LEN] {
+        let [_, l0, l1, l2] = self.len.to_be_bytes();
+        let [s0, s1, s2, s3] = self.stream.to_be_bytes();
+        [l0, l1, l2, self.kind, self.flags, s0, s1, s2, s3]
     }
 }
 
@@ -162,15 +167,38 @@ pub(crate) fn goaway(dst: &mut Vec<u8>, last_stream: u32, reason: Reason) {
     write(dst, kind::GOAWAY, 0, 0, &payload);
 }
 
-/// A header block as a HEADERS frame and as many CONTINUATION frames as `max_frame`
-/// makes it need.
-pub(crate) fn headers(
+/// The header block `encode` appends to `dst`, framed in place: one HEADERS frame
+/// (no copy of the block), or, for a block longer than `max_frame`, a HEADERS frame
+/// and CONTINUATION frames (the block moved to make room for their headers).
+pub(crate) fn headers_with(
     dst: &mut Vec<u8>,
     stream: u32,
-    block: &[u8],
     end_stream: bool,
-    max_frame: usize,
+    max_frame: u32,
+    encode: impl FnOnce(&mut Vec<u8>),
 ) {
+    let max_frame = max_frame as usize;
+    let start = dst.len();
+    dst.extend_from_slice(&[0; HEAD_LEN]);
+    encode(dst);
+    let len = dst.len() - start - HEAD_LEN;
+    if len > max_frame {
+        let block = dst.split_off(start + HEAD_LEN);
+        dst.truncate(start);
+        return headers(dst, stream, &block, end_stream, max_frame);
+    }
+    let head = Head {
+        len: len as u32,
+        kind: kind::HEADERS,
+        flags: flag::END_HEADERS | if end_stream { flag::END_STREAM } else { 0 },
+        stream,
+    };
+    dst[start..start + HEAD_LEN].copy_from_slice(&head.bytes());
+}
+
+/// A header block as a HEADERS frame and as many CONTINUATION frames as `max_frame`
+/// makes it need.
+fn headers(dst: &mut Vec<u8>, stream: u32, block: &[u8], end_stream: bool, max_frame: usize) {
     let mut chunks = block.chunks(max_frame.max(1));
     let first = chunks.next().unwrap_or(&[]);
     let mut rest = chunks.peekable();
@@ -220,9 +248,28 @@ mod tests {
     }
 
     #[test]
+    fn short_header_blocks_are_framed_in_place() {
+        let mut out = vec![1, 2];
+        headers_with(&mut out, 3, false, 16_384, |dst| {
+            dst.extend_from_slice(b"abc")
+        });
+        assert_eq!(&out[..2], [1, 2]);
+        assert_eq!(
+            Head::parse(&out[2..]),
+            Head {
+                len: 3,
+                kind: kind::HEADERS,
+                flags: flag::END_HEADERS,
+                stream: 3
+            }
+        );
+        assert_eq!(&out[11..], b"abc");
+    }
+
+    #[test]
     fn long_header_blocks_continue() {
         let mut out = Vec::new();
-        headers(&mut out, 1, &[7; 10], true, 4);
+        headers_with(&mut out, 1, true, 4, |dst| dst.extend_from_slice(&[7; 10]));
         let frames: Vec<Head> = [0, 13, 26]
             .iter()
             .map(|&at| Head::parse(&out[at..]))

@@ -276,6 +276,11 @@ impl Decoder {
         self.evict(size);
         if size <= self.max_size {
             self.size += size;
+            if self.table.len() == self.table.capacity() && self.table.len() < 8 {
+                // A small table grows by one entry at a time: many clients index only a
+                // few fields, and an idle connection then keeps no room it never uses.
+                self.table.reserve_exact(1);
+            }
             self.table.push_front(field);
         }
     }

@@ -53,7 +53,7 @@ use tokio::sync::oneshot;
 pub(crate) use channel::BodyReader;
 use channel::Channel;
 use conn::{Conn, Waited};
-pub(crate) use slots::Slots;
+pub(crate) use slots::{give_free, take_free, Slots};
 use slots::{InFlight, InFlightProj, Lent};
 pub(crate) use upgrade::{OnUpgrade, UpgradedIo};
 

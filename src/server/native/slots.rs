@@ -35,15 +35,48 @@ pub(crate) struct Slots<F, B> {
 pub(super) type Slot<F, B> = Pin<Box<InFlight<F, B>>>;
 
 thread_local! {
-    /// This thread's free slots: one list per slot type (a `Vec<Slot<F, B>>`; a
-    /// thread serves one or two kinds of connection).
+    /// This thread's free slots: one list per slot type (a `Vec<T>`; a thread serves
+    /// one or two kinds of connection, HTTP/1.1 and HTTP/2).
     static FREE: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
 }
 
-impl<F: 'static, B: 'static> Slots<F, B> {
-    /// Most slots of a type a thread keeps free; more are freed.
-    const KEEP: usize = 1024;
+/// Call `f` with this thread's free list of `T`s (none while the thread's locals are
+/// being destroyed).
+fn with_free<T: 'static, R>(f: impl FnOnce(&mut Vec<T>) -> R) -> Option<R> {
+    FREE.try_with(|lists| {
+        let mut lists = lists.borrow_mut();
+        let at = match lists.iter().position(|l| l.is::<Vec<T>>()) {
+            Some(at) => at,
+            None => {
+                lists.push(Box::new(Vec::<T>::new()));
+                lists.len() - 1
+            }
+        };
+        lists[at].downcast_mut::<Vec<T>>().map(f)
+    })
+    .ok()
+    .flatten()
+}
 
+/// A free slot of type `T` from this thread's list, if it has one: what a connection
+/// on this worker gave back, taken with no lock.
+pub(crate) fn take_free<T: 'static>() -> Option<T> {
+    with_free(Vec::pop).flatten()
+}
+
+/// Give a free slot back to this thread's list, for a connection on this worker to take
+/// (freed when the thread keeps enough of its type).
+pub(crate) fn give_free<T: 'static>(slot: T) {
+    /// Most slots of a type a thread keeps free.
+    const KEEP: usize = 1024;
+    with_free(|free| {
+        if free.len() < KEEP {
+            free.push(slot);
+        }
+    });
+}
+
+impl<F: 'static, B: 'static> Slots<F, B> {
     /// The slots of a listener whose connections do not park.
     pub(crate) fn new(options: Arc<ServerOptions>) -> Arc<Self> {
         Self::with_lot(options, None)
@@ -57,37 +90,13 @@ impl<F: 'static, B: 'static> Slots<F, B> {
         })
     }
 
-    /// Call `f` with this thread's free slots of this type (none while the thread's
-    /// locals are being destroyed).
-    fn with_free<R>(f: impl FnOnce(&mut Vec<Slot<F, B>>) -> R) -> Option<R> {
-        FREE.try_with(|lists| {
-            let mut lists = lists.borrow_mut();
-            let at = match lists.iter().position(|l| l.is::<Vec<Slot<F, B>>>()) {
-                Some(at) => at,
-                None => {
-                    lists.push(Box::new(Vec::<Slot<F, B>>::new()));
-                    lists.len() - 1
-                }
-            };
-            lists[at].downcast_mut::<Vec<Slot<F, B>>>().map(f)
-        })
-        .ok()
-        .flatten()
-    }
-
     pub(super) fn take(&self) -> Slot<F, B> {
-        Self::with_free(Vec::pop)
-            .flatten()
-            .unwrap_or_else(|| Box::pin(InFlight::Idle))
+        take_free().unwrap_or_else(|| Box::pin(InFlight::Idle))
     }
 
     pub(super) fn give(&self, mut slot: Slot<F, B>) {
         slot.set(InFlight::Idle);
-        Self::with_free(|free| {
-            if free.len() < Self::KEEP {
-                free.push(slot);
-            }
-        });
+        give_free(slot);
     }
 }
 

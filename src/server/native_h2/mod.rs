@@ -45,7 +45,7 @@ pub(crate) use body::RecvBody;
 pub(crate) use tunnel::{OnUpgrade, Upgraded};
 
 use super::drain::Signal;
-use super::native::Io;
+use super::native::{give_free, take_free, Io};
 use super::service::{internal_error, log_panic};
 use super::{ServeService, ServerOptions};
 use crate::body::{Incoming, ProxyBody};
@@ -129,15 +129,13 @@ struct Conn<I, P: ServeService> {
     write: Vec<u8>,
     /// How much of `write` is written.
     written: usize,
-    /// Where header blocks are encoded.
-    block: Vec<u8>,
     decoder: hpack::Decoder,
     /// The preface, then the client's SETTINGS, have come.
     preface: bool,
     settings: bool,
     /// The client's SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_FRAME_SIZE.
     peer_window: u32,
-    peer_max_frame: usize,
+    peer_max_frame: u32,
     /// What may be sent on the connection, and what the client may still send.
     send_window: i64,
     recv_window: i64,
@@ -145,11 +143,11 @@ struct Conn<I, P: ServeService> {
     credit: u32,
     slots: Vec<Pin<Box<Slot<P::Future>>>>,
     /// Streams in the slots.
-    open: usize,
+    open: u32,
     /// The highest stream the client has opened.
     last_stream: u32,
     /// A header block waiting for its CONTINUATION frames.
-    partial: Option<Partial>,
+    partial: Option<Box<Partial>>,
     /// GOAWAY sent: no new streams; the connection ends when the open ones have.
     goaway: bool,
     /// A connection error: the connection ends once GOAWAY is written.
@@ -159,7 +157,7 @@ struct Conn<I, P: ServeService> {
     /// The last pass stopped taking response bodies with the write buffer full.
     full: bool,
     /// Keep-alive pings, when they are on.
-    keep_alive: Option<KeepAlive>,
+    keep_alive: Option<Box<KeepAlive>>,
 }
 
 /// Keep-alive pings: `sleep` runs to the next check, or to the ping's deadline.
@@ -209,12 +207,14 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             ],
         );
         frame::window_update(&mut write, 0, WINDOW - frame::DEFAULT_WINDOW);
-        let keep_alive = options.http2_keep_alive_interval.map(|interval| KeepAlive {
-            interval,
-            timeout: options.http2_keep_alive_timeout,
-            sleep: Box::pin(tokio::time::sleep(interval)),
-            heard: false,
-            pinged: false,
+        let keep_alive = options.http2_keep_alive_interval.map(|interval| {
+            Box::new(KeepAlive {
+                interval,
+                timeout: options.http2_keep_alive_timeout,
+                sleep: Box::pin(tokio::time::sleep(interval)),
+                heard: false,
+                pinged: false,
+            })
         });
         Conn {
             io,
@@ -225,12 +225,11 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             read: BytesMut::new(),
             write,
             written: 0,
-            block: Vec::new(),
             decoder: hpack::Decoder::new(TABLE_SIZE),
             preface: false,
             settings: false,
             peer_window: frame::DEFAULT_WINDOW,
-            peer_max_frame: frame::DEFAULT_MAX_FRAME as usize,
+            peer_max_frame: frame::DEFAULT_MAX_FRAME,
             send_window: frame::DEFAULT_WINDOW.into(),
             recv_window: WINDOW.into(),
             credit: 0,
@@ -331,8 +330,8 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     }
 
     /// With no stream open, the idle timeout counts (from when the last one ended);
-    /// a connection idle past it is sent GOAWAY and closed. Its buffers go back to the
-    /// worker's pools meanwhile.
+    /// a connection idle past it is sent GOAWAY and closed. Its buffers and stream
+    /// slots go back to the worker's pools meanwhile.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.open > 0 {
             self.idle = false;
@@ -342,6 +341,11 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             buffers::release_write(&mut self.write);
         }
         buffers::release_read(&mut self.read);
+        // Every slot is free: back to the worker's, for the next stream of any of its
+        // connections.
+        for slot in self.slots.drain(..) {
+            give_free::<Pin<Box<Slot<P::Future>>>>(slot);
+        }
         let restart =
             (!std::mem::replace(&mut self.idle, true)).then_some(self.options.http2_idle_timeout);
         if self.drain.poll_deadline(cx, restart).is_ready() {
@@ -458,11 +462,11 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 if head.flags & flag::END_HEADERS != 0 {
                     self.on_headers(head.stream, end_stream, fragment)
                 } else {
-                    self.partial = Some(Partial {
+                    self.partial = Some(Box::new(Partial {
                         stream: head.stream,
                         end_stream,
                         block: BytesMut::from(&fragment[..]),
-                    });
+                    }));
                     Ok(())
                 }
             }
@@ -579,7 +583,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                             "SETTINGS_MAX_FRAME_SIZE out of range",
                         ));
                     }
-                    self.peer_max_frame = value as usize;
+                    self.peer_max_frame = value;
                 }
                 // The encoder keeps no table; the others bound what a server sends
                 // that this one does not (pushes) or are advisory.
@@ -751,7 +755,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             frame::rst_stream(&mut self.write, id, Reason::REFUSED_STREAM);
             return Ok(());
         }
-        if self.open >= self.options.max_concurrent_streams as usize {
+        if self.open >= self.options.max_concurrent_streams {
             frame::rst_stream(&mut self.write, id, Reason::REFUSED_STREAM);
             return Ok(());
         }
@@ -777,9 +781,11 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         let i = match self.slots.iter().position(|s| s.stream.id == 0) {
             Some(i) => i,
             None => {
-                self.slots.push(Box::pin(Slot {
-                    future: None,
-                    stream: Stream::default(),
+                self.slots.push(take_free().unwrap_or_else(|| {
+                    Box::pin(Slot {
+                        future: None,
+                        stream: Stream::default(),
+                    })
                 }));
                 self.slots.len() - 1
             }
@@ -813,9 +819,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
 
     /// Answer a stream that never reached the pipeline with a bare status.
     fn answer(&mut self, id: u32, status: StatusCode, end_stream: bool) {
-        self.block.clear();
-        hpack::encode_status(status, &mut self.block);
-        frame::headers(&mut self.write, id, &self.block, true, self.peer_max_frame);
+        frame::headers_with(&mut self.write, id, true, self.peer_max_frame, |block| {
+            hpack::encode_status(status, block)
+        });
         if !end_stream {
             // The rest of the request is not wanted (RFC 9113 §8.1).
             frame::rst_stream(&mut self.write, id, Reason::NO_ERROR);
@@ -857,51 +863,56 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         let (parts, body) = response.into_parts();
         // An extended CONNECT answered 2xx becomes a tunnel: no length (RFC 9110 §9.3.6).
         let tunnel = self.slots[i].stream.upgrade.is_some() && parts.status.is_success();
-        self.block.clear();
-        hpack::encode_status(parts.status, &mut self.block);
-        let mut length = false;
-        let mut date = false;
-        for (name, value) in &parts.headers {
-            if connection_specific(name) || (tunnel && name == header::CONTENT_LENGTH) {
-                continue;
-            }
-            length |= name == header::CONTENT_LENGTH;
-            date |= name == header::DATE;
-            hpack::encode_header(name, value, &mut self.block);
-        }
+        let end = !tunnel && body.is_end_stream();
         let bodiless = parts.status.is_informational()
             || parts.status == StatusCode::NO_CONTENT
             || parts.status == StatusCode::NOT_MODIFIED
             || tunnel;
-        if !length && !bodiless {
-            if let Some(n) = body.size_hint().exact() {
-                let mut digits = [0u8; 20];
-                let text = decimal(n, &mut digits);
-                hpack::encode_header(
-                    &header::CONTENT_LENGTH,
-                    &HeaderValue::from_bytes(text).expect("digits"),
-                    &mut self.block,
-                );
-            }
-        }
-        if !date {
-            crate::http1::with_date(|now| {
-                hpack::encode_header(
-                    &header::DATE,
-                    &HeaderValue::from_bytes(now).expect("a date"),
-                    &mut self.block,
-                )
-            });
-        }
-        buffers::Heads::Responses.release(parts.headers);
-        let max_frame = self.peer_max_frame;
+        let length = (!bodiless).then(|| body.size_hint().exact()).flatten();
         let stream = self.slots[i].as_mut().project().stream;
+        frame::headers_with(
+            &mut self.write,
+            stream.id,
+            end,
+            self.peer_max_frame,
+            |block| {
+                hpack::encode_status(parts.status, block);
+                let mut has_length = false;
+                let mut has_date = false;
+                for (name, value) in &parts.headers {
+                    if connection_specific(name) || (tunnel && name == header::CONTENT_LENGTH) {
+                        continue;
+                    }
+                    has_length |= name == header::CONTENT_LENGTH;
+                    has_date |= name == header::DATE;
+                    hpack::encode_header(name, value, block);
+                }
+                if let (false, Some(n)) = (has_length, length) {
+                    let mut digits = [0u8; 20];
+                    let text = decimal(n, &mut digits);
+                    hpack::encode_header(
+                        &header::CONTENT_LENGTH,
+                        &HeaderValue::from_bytes(text).expect("digits"),
+                        block,
+                    );
+                }
+                if !has_date {
+                    crate::http1::with_date(|now| {
+                        hpack::encode_header(
+                            &header::DATE,
+                            &HeaderValue::from_bytes(now).expect("a date"),
+                            block,
+                        )
+                    });
+                }
+            },
+        );
+        buffers::Heads::Responses.release(parts.headers);
         if let Some((tx, recv)) = stream.upgrade.take() {
             if tunnel {
                 // An extended CONNECT accepted: the stream is the tunnel's from now on.
                 // Its body (the exchange's hand-off to the tunnel) is dropped once the
                 // head is written.
-                frame::headers(&mut self.write, stream.id, &self.block, false, max_frame);
                 let (upgraded, out) = Upgraded::new(recv);
                 stream.outbox = Some(out);
                 drop(body);
@@ -912,8 +923,6 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 return;
             }
         }
-        let end = body.is_end_stream();
-        frame::headers(&mut self.write, stream.id, &self.block, end, max_frame);
         if end {
             self.finish(i);
         } else {
@@ -984,7 +993,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 let can = stream
                     .send_window
                     .min(self.send_window)
-                    .min(self.peer_max_frame as i64);
+                    .min(i64::from(self.peer_max_frame));
                 if can <= 0 && !data.is_empty() {
                     // The client's window opens with a WINDOW_UPDATE, read with the socket.
                     return;
@@ -1043,14 +1052,20 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                     }
                     Err(frame) => {
                         let trailers = frame.into_trailers().unwrap_or_default();
-                        self.block.clear();
-                        for (name, value) in &trailers {
-                            if !connection_specific(name) {
-                                hpack::encode_header(name, value, &mut self.block);
-                            }
-                        }
                         let id = stream.id;
-                        frame::headers(&mut self.write, id, &self.block, true, self.peer_max_frame);
+                        frame::headers_with(
+                            &mut self.write,
+                            id,
+                            true,
+                            self.peer_max_frame,
+                            |block| {
+                                for (name, value) in &trailers {
+                                    if !connection_specific(name) {
+                                        hpack::encode_header(name, value, block);
+                                    }
+                                }
+                            },
+                        );
                         self.finish(i);
                         return;
                     }
@@ -1296,5 +1311,22 @@ impl Fields {
             expect,
             upgrade,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idle connection is its task and little else: the connection's state is kept
+    /// small enough (the keep-alive timer and a header block awaiting CONTINUATION
+    /// boxed, no encoding buffer of its own) that, with tokio's task header and
+    /// trailer, the task is 512 bytes (tasks are rounded up to 128 bytes).
+    #[test]
+    fn the_connection_size() {
+        let size =
+            std::mem::size_of::<Conn<tokio::net::TcpStream, crate::pipeline::FusedDefault>>();
+        println!("the native HTTP/2 connection: {size} bytes");
+        assert!(size <= 376, "{size} bytes");
     }
 }
