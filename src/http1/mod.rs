@@ -20,8 +20,8 @@ mod write;
 
 pub(crate) use decode::{BodyDecoder, DecodeError, Decoded};
 pub(crate) use encode::{
-    chunk_header, with_date, write_field, write_request_head, write_response_head, Connection,
-    Framing, RequestFraming,
+    chunk_header, decimal, with_date, write_field, write_request_head, write_response_head,
+    Connection, Framing, RequestFraming,
 };
 pub(crate) use head::{
     parse_length, parse_request, parse_response, BodyLength, Limits, ParseError, RequestHead,

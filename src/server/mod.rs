@@ -1,5 +1,6 @@
 //! The server: listeners speaking HTTP/1.1 and HTTP/2 (h2c in clear, ALPN over TLS),
-//! graceful shutdown.
+//! each on fuseway's own engine by default or on hyper's ([`Http1Engine`],
+//! [`Http2Engine`]), graceful shutdown.
 
 mod accept;
 mod chunked;

@@ -889,7 +889,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 }
                 if let (false, Some(n)) = (has_length, length) {
                     let mut digits = [0u8; 20];
-                    let text = decimal(n, &mut digits);
+                    let text = crate::http1::decimal(n, &mut digits);
                     hpack::encode_header(
                         &header::CONTENT_LENGTH,
                         &HeaderValue::from_bytes(text).expect("digits"),
@@ -928,6 +928,14 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         } else {
             stream.body = Some(body);
         }
+    }
+
+    /// The response body of slot `i` has ended with nothing left to send: an empty
+    /// DATA frame ends the stream.
+    fn end_with_data(&mut self, i: usize) {
+        let id = self.slots[i].stream.id;
+        frame::write(&mut self.write, kind::DATA, flag::END_STREAM, id, &[]);
+        self.finish(i);
     }
 
     /// The response of slot `i` is sent: the stream ends (a request body still coming
@@ -1027,17 +1035,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                         continue;
                     }
                     tunnel::Taken::Empty => return,
-                    tunnel::Taken::Closed => {
-                        frame::write(
-                            &mut self.write,
-                            kind::DATA,
-                            flag::END_STREAM,
-                            stream.id,
-                            &[],
-                        );
-                        self.finish(i);
-                        return;
-                    }
+                    tunnel::Taken::Closed => return self.end_with_data(i),
                 }
             };
             match Pin::new(&mut *body).poll_frame(cx) {
@@ -1070,17 +1068,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                         return;
                     }
                 },
-                Poll::Ready(None) => {
-                    frame::write(
-                        &mut self.write,
-                        kind::DATA,
-                        flag::END_STREAM,
-                        stream.id,
-                        &[],
-                    );
-                    self.finish(i);
-                    return;
-                }
+                Poll::Ready(None) => return self.end_with_data(i),
                 Poll::Ready(Some(Err(e))) => {
                     tracing::debug!(remote = %self.info.remote, error = %e, "the response body failed; stream reset");
                     let id = stream.id;
@@ -1127,19 +1115,6 @@ fn connection_specific(name: &HeaderName) -> bool {
         || name == header::UPGRADE
         || name == "keep-alive"
         || name == "proxy-connection"
-}
-
-/// `n` in decimal, in `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[at..];
-        }
-    }
 }
 
 /// A request's fields as they are decoded, checked as RFC 9113 §8.3 says.
