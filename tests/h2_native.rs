@@ -380,3 +380,44 @@ async fn bodies_larger_than_the_windows_and_heads_larger_than_a_frame() {
         .to_bytes();
     assert_eq!(body, format!("/up {} 40000", 3 << 20).as_bytes());
 }
+
+fuseway::default_pipeline! {
+    /// The default stages over the in-process stub terminal, whose responses carry no
+    /// fields and an empty body.
+    struct StubbedDefault(http::Request<fuseway::body::Incoming>) {
+        => stub: fuseway::testing::StubForwarder,
+    }
+}
+
+/// A response without `date` or `content-length` gets both (as hyper's engine adds
+/// them): the date in HTTP's format, the length its body's.
+#[tokio::test]
+async fn date_and_content_length_are_added_where_the_response_lacks_them() {
+    let config = fuseway::config::parse(
+        &simple_config(&[("d1", "http://127.0.0.1:9")], ""),
+        fuseway::config::Format::Json,
+    )
+    .unwrap();
+    let state = Arc::new(fuseway::state::ProxyState::new(config).unwrap());
+    let pipeline = StubbedDefault::from_state(
+        state,
+        fuseway::testing::StubForwarder::new(fuseway::testing::StubMode::Sync),
+    );
+    let options = ServerOptions::default().http2_engine(Http2Engine::Native);
+    let (addr, _stop, _done) = serve_with(pipeline, options).await;
+    let (mut send, _connection) = h2c_connection(addr).await;
+    let response = within(
+        "the stub's answer",
+        send.send_request(
+            Request::get(format!("http://{addr}/a"))
+                .body(http_body_util::Empty::new())
+                .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-length"], "0");
+    let date = response.headers()["date"].to_str().unwrap();
+    assert!(date.len() == 29 && date.ends_with(" GMT"), "date: {date:?}");
+}

@@ -4,3 +4,16 @@
 pub(crate) mod frame;
 pub(crate) mod hpack;
 mod huffman;
+
+use http::header::{self, HeaderName};
+
+/// The connection-specific fields HTTP/2 does not carry (RFC 9113 §8.2.2): never sent on
+/// HTTP/2, and a request carrying one is malformed. (`te` is one too, but for the value
+/// `trailers`.)
+pub(crate) const CONNECTION_SPECIFIC: [HeaderName; 5] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+];

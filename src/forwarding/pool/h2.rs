@@ -439,13 +439,7 @@ fn idle_check<B>(pool: &Weak<Pool<B>>, id: u64, idle_timeout: Duration) -> Optio
 fn h2_head<B>(request: Request<B>) -> (Request<()>, B) {
     let (mut parts, body) = request.into_parts();
     let headers = &mut parts.headers;
-    for name in [
-        http::header::CONNECTION,
-        http::header::TRANSFER_ENCODING,
-        http::header::UPGRADE,
-        http::HeaderName::from_static("keep-alive"),
-        http::HeaderName::from_static("proxy-connection"),
-    ] {
+    for name in crate::http2::CONNECTION_SPECIFIC {
         headers.remove(name);
     }
     if headers

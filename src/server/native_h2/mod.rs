@@ -2,8 +2,8 @@
 //! [`Http2Engine::Native`](super::Http2Engine)): one task per connection reads the
 //! frames, decodes each request's header block into the `http` types, calls the
 //! pipeline and polls every open stream's future and response body itself, in slots
-//! kept from one stream to the next, and writes the frames of all of them through one
-//! buffer. No task, channel or lock per stream; a request body, when there is one, is
+//! taken from the worker's free slots (and given back while no stream is open), and
+//! writes the frames of all of them through one buffer. No task, channel or lock per stream; a request body, when there is one, is
 //! a queue the connection fills ([`body`]).
 //!
 //! What it does: the connection preface and SETTINGS (its own: the stream limit, 1 MiB
@@ -52,6 +52,7 @@ use crate::body::{Incoming, ProxyBody};
 use crate::http1::buffers;
 use crate::http2::frame::{self, flag, kind, setting, Head, Reason};
 use crate::http2::hpack::{self, Field, Pseudo};
+use crate::http2::CONNECTION_SPECIFIC;
 use crate::request::ConnectionInfo;
 
 /// Buffered frames past which no more response body is taken before writing.
@@ -381,6 +382,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
 
     /// The frames read so far, each handled in turn.
     fn on_bytes(&mut self) -> Result<(), ConnError> {
+        // What the frames answer is written to the connection's buffer (given back to
+        // the worker while the connection waits).
+        buffers::ready_to_write(&mut self.write);
         if !self.preface {
             if self.read.len() < frame::PREFACE.len() {
                 return if frame::PREFACE.starts_with(&self.read) {
@@ -418,7 +422,6 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 }
                 self.settings = true;
             }
-            buffers::ready_to_write(&mut self.write);
             if let Some(ka) = &mut self.keep_alive {
                 ka.heard = true;
                 if head.kind == kind::PING && head.flags & flag::ACK != 0 && payload[..] == PING {
@@ -683,10 +686,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         let too_short = end && stream.expect.is_some_and(|left| left > 0);
         if too_long || too_short {
             self.credit += len as u32;
-            if let Some(recv) = &stream.recv {
-                recv.fail("the request body does not match its content-length");
-            }
-            self.reset(head.stream, Reason::PROTOCOL_ERROR);
+            self.reset_length_mismatch(i);
             return Ok(());
         }
         if let Some(recv) = &stream.recv {
@@ -727,10 +727,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             }
             stream.recv_open = false;
             if stream.expect.is_some_and(|left| left > 0) {
-                if let Some(recv) = &stream.recv {
-                    recv.fail("the request body does not match its content-length");
-                }
-                self.reset(id, Reason::PROTOCOL_ERROR);
+                self.reset_length_mismatch(i);
                 return Ok(());
             }
             if let Some(recv) = &stream.recv {
@@ -828,6 +825,17 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         }
     }
 
+    /// The request body of slot `i` does not match its `content-length` (RFC 9113
+    /// §8.1.1): the body fails for the pipeline, the stream is reset.
+    fn reset_length_mismatch(&mut self, i: usize) {
+        let stream = &self.slots[i].stream;
+        if let Some(recv) = &stream.recv {
+            recv.fail("the request body does not match its content-length");
+        }
+        let id = stream.id;
+        self.reset(id, Reason::PROTOCOL_ERROR);
+    }
+
     fn find(&self, id: u32) -> Option<usize> {
         self.slots.iter().position(|s| s.stream.id == id)
     }
@@ -885,25 +893,15 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                     }
                     has_length |= name == header::CONTENT_LENGTH;
                     has_date |= name == header::DATE;
-                    hpack::encode_header(name, value, block);
+                    hpack::encode_header(name, value.as_bytes(), block);
                 }
                 if let (false, Some(n)) = (has_length, length) {
-                    let mut digits = [0u8; 20];
-                    let text = crate::http1::decimal(n, &mut digits);
-                    hpack::encode_header(
-                        &header::CONTENT_LENGTH,
-                        &HeaderValue::from_bytes(text).expect("digits"),
-                        block,
-                    );
+                    let digits = &mut [0u8; 20];
+                    let text = crate::http1::decimal(n, digits);
+                    hpack::encode_header(&header::CONTENT_LENGTH, text, block);
                 }
                 if !has_date {
-                    crate::http1::with_date(|now| {
-                        hpack::encode_header(
-                            &header::DATE,
-                            &HeaderValue::from_bytes(now).expect("a date"),
-                            block,
-                        )
-                    });
+                    crate::http1::with_date(|now| hpack::encode_header(&header::DATE, now, block));
                 }
             },
         );
@@ -1059,7 +1057,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                             |block| {
                                 for (name, value) in &trailers {
                                     if !connection_specific(name) {
-                                        hpack::encode_header(name, value, block);
+                                        hpack::encode_header(name, value.as_bytes(), block);
                                     }
                                 }
                             },
@@ -1107,14 +1105,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     }
 }
 
-/// Fields HTTP/2 does not carry (RFC 9113 §8.2.2): not sent, and a request with them is
-/// malformed (`te` but for `trailers` too).
+/// Whether `name` is a field HTTP/2 does not carry ([`CONNECTION_SPECIFIC`]).
 fn connection_specific(name: &HeaderName) -> bool {
-    name == header::CONNECTION
-        || name == header::TRANSFER_ENCODING
-        || name == header::UPGRADE
-        || name == "keep-alive"
-        || name == "proxy-connection"
+    CONNECTION_SPECIFIC.contains(name)
 }
 
 /// A request's fields as they are decoded, checked as RFC 9113 §8.3 says.
