@@ -87,10 +87,8 @@ impl<I: Io> Conn<I> {
         let upgrade = (head.connection_upgrade
             && crate::forwarding::upgrade::upgrade_protocol(request.headers(), version).is_some())
         .then(|| {
-            let (tx, rx) = oneshot::channel();
-            request
-                .extensions_mut()
-                .insert(OnUpgrade(Arc::new(Mutex::new(Some(rx)))));
+            let (handoff, tx) = Handoff::new();
+            request.extensions_mut().insert(OnUpgrade(handoff));
             Box::new(tx)
         });
         let message = Message {

@@ -55,7 +55,7 @@ use channel::Channel;
 use conn::{Conn, Waited};
 pub(crate) use slots::{give_free, take_free, Slots};
 use slots::{InFlight, InFlightProj, Lent};
-pub(crate) use upgrade::{OnUpgrade, UpgradedIo};
+pub(crate) use upgrade::{Handoff, OnUpgrade, UpgradedIo};
 
 use super::drain::Signal;
 use super::service::{internal_error, log_panic};

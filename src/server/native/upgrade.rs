@@ -66,23 +66,45 @@ impl AsyncWrite for UpgradedIo {
 
 /// In an upgrade request's extensions (the native engine's counterpart of hyper's
 /// `OnUpgrade`): resolves to the client's connection once the `101` has been written.
-#[derive(Clone)]
-pub(crate) struct OnUpgrade(pub(super) Arc<Mutex<Option<oneshot::Receiver<UpgradedIo>>>>);
-
-impl std::fmt::Debug for OnUpgrade {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("OnUpgrade")
-    }
-}
+#[derive(Clone, Debug)]
+pub(crate) struct OnUpgrade(pub(super) Handoff<UpgradedIo>);
 
 impl OnUpgrade {
     /// Wait for the connection.
     pub(crate) async fn upgraded(self) -> io::Result<UpgradedIo> {
+        self.0.take("the connection was not upgraded").await
+    }
+}
+
+/// What an engine hands to the request's tunnel once the upgrade's answer is written
+/// (the upgraded connection, or HTTP/2 stream), taken once. Kept in the request's
+/// extensions, which must be `Clone`, `Send` and `Sync`; the engine keeps the sender.
+pub(crate) struct Handoff<T>(Arc<Mutex<Option<oneshot::Receiver<T>>>>);
+
+impl<T> Clone for Handoff<T> {
+    fn clone(&self) -> Self {
+        Handoff(self.0.clone())
+    }
+}
+
+impl<T> std::fmt::Debug for Handoff<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Handoff")
+    }
+}
+
+impl<T> Handoff<T> {
+    pub(crate) fn new() -> (Handoff<T>, oneshot::Sender<T>) {
+        let (tx, rx) = oneshot::channel();
+        (Handoff(Arc::new(Mutex::new(Some(rx)))), tx)
+    }
+
+    /// Wait for what is handed over; `not_sent` is the error when the engine drops the
+    /// sender (the upgrade did not happen).
+    pub(crate) async fn take(self, not_sent: &'static str) -> io::Result<T> {
         let rx = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
         match rx {
-            Some(rx) => rx
-                .await
-                .map_err(|_| io::Error::other("the connection was not upgraded")),
+            Some(rx) => rx.await.map_err(|_| io::Error::other(not_sent)),
             None => Err(io::Error::other("the upgrade was already taken")),
         }
     }

@@ -14,46 +14,29 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
 use super::body::RecvBody;
+use crate::server::native::Handoff;
 
 /// Bytes written by the tunnel and not yet sent, past which its writes wait.
 const OUTBOX_HIGH: usize = 64 * 1024;
 
 /// In an extended CONNECT request's extensions: the stream as a byte stream, once
 /// the response's `2xx` head is sent.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct OnUpgrade {
-    rx: Arc<Mutex<Option<oneshot::Receiver<Upgraded>>>>,
+    stream: Handoff<Upgraded>,
     /// The `:protocol` asked for (`websocket`).
     pub(crate) protocol: HeaderValue,
 }
 
-impl std::fmt::Debug for OnUpgrade {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OnUpgrade")
-            .field("protocol", &self.protocol)
-            .finish_non_exhaustive()
-    }
-}
-
 impl OnUpgrade {
     pub(super) fn new(protocol: HeaderValue) -> (OnUpgrade, oneshot::Sender<Upgraded>) {
-        let (tx, rx) = oneshot::channel();
-        let on = OnUpgrade {
-            rx: Arc::new(Mutex::new(Some(rx))),
-            protocol,
-        };
-        (on, tx)
+        let (stream, tx) = Handoff::new();
+        (OnUpgrade { stream, protocol }, tx)
     }
 
     /// Wait for the stream.
     pub(crate) async fn upgraded(self) -> io::Result<Upgraded> {
-        let rx = self.rx.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match rx {
-            Some(rx) => rx
-                .await
-                .map_err(|_| io::Error::other("the stream was not upgraded")),
-            None => Err(io::Error::other("the upgrade was already taken")),
-        }
+        self.stream.take("the stream was not upgraded").await
     }
 }
 
