@@ -264,8 +264,9 @@ async fn a_silent_destination_is_detected_by_ping() {
             .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0])
             .await
             .unwrap();
-        // The client's frames up to its first ping (sent as the connection opens),
-        // which is answered: the connection is open.
+        // The client's frames up to its first ping (the h2 crate's client pings as the
+        // connection opens, fuseway's own after the first keep-alive interval), which
+        // is answered: the connection is open.
         loop {
             let mut head = [0u8; 9];
             stream.read_exact(&mut head).await.unwrap();

@@ -86,6 +86,7 @@ impl<B> std::fmt::Debug for Forwarder<B> {
 #[must_use]
 pub struct ForwarderBuilder<B> {
     engine: Option<crate::server::Http1Engine>,
+    engine2: Option<crate::server::Http2Engine>,
     keep: pool::Keep,
     body: std::marker::PhantomData<fn(B)>,
 }
@@ -94,6 +95,7 @@ impl<B> std::fmt::Debug for ForwarderBuilder<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ForwarderBuilder")
             .field("engine", &self.engine)
+            .field("http2_engine", &self.engine2)
             .field("idle_timeout", &self.keep.idle_timeout)
             .field("max_idle_per_pool", &self.keep.max_idle)
             .field("http2_ping_interval", &self.keep.h2_ping_interval)
@@ -111,6 +113,14 @@ where
     /// [`Http1Engine::from_env`](crate::server::Http1Engine::from_env)).
     pub fn http1_engine(mut self, engine: crate::server::Http1Engine) -> Self {
         self.engine = Some(engine);
+        self
+    }
+
+    /// The engine of its HTTP/2 connections to destinations (default:
+    /// [`Http2Engine::from_env`](crate::server::Http2Engine::from_env)): fuseway's own
+    /// client, or the h2 crate's (hyper's HTTP/2 stack).
+    pub fn http2_engine(mut self, engine: crate::server::Http2Engine) -> Self {
+        self.engine2 = Some(engine);
         self
     }
 
@@ -157,8 +167,11 @@ where
         let engine = self
             .engine
             .unwrap_or_else(crate::server::Http1Engine::from_env);
+        let engine2 = self
+            .engine2
+            .unwrap_or_else(crate::server::Http2Engine::from_env);
         Forwarder {
-            pools: Arc::new(Pools::new(engine, self.keep)),
+            pools: Arc::new(Pools::new(engine, engine2, self.keep)),
         }
     }
 }
@@ -214,6 +227,7 @@ where
     pub fn builder() -> ForwarderBuilder<B> {
         ForwarderBuilder {
             engine: None,
+            engine2: None,
             keep: pool::Keep::default(),
             body: std::marker::PhantomData,
         }

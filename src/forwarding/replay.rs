@@ -58,7 +58,7 @@ pub async fn replay_response(
         let _ = socket.shutdown().await;
         let _ = socket.read_to_end(&mut Vec::new()).await;
     });
-    let pools = Pools::<Empty<Bytes>>::new(engine, Default::default());
+    let pools = Pools::<Empty<Bytes>>::new(engine, Default::default(), Default::default());
     let request = Request::builder()
         .method(method)
         .uri("/")

@@ -319,7 +319,11 @@ struct Prober {
 impl Prober {
     fn new() -> Self {
         Prober {
-            pools: Pools::new(crate::server::Http1Engine::from_env(), Default::default()),
+            pools: Pools::new(
+                crate::server::Http1Engine::from_env(),
+                crate::server::Http2Engine::from_env(),
+                Default::default(),
+            ),
         }
     }
 

@@ -447,10 +447,8 @@ pub(crate) fn encode_status(status: http::StatusCode, dst: &mut Vec<u8>) {
 }
 
 /// A pseudo-header field: the static table's entry where it has this one (`GET`,
-/// `POST`, `/`, `http`, `https`), else its name's. The tests build requests' header
-/// blocks with it; the server sends only `:status` (`encode_status`), and a native
-/// client would send these.
-#[cfg(test)]
+/// `POST`, `/`, `http`, `https`), else its name's: the native client's requests (the
+/// server sends only `:status`, see [`encode_status`]).
 pub(crate) fn encode_pseudo(pseudo: Pseudo, value: &[u8], dst: &mut Vec<u8>) {
     let (name, whole) = match pseudo {
         Pseudo::Authority => (1, None),

@@ -2,21 +2,56 @@
 //! (one per destination, or more when the open ones are at the destination's stream
 //! limit); concurrent requests that need a new one wait for the one being opened.
 //!
-//! The exchanges are on the `h2` crate directly (hyper's HTTP/2 client is h2 behind a
+//! Connections are fuseway's own client ([`crate::http2::client`], the native engine):
+//! an exchange writes its frames into the connection's outgoing buffer itself and
+//! reads its response from its stream's slot, which the connection's task fills.
+//!
+//! With the hyper engine the exchanges are on the `h2` crate directly (hyper's HTTP/2 client is h2 behind a
 //! request channel, a response callback and a task per request body): a request is
 //! sent on the shared connection from the exchange itself, its body is written by the
 //! exchange while it waits for the response head and then by the response body's
 //! reads (which drive the exchange), and the response body is read from h2's stream,
 //! its flow-control window given back as it is read.
 
+use crate::http2::client;
 use ::h2::client::{ResponseFuture, SendRequest};
 use ::h2::{RecvStream, SendStream};
 use futures_util::future::{FutureExt, Shared};
 
 use super::*;
 
-/// What sends on an HTTP/2 connection.
-pub(super) type H2Sender = SendRequest<Bytes>;
+/// What sends on an HTTP/2 connection: fuseway's own client, or the h2 crate's.
+#[derive(Clone)]
+pub(super) enum H2Sender {
+    Native(client::Sender),
+    Crate(SendRequest<Bytes>),
+}
+
+impl H2Sender {
+    /// Whether the connection has closed (it takes no new stream). The pool's own
+    /// handle is asked: it never opens a stream, so it is never waiting for one and
+    /// the waker is never kept.
+    fn is_closed(&mut self) -> bool {
+        match self {
+            H2Sender::Native(sender) => sender.is_closed(),
+            H2Sender::Crate(sender) => {
+                let waker = futures_util::task::noop_waker();
+                matches!(
+                    sender.poll_ready(&mut Context::from_waker(&waker)),
+                    Poll::Ready(Err(_))
+                )
+            }
+        }
+    }
+
+    /// The destination's stream limit (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+    fn max_streams(&self) -> usize {
+        match self {
+            H2Sender::Native(sender) => sender.max_streams(),
+            H2Sender::Crate(sender) => sender.current_max_send_streams(),
+        }
+    }
+}
 
 pin_project! {
     /// An HTTP/2 exchange on the pool's shared connection.
@@ -28,6 +63,8 @@ pin_project! {
         pipe: Option<Pipe<B>>,
         // The response body.
         recv: Option<RecvStream>,
+        // The stream, on the native client.
+        native: Option<NativeStream<B>>,
         // Its data has all been read (then its trailers are next).
         data_ended: bool,
         ended: bool,
@@ -46,6 +83,8 @@ enum State<B> {
     Ready(H2Sender, Option<Request<B>>),
     /// Sent: waiting for the response head.
     Waiting(ResponseFuture),
+    /// Sent on the native client: waiting for the response head.
+    NativeWaiting,
     /// The response head has been handed out.
     Answered,
 }
@@ -97,6 +136,61 @@ impl<B: SendBody> Pipe<B> {
     }
 }
 
+/// A request on the native client: its stream, and its body while it is written.
+struct NativeStream<B> {
+    stream: client::Stream,
+    body: Option<B>,
+    // Data read from the body, not yet sent (waiting for window).
+    pending: Bytes,
+    // The body has ended: its end is still to be sent.
+    end: bool,
+    // The response's data has all been read (then its trailers are next).
+    data_ended: bool,
+}
+
+impl<B: SendBody> NativeStream<B> {
+    /// Write what the body has and the stream takes; a body that fails resets the
+    /// stream (the response then fails too).
+    fn poll_write(&mut self, cx: &mut Context<'_>) {
+        while let Some(body) = self.body.as_mut() {
+            if !self.pending.is_empty() || self.end {
+                match self.stream.poll_send(cx, &mut self.pending, self.end) {
+                    Poll::Pending => return,
+                    Poll::Ready(Ok(())) if !self.end => continue,
+                    Poll::Ready(result) => {
+                        if let Err(e) = result {
+                            tracing::debug!(error = %e, "writing a request body to an HTTP/2 destination failed");
+                        }
+                        self.body = None;
+                        return;
+                    }
+                }
+            }
+            match Pin::new(body).poll_frame(cx) {
+                Poll::Pending => return,
+                Poll::Ready(None) => self.end = true,
+                Poll::Ready(Some(Err(e))) => {
+                    let e: BoxError = e.into();
+                    tracing::debug!(error = %e, "a request body for an HTTP/2 destination failed");
+                    self.stream.reset(crate::http2::frame::Reason::CANCEL);
+                    self.body = None;
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => self.pending = data,
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            if let Err(e) = self.stream.send_trailers(&trailers) {
+                                tracing::debug!(error = %e, "writing request trailers to an HTTP/2 destination failed");
+                            }
+                            self.body = None;
+                        }
+                    }
+                },
+            }
+        }
+    }
+}
+
 /// The pool's HTTP/2 connections.
 #[derive(Default)]
 pub(super) struct H2Conns {
@@ -129,7 +223,7 @@ impl H2Open {
         if streams < self.max_streams {
             return true;
         }
-        self.max_streams = self.sender.current_max_send_streams();
+        self.max_streams = self.sender.max_streams();
         streams < self.max_streams
     }
 
@@ -147,7 +241,7 @@ impl H2Open {
 impl H2Conns {
     /// Whether one is open or being opened (the pool is in use).
     pub(super) fn is_live(&mut self) -> bool {
-        self.open.retain_mut(|open| !is_closed(&mut open.sender));
+        self.open.retain_mut(|open| !open.sender.is_closed());
         self.opening.is_some() || !self.open.is_empty()
     }
 }
@@ -170,17 +264,6 @@ impl Drop for StreamCount {
 /// A connection being opened, awaited by every request that wants it; once it is
 /// open (in the pool's list), they ask the pool again.
 pub(super) type Opening = Shared<Pin<Box<dyn Future<Output = Result<(), OpenError>> + Send>>>;
-
-/// Whether the connection behind `sender` has closed (it takes no new stream). The
-/// pool's own handle is asked: it never opens a stream, so it is never waiting for one
-/// and the waker is never kept.
-fn is_closed(sender: &mut H2Sender) -> bool {
-    let waker = futures_util::task::noop_waker();
-    matches!(
-        sender.poll_ready(&mut Context::from_waker(&waker)),
-        Poll::Ready(Err(_))
-    )
-}
 
 /// Why opening an HTTP/2 connection failed, for every request that waited for it.
 #[derive(Clone, Debug)]
@@ -223,7 +306,7 @@ fn choose<B: SendBody>(pool: &Arc<Pool<B>>) -> Choice {
     let mut i = 0;
     while i < conns.open.len() {
         let open = &mut conns.open[i];
-        if is_closed(&mut open.sender) {
+        if open.sender.is_closed() {
             conns.open.remove(i);
             continue;
         }
@@ -296,54 +379,42 @@ fn exchange<B: SendBody>(state: State<B>, count: Option<StreamCount>) -> BoxExch
         count,
         pipe: None,
         recv: None,
+        native: None,
         data_ended: false,
         ended: false,
         timer: Deadline::new(),
     })
 }
 
-/// The h2 connection to a destination.
-type H2Connection = ::h2::client::Connection<hyper_util::rt::TokioIo<Io>, Bytes>;
-
-/// The HTTP/2 handshake on a connection to `pool`'s destination (hyper's client
-/// settings: 2 MiB stream and 5 MiB connection windows, 1 MiB send buffer), then a
-/// first ping, whose answer comes after the destination's settings: the connection
-/// joins `pool`'s list knowing the destination's stream limit, driven by a task of its
-/// own ([`drive`]), and is taken for the exchange that opened it.
+/// The HTTP/2 handshake on a connection to `pool`'s destination, on the pool's engine
+/// (hyper's client settings: 2 MiB stream and 5 MiB connection windows), waiting for
+/// the destination's settings: the connection joins `pool`'s list knowing the
+/// destination's stream limit, driven by a task of its own ([`drive`]), and is taken
+/// for the exchange that opened it.
 pub(super) fn h2_handshake<B: SendBody>(
     pool: &Arc<Pool<B>>,
 ) -> impl FnOnce(Io) -> Connecting<Taken> {
     let weak = Arc::downgrade(pool);
     let keep = pool.keep;
     let multiple = pool.key.multiple_h2;
+    let native = pool.native_h2;
     move |io| {
         Box::pin(async move {
-            let (sender, mut connection) = ::h2::client::Builder::new()
-                .initial_window_size(2 * 1024 * 1024)
-                .initial_connection_window_size(5 * 1024 * 1024)
-                .max_send_buffer_size(1024 * 1024)
-                .handshake::<_, Bytes>(hyper_util::rt::TokioIo::new(io))
-                .await?;
-            let mut ping_pong = connection
-                .ping_pong()
-                .ok_or("h2 gave no ping handle for a new connection")?;
-            ping_pong.send_ping(::h2::Ping::opaque())?;
-            let settled = std::future::poll_fn(|cx| {
-                if let Poll::Ready(pong) = ping_pong.poll_pong(cx) {
-                    return Poll::Ready(pong.map(drop).map_err(BoxError::from));
-                }
-                match Pin::new(&mut connection).poll(cx) {
-                    Poll::Ready(Ok(())) => Poll::Ready(Err(BoxError::from(
-                        "the destination closed the connection after the HTTP/2 handshake",
-                    ))),
-                    Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
-                    Poll::Pending => Poll::Pending,
-                }
-            });
-            tokio::time::timeout(keep.h2_ping_timeout, settled)
-                .await
-                .map_err(|_| "the destination sent no HTTP/2 settings in time")??;
             let id = NEXT_H2_ID.fetch_add(1, Ordering::Relaxed);
+            let io = hyper_util::rt::TokioIo::new(io);
+            let sender = if native {
+                let (sender, driver) =
+                    tokio::time::timeout(keep.h2_ping_timeout, client::handshake(io))
+                        .await
+                        .map_err(|_| "the destination sent no HTTP/2 settings in time")??;
+                let pinger = NativePinger(driver.connection());
+                tokio::spawn(drive(driver, pinger, weak.clone(), id, keep));
+                H2Sender::Native(sender)
+            } else {
+                let (sender, connection, ping_pong) = crate_handshake(io, keep).await?;
+                tokio::spawn(drive(connection, ping_pong, weak.clone(), id, keep));
+                H2Sender::Crate(sender)
+            };
             let streams = Arc::new(AtomicUsize::new(1));
             if let Some(pool) = weak.upgrade() {
                 let mut conns = pool.h2.lock().expect("pool lock");
@@ -358,10 +429,9 @@ pub(super) fn h2_handshake<B: SendBody>(
                     id,
                     last_used: Instant::now(),
                     streams: streams.clone(),
-                    max_streams: sender.current_max_send_streams(),
+                    max_streams: sender.max_streams(),
                 });
             }
-            tokio::spawn(drive(connection, ping_pong, weak, id, keep));
             Ok(Taken {
                 sender,
                 count: StreamCount(streams),
@@ -370,17 +440,89 @@ pub(super) fn h2_handshake<B: SendBody>(
     }
 }
 
+/// The h2 connection to a destination.
+type H2Connection = ::h2::client::Connection<hyper_util::rt::TokioIo<Io>, Bytes>;
+
+/// The h2 crate's handshake (1 MiB send buffer besides the windows), then a first
+/// ping, whose answer comes after the destination's settings.
+async fn crate_handshake(
+    io: hyper_util::rt::TokioIo<Io>,
+    keep: Keep,
+) -> Result<(SendRequest<Bytes>, H2Connection, ::h2::PingPong), BoxError> {
+    let (sender, mut connection) = ::h2::client::Builder::new()
+        .initial_window_size(2 * 1024 * 1024)
+        .initial_connection_window_size(5 * 1024 * 1024)
+        .max_send_buffer_size(1024 * 1024)
+        .handshake::<_, Bytes>(io)
+        .await?;
+    let mut ping_pong = connection
+        .ping_pong()
+        .ok_or("h2 gave no ping handle for a new connection")?;
+    ping_pong.send_ping(::h2::Ping::opaque())?;
+    let settled = std::future::poll_fn(|cx| {
+        if let Poll::Ready(pong) = ping_pong.poll_pong(cx) {
+            return Poll::Ready(pong.map(drop).map_err(BoxError::from));
+        }
+        match Pin::new(&mut connection).poll(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(Err(BoxError::from(
+                "the destination closed the connection after the HTTP/2 handshake",
+            ))),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
+            Poll::Pending => Poll::Pending,
+        }
+    });
+    tokio::time::timeout(keep.h2_ping_timeout, settled)
+        .await
+        .map_err(|_| "the destination sent no HTTP/2 settings in time")??;
+    Ok((sender, connection, ping_pong))
+}
+
+/// A connection's keep-alive pings.
+trait Pinger: Send + 'static {
+    /// Send one; `false` when it cannot go (no more pings are tried).
+    fn send_ping(&mut self) -> bool;
+    /// Ready once it is answered (`false`: the connection failed).
+    fn poll_pong(&mut self, cx: &mut Context<'_>) -> Poll<bool>;
+}
+
+impl Pinger for ::h2::PingPong {
+    fn send_ping(&mut self) -> bool {
+        ::h2::PingPong::send_ping(self, ::h2::Ping::opaque()).is_ok()
+    }
+
+    fn poll_pong(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        ::h2::PingPong::poll_pong(self, cx).map(|pong| pong.is_ok())
+    }
+}
+
+/// The native client's pings, sent on the connection (not through a sender, which
+/// would keep it open).
+struct NativePinger(Arc<client::Connection>);
+
+impl Pinger for NativePinger {
+    fn send_ping(&mut self) -> bool {
+        self.0.send_ping()
+    }
+
+    fn poll_pong(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        self.0.poll_pong(cx).map(|pong| pong.is_ok())
+    }
+}
+
 /// Drive the HTTP/2 connection `id` of `pool` to its end: ping it as `keep` says
 /// (closing it when an answer is overdue: its requests fail), and take it out of the
-/// pool once no request has taken it for the idle timeout (h2 closes it when its last
+/// pool once no request has taken it for the idle timeout (it closes when its last
 /// stream ends).
-async fn drive<B>(
-    mut connection: H2Connection,
-    mut ping_pong: ::h2::PingPong,
+async fn drive<B, C, E>(
+    mut connection: C,
+    mut pinger: impl Pinger,
     pool: Weak<Pool<B>>,
     id: u64,
     keep: Keep,
-) {
+) where
+    C: Future<Output = Result<(), E>> + Unpin,
+    E: std::fmt::Display,
+{
     let mut idle_at = Some(Instant::now() + keep.idle_timeout);
     let far = || Instant::now() + Duration::from_secs(86_400);
     // When the next ping goes, or (while one is out) when its answer is overdue.
@@ -402,15 +544,15 @@ async fn drive<B>(
                     tracing::debug!("an HTTP/2 destination did not answer a ping in time; closing its connection");
                     return;
                 }
-                if ping_pong.send_ping(::h2::Ping::opaque()).is_err() {
+                if !pinger.send_ping() {
                     ping_at = None;
                     continue;
                 }
                 awaiting_pong = true;
                 ping_at = Some(Instant::now() + keep.h2_ping_timeout);
             }
-            pong = std::future::poll_fn(|cx| ping_pong.poll_pong(cx)), if awaiting_pong => {
-                if pong.is_err() {
+            answered = std::future::poll_fn(|cx| pinger.poll_pong(cx)), if awaiting_pong => {
+                if !answered {
                     return;
                 }
                 awaiting_pong = false;
@@ -432,6 +574,14 @@ fn idle_check<B>(pool: &Weak<Pool<B>>, id: u64, idle_timeout: Duration) -> Optio
     }
     conns.open.remove(at);
     None
+}
+
+/// The response body read through the exchange, with its `content-length`.
+fn native_body(headers: &http::HeaderMap, ended: bool) -> ResponseBody {
+    let remaining = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    ResponseBody::Native { remaining, ended }
 }
 
 /// `request`'s head for h2: the fields HTTP/2 forbids (RFC 9113 section 8.2.2)
@@ -497,7 +647,25 @@ impl<B: SendBody> Exchange for H2<B> {
                     *this.count = Some(taken.count);
                     *this.state = State::Ready(taken.sender, request.take());
                 }
-                State::Ready(sender, request) => {
+                State::Ready(H2Sender::Native(sender), request) => {
+                    let Some(head) = request.as_ref() else {
+                        return Poll::Ready(Err(
+                            "the exchange was polled after its response".into()
+                        ));
+                    };
+                    let end = head.body().is_end_stream();
+                    let stream = std::task::ready!(sender.poll_open(cx, head, end))?;
+                    let body = request.take().map(Request::into_body);
+                    *this.native = Some(NativeStream {
+                        stream,
+                        body: body.filter(|_| !end),
+                        pending: Bytes::new(),
+                        end: false,
+                        data_ended: false,
+                    });
+                    *this.state = State::NativeWaiting;
+                }
+                State::Ready(H2Sender::Crate(sender), request) => {
                     std::task::ready!(sender.poll_ready(cx))?;
                     let Some(request) = request.take() else {
                         return Poll::Ready(Err(
@@ -516,20 +684,24 @@ impl<B: SendBody> Exchange for H2<B> {
                     }
                     *this.state = State::Waiting(response);
                 }
+                State::NativeWaiting => {
+                    let Some(native) = this.native.as_mut() else {
+                        return Poll::Ready(Err("the exchange lost its stream".into()));
+                    };
+                    native.poll_write(cx);
+                    let response = std::task::ready!(native.stream.poll_response(cx))?;
+                    *this.state = State::Answered;
+                    *this.ended = native.stream.is_end_stream();
+                    let body = native_body(response.headers(), *this.ended);
+                    return Poll::Ready(Ok(response.map(|()| body)));
+                }
                 State::Waiting(response) => {
                     Self::poll_pipe(this.pipe, cx);
                     let response = std::task::ready!(Pin::new(response).poll(cx))?;
                     *this.state = State::Answered;
                     let (parts, recv) = response.into_parts();
-                    let remaining = parts
-                        .headers
-                        .get(http::header::CONTENT_LENGTH)
-                        .and_then(|v| v.to_str().ok()?.parse().ok());
                     *this.ended = recv.is_end_stream();
-                    let body = ResponseBody::Native {
-                        remaining,
-                        ended: *this.ended,
-                    };
+                    let body = native_body(&parts.headers, *this.ended);
                     *this.recv = Some(recv);
                     return Poll::Ready(Ok(Response::from_parts(parts, body)));
                 }
@@ -541,7 +713,11 @@ impl<B: SendBody> Exchange for H2<B> {
     }
 
     fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) {
-        Self::poll_pipe(self.project().pipe, cx);
+        let this = self.project();
+        Self::poll_pipe(this.pipe, cx);
+        if let Some(native) = this.native.as_mut() {
+            native.poll_write(cx);
+        }
     }
 
     fn poll_frame(
@@ -549,6 +725,29 @@ impl<B: SendBody> Exchange for H2<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
+        if let Some(native) = this.native.as_mut() {
+            let stream = &mut native.stream;
+            if !native.data_ended {
+                match std::task::ready!(stream.poll_data(cx)) {
+                    Some(Ok(data)) => {
+                        *this.ended = stream.is_end_stream();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    Some(Err(e)) => {
+                        *this.ended = true;
+                        return Poll::Ready(Some(Err(e.into())));
+                    }
+                    None => native.data_ended = true,
+                }
+            }
+            let trailers = std::task::ready!(stream.poll_trailers(cx));
+            *this.ended = true;
+            return match trailers {
+                Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+                Ok(None) => Poll::Ready(None),
+                Err(e) => Poll::Ready(Some(Err(e.into()))),
+            };
+        }
         let Some(recv) = this.recv.as_mut() else {
             return Poll::Ready(None);
         };

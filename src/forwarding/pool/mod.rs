@@ -353,6 +353,8 @@ pub(crate) struct Pools<B> {
     opened: Arc<AtomicU64>,
     /// HTTP/1.1 on fuseway's own codec (else hyper's).
     native: bool,
+    /// HTTP/2 on fuseway's own client (else the h2 crate's).
+    native_h2: bool,
     keep: Keep,
 }
 
@@ -366,9 +368,13 @@ struct PoolMap<B> {
 const SWEEP_EVERY: u32 = 4096;
 
 impl<B: SendBody> Pools<B> {
-    /// Pools whose HTTP/1.1 connections run on `engine` and are kept idle as `keep`
-    /// says.
-    pub(crate) fn new(engine: crate::server::Http1Engine, keep: Keep) -> Self {
+    /// Pools whose HTTP/1.1 connections run on `engine`, HTTP/2 connections on
+    /// `engine2`, kept idle as `keep` says.
+    pub(crate) fn new(
+        engine: crate::server::Http1Engine,
+        engine2: crate::server::Http2Engine,
+        keep: Keep,
+    ) -> Self {
         static IDS: AtomicU64 = AtomicU64::new(0);
         Pools {
             id: IDS.fetch_add(1, Ordering::Relaxed),
@@ -379,6 +385,7 @@ impl<B: SendBody> Pools<B> {
             }),
             opened: Arc::new(AtomicU64::new(0)),
             native: engine == crate::server::Http1Engine::Native,
+            native_h2: engine2 == crate::server::Http2Engine::Native,
             keep,
         }
     }
@@ -486,6 +493,7 @@ impl<B: SendBody> Pools<B> {
             opened: self.opened.clone(),
             limit,
             native: self.native,
+            native_h2: self.native_h2,
             keep: self.keep,
         }
     }
@@ -557,6 +565,8 @@ pub(crate) struct Pool<B> {
     limit: Option<Arc<Limit>>,
     /// HTTP/1.1 on fuseway's own codec (else hyper's).
     native: bool,
+    /// HTTP/2 on fuseway's own client (else the h2 crate's).
+    native_h2: bool,
     keep: Keep,
     stats: Arc<PoolStats>,
 }

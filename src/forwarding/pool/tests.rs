@@ -128,7 +128,11 @@ fn key(authority: &'static str) -> Key {
 
 #[test]
 fn sweeps_forget_pools_nothing_uses() {
-    let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper, Default::default());
+    let pools = Pools::<Empty<Bytes>>::new(
+        crate::server::Http1Engine::Hyper,
+        Default::default(),
+        Default::default(),
+    );
     let kept = pools.pool(key("127.0.0.1:1"));
     drop(pools.pool(key("127.0.0.1:2")));
     assert!(
@@ -144,7 +148,11 @@ fn sweeps_forget_pools_nothing_uses() {
 
 #[tokio::test]
 async fn idle_connections_past_the_timeout_are_closed_oldest_first() {
-    let pools = Pools::<Empty<Bytes>>::new(crate::server::Http1Engine::Hyper, Default::default());
+    let pools = Pools::<Empty<Bytes>>::new(
+        crate::server::Http1Engine::Hyper,
+        Default::default(),
+        Default::default(),
+    );
     let pool = pools.pool(key("127.0.0.1:1"));
     let slot = || -> Pin<Box<dyn H1Slot<Empty<Bytes>>>> {
         Box::pin(H1 {

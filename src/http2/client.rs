@@ -1,0 +1,1242 @@
+//! fuseway's own HTTP/2 client connection (RFC 9113), for the forwarder's connections
+//! to HTTP/2 destinations.
+//!
+//! A connection is shared by the requests of a pool: its state ([`Connection`]) sits
+//! behind one lock, taken by the requests' exchanges ([`Stream`]) and by the task that
+//! owns the socket ([`Driver`]). An exchange writes its frames (the request's header
+//! block, its body's DATA as the destination's windows allow, its trailers) straight
+//! into the connection's outgoing buffer and reads its response from its stream's slot;
+//! the driver writes the buffer to the socket, reads frames, decodes header blocks into
+//! `http` types and wakes the exchanges they are for. Streams live in slots reused by
+//! later streams, so a request on an open connection allocates only its response's
+//! header map.
+//!
+//! What it does: the preface and SETTINGS (push off, 2 MiB stream and 5 MiB connection
+//! windows, as hyper's client), HPACK (requests sent without the dynamic table, which
+//! RFC 7541 allows; responses decoded with it), flow control both ways, trailers both
+//! ways, the destination's stream limit (requests over it wait for a stream to end),
+//! PING both ways, RST_STREAM both ways (an exchange dropped before its stream ended
+//! resets it with CANCEL), GOAWAY (streams the destination did not take fail; the
+//! others finish), and the checks of RFC 9113 §8 on responses (a malformed one fails
+//! its request and its stream is reset with PROTOCOL_ERROR). Informational (1xx)
+//! responses are skipped. Server push is refused in the SETTINGS.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap};
+use http::{Method, Request, Response, StatusCode, Version};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::frame::{self, flag, kind, setting, Head, Reason};
+use super::hpack::{self, Decoder, Field, Pseudo};
+use super::CONNECTION_SPECIFIC;
+use crate::http1::buffers;
+
+/// The window this client gives each stream (hyper's client's).
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+/// The window this client gives the connection (hyper's client's).
+const CONN_WINDOW: u32 = 5 * 1024 * 1024;
+/// Outgoing bytes buffered past which request bodies wait for the socket.
+const WRITE_HIGH: usize = 64 * 1024;
+/// The largest response header block taken (h2's default header list limit).
+const MAX_BLOCK: usize = 16 * 1024 * 1024;
+/// The HPACK table size this client's decoder allows (the default: no setting sent).
+const TABLE_SIZE: usize = 4096;
+/// The payload of this client's pings.
+const PING: [u8; 8] = *b"fuseway\0";
+
+/// Why a stream or the connection failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Error {
+    /// The RFC 9113 error code.
+    pub(crate) reason: Reason,
+    what: &'static str,
+}
+
+impl Error {
+    fn new(reason: Reason, what: &'static str) -> Error {
+        Error { reason, what }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP/2 destination: {} ({})", self.what, self.reason)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// One HTTP/2 connection to a destination, shared by its exchanges and its driver.
+pub(crate) struct Connection {
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    /// Frames to write.
+    out: Vec<u8>,
+    /// The driver, woken when `out` gets its first bytes or the connection is left.
+    driver: Option<Waker>,
+    /// The streams' slots (`id` 0: free).
+    slots: Vec<Slot>,
+    next_id: u32,
+    /// Slots in use.
+    open: usize,
+    /// The destination's `SETTINGS_MAX_CONCURRENT_STREAMS`.
+    max_streams: usize,
+    /// The destination's `SETTINGS_INITIAL_WINDOW_SIZE`.
+    initial_window: i64,
+    /// The destination's `SETTINGS_MAX_FRAME_SIZE`.
+    max_frame: u32,
+    /// What may still be sent on the connection.
+    send_window: i64,
+    /// What the destination may still send on the connection.
+    recv_window: i64,
+    /// Bytes received and consumed (or dropped) not yet credited back.
+    credit: u32,
+    /// The connection failed: every stream fails, none opens.
+    failed: Option<Error>,
+    /// The destination's GOAWAY: no stream opens; streams above it failed.
+    goaway: Option<u32>,
+    /// Exchanges waiting for room under the stream limit.
+    openers: Vec<Waker>,
+    /// The handles that may open streams ([`Sender`]s); at none, with no stream open,
+    /// the driver closes the connection.
+    senders: usize,
+    ping: PingState,
+    /// Outgoing bytes had passed `WRITE_HIGH`: the driver wakes the streams once
+    /// written.
+    write_blocked: bool,
+}
+
+#[derive(Default)]
+enum PingState {
+    #[default]
+    Idle,
+    Sent(Option<Waker>),
+    Answered,
+}
+
+#[derive(Default)]
+struct Slot {
+    id: u32,
+    /// The request was a `HEAD` (its response's `content-length` has no body).
+    head_request: bool,
+    response: Option<Response<()>>,
+    /// The response head has been handed out.
+    answered: bool,
+    data: VecDeque<Bytes>,
+    trailers: Option<HeaderMap>,
+    recv_ended: bool,
+    send_ended: bool,
+    error: Option<Error>,
+    /// The exchange, waiting for any of the above.
+    waker: Option<Waker>,
+    send_window: i64,
+    recv_window: i64,
+    /// Bytes consumed not yet credited back to the stream.
+    consumed: u32,
+    /// What is left of the response's `content-length`.
+    expect: Option<u64>,
+}
+
+impl Slot {
+    fn wake(&mut self) {
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    fn fail(&mut self, error: Error) {
+        if self.error.is_none() {
+            self.error = Some(error);
+        }
+        self.wake();
+    }
+}
+
+impl Inner {
+    fn find(&self, id: u32) -> Option<usize> {
+        self.slots.iter().position(|slot| slot.id == id)
+    }
+
+    /// Wake the driver if `out` was empty before the caller's frames.
+    fn wrote(&mut self, was_empty: bool) {
+        if was_empty && !self.out.is_empty() {
+            if let Some(driver) = &self.driver {
+                driver.wake_by_ref();
+            }
+        }
+    }
+
+    fn reset(&mut self, id: u32, reason: Reason) {
+        let was_empty = self.out.is_empty();
+        frame::rst_stream(&mut self.out, id, reason);
+        self.wrote(was_empty);
+    }
+
+    /// Fail every stream and refuse new ones.
+    fn fail(&mut self, error: Error) {
+        if self.failed.is_none() {
+            self.failed = Some(error);
+        }
+        for slot in &mut self.slots {
+            if slot.id != 0 && !(slot.recv_ended && slot.send_ended) {
+                slot.fail(error);
+            }
+        }
+        if let PingState::Sent(waker) = &mut self.ping {
+            if let Some(waker) = waker.take() {
+                waker.wake();
+            }
+        }
+        self.wake_openers();
+    }
+
+    fn wake_openers(&mut self) {
+        for waker in self.openers.drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// Credit `n` consumed bytes back to the connection, in one WINDOW_UPDATE once half
+    /// the window is used.
+    fn credit(&mut self, n: usize) {
+        self.credit += n as u32;
+        if self.credit >= CONN_WINDOW / 2 {
+            let was_empty = self.out.is_empty();
+            frame::window_update(&mut self.out, 0, self.credit);
+            self.recv_window += i64::from(self.credit);
+            self.credit = 0;
+            self.wrote(was_empty);
+        }
+    }
+
+    fn closed_for_new(&self) -> bool {
+        self.failed.is_some() || self.goaway.is_some() || self.next_id > frame::MAX_WINDOW
+    }
+}
+
+impl Connection {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether it takes no new stream (failed, or told to go away).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed_for_new()
+    }
+
+    /// The destination's stream limit.
+    pub(crate) fn max_streams(&self) -> usize {
+        self.lock().max_streams
+    }
+
+    /// Send a PING; `false` when the connection has failed or one is out already.
+    pub(crate) fn send_ping(&self) -> bool {
+        let mut inner = self.lock();
+        if inner.failed.is_some() || !matches!(inner.ping, PingState::Idle) {
+            return false;
+        }
+        inner.ping = PingState::Sent(None);
+        let was_empty = inner.out.is_empty();
+        frame::write(&mut inner.out, kind::PING, 0, 0, &PING);
+        inner.wrote(was_empty);
+        true
+    }
+
+    /// Ready when the PING sent is answered (`Err`: the connection failed first).
+    pub(crate) fn poll_pong(&self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        let mut inner = self.lock();
+        if let Some(error) = inner.failed {
+            return Poll::Ready(Err(error));
+        }
+        match &mut inner.ping {
+            PingState::Answered => {
+                inner.ping = PingState::Idle;
+                Poll::Ready(Ok(()))
+            }
+            PingState::Sent(waker) => {
+                *waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            PingState::Idle => Poll::Pending,
+        }
+    }
+}
+
+/// What opens streams on a connection; the connection closes once no `Sender` is left
+/// and its streams have ended.
+pub(crate) struct Sender(Arc<Connection>);
+
+impl Clone for Sender {
+    fn clone(&self) -> Sender {
+        self.0.lock().senders += 1;
+        Sender(self.0.clone())
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        let mut inner = self.0.lock();
+        inner.senders -= 1;
+        if inner.senders == 0 {
+            if let Some(driver) = &inner.driver {
+                driver.wake_by_ref();
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Sender {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.0
+    }
+}
+
+impl Sender {
+    /// Open a stream for the request `head` (its header block written now, its body
+    /// not looked at, with
+    /// END_STREAM when `end_stream`: no body follows); pending while the connection is
+    /// at the destination's stream limit.
+    pub(crate) fn poll_open(
+        &self,
+        cx: &mut Context<'_>,
+        head: &Request<impl Sized>,
+        end_stream: bool,
+    ) -> Poll<Result<Stream, Error>> {
+        let mut inner = self.0.lock();
+        if let Some(error) = inner.failed {
+            return Poll::Ready(Err(error));
+        }
+        if inner.closed_for_new() {
+            return Poll::Ready(Err(Error::new(
+                Reason::REFUSED_STREAM,
+                "the connection takes no new stream",
+            )));
+        }
+        if inner.open >= inner.max_streams {
+            if !inner.openers.iter().any(|w| w.will_wake(cx.waker())) {
+                inner.openers.push(cx.waker().clone());
+            }
+            return Poll::Pending;
+        }
+        let id = inner.next_id;
+        inner.next_id += 2;
+        inner.open += 1;
+        let at = match inner.find(0) {
+            Some(at) => at,
+            None => {
+                inner.slots.push(Slot::default());
+                inner.slots.len() - 1
+            }
+        };
+        let send_window = inner.initial_window;
+        let slot = &mut inner.slots[at];
+        slot.id = id;
+        slot.head_request = head.method() == Method::HEAD;
+        slot.send_window = send_window;
+        slot.recv_window = i64::from(STREAM_WINDOW);
+        slot.send_ended = end_stream;
+        let was_empty = inner.out.is_empty();
+        let max_frame = inner.max_frame;
+        frame::headers_with(&mut inner.out, id, end_stream, max_frame, |dst| {
+            encode_request(head, dst)
+        });
+        inner.wrote(was_empty);
+        Poll::Ready(Ok(Stream {
+            conn: self.0.clone(),
+            at,
+            id,
+        }))
+    }
+}
+
+/// The request's header block: the pseudo-header fields from its method and URI, then
+/// its fields but those HTTP/2 does not carry (RFC 9113 §8.2.2; `te` but `trailers`).
+fn encode_request(head: &Request<impl Sized>, dst: &mut Vec<u8>) {
+    let uri = head.uri();
+    let connect = head.method() == Method::CONNECT;
+    hpack::encode_pseudo(Pseudo::Method, head.method().as_str().as_bytes(), dst);
+    if !connect {
+        let scheme = uri.scheme_str().unwrap_or("http");
+        hpack::encode_pseudo(Pseudo::Scheme, scheme.as_bytes(), dst);
+    }
+    let authority = uri
+        .authority()
+        .map(|a| a.as_str().as_bytes())
+        .or_else(|| head.headers().get(header::HOST).map(|h| h.as_bytes()));
+    if let Some(authority) = authority {
+        hpack::encode_pseudo(Pseudo::Authority, authority, dst);
+    }
+    if !connect {
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        let path = if path.is_empty() { "/" } else { path };
+        hpack::encode_pseudo(Pseudo::Path, path.as_bytes(), dst);
+    }
+    encode_fields(head.headers(), dst);
+}
+
+fn encode_fields(headers: &HeaderMap, dst: &mut Vec<u8>) {
+    for (name, value) in headers {
+        if CONNECTION_SPECIFIC.contains(name) || (name == header::TE && value != "trailers") {
+            continue;
+        }
+        hpack::encode_header(name, value.as_bytes(), dst);
+    }
+}
+
+/// One request's stream: its exchange's side.
+pub(crate) struct Stream {
+    conn: Arc<Connection>,
+    at: usize,
+    id: u32,
+}
+
+impl Stream {
+    /// The slot, if still this stream's (it always is while the `Stream` lives).
+    fn with<T>(&self, f: impl FnOnce(&mut Inner, usize) -> T) -> T {
+        let mut inner = self.conn.lock();
+        debug_assert_eq!(inner.slots[self.at].id, self.id);
+        f(&mut inner, self.at)
+    }
+
+    /// The response head.
+    pub(crate) fn poll_response(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<()>, Error>> {
+        self.with(|inner, at| {
+            let slot = &mut inner.slots[at];
+            if let Some(response) = slot.response.take() {
+                slot.answered = true;
+                return Poll::Ready(Ok(response));
+            }
+            if let Some(error) = slot.error {
+                return Poll::Ready(Err(error));
+            }
+            register(&mut slot.waker, cx);
+            Poll::Pending
+        })
+    }
+
+    /// Send `data` (all of it, as the windows allow: ready once it is in the connection's
+    /// outgoing buffer), the request body's end with it when `end`. A response that
+    /// ended with the destination's `RST_STREAM(NO_ERROR)` ends the body early: `data`
+    /// is dropped.
+    pub(crate) fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &mut Bytes,
+        end: bool,
+    ) -> Poll<Result<(), Error>> {
+        self.with(|inner, at| {
+            let was_empty = inner.out.is_empty();
+            let polled = loop {
+                let slot = &inner.slots[at];
+                if let Some(error) = slot.error {
+                    break Poll::Ready(Err(error));
+                }
+                if slot.send_ended {
+                    data.clear();
+                    break Poll::Ready(Ok(()));
+                }
+                if data.is_empty() && !end {
+                    break Poll::Ready(Ok(()));
+                }
+                if inner.out.len() >= WRITE_HIGH {
+                    inner.write_blocked = true;
+                    register(&mut inner.slots[at].waker, cx);
+                    break Poll::Pending;
+                }
+                let room = slot
+                    .send_window
+                    .min(inner.send_window)
+                    .min(i64::from(inner.max_frame));
+                if room <= 0 && !data.is_empty() {
+                    register(&mut inner.slots[at].waker, cx);
+                    break Poll::Pending;
+                }
+                let n = data.len().min(room.max(0) as usize);
+                let last = end && n == data.len();
+                let flags = if last { flag::END_STREAM } else { 0 };
+                frame::write(&mut inner.out, kind::DATA, flags, self.id, &data[..n]);
+                data.advance(n);
+                inner.send_window -= n as i64;
+                let slot = &mut inner.slots[at];
+                slot.send_window -= n as i64;
+                if last {
+                    slot.send_ended = true;
+                    break Poll::Ready(Ok(()));
+                }
+            };
+            inner.wrote(was_empty);
+            polled
+        })
+    }
+
+    /// End the request with `trailers`.
+    pub(crate) fn send_trailers(&mut self, trailers: &HeaderMap) -> Result<(), Error> {
+        self.with(|inner, at| {
+            let slot = &mut inner.slots[at];
+            if let Some(error) = slot.error {
+                return Err(error);
+            }
+            if slot.send_ended {
+                return Ok(());
+            }
+            slot.send_ended = true;
+            let was_empty = inner.out.is_empty();
+            let max_frame = inner.max_frame;
+            frame::headers_with(&mut inner.out, self.id, true, max_frame, |dst| {
+                encode_fields(trailers, dst)
+            });
+            inner.wrote(was_empty);
+            Ok(())
+        })
+    }
+
+    /// Reset the stream (the request body failed).
+    pub(crate) fn reset(&mut self, reason: Reason) {
+        self.with(|inner, at| {
+            let slot = &mut inner.slots[at];
+            if slot.error.is_none() {
+                slot.error = Some(Error::new(reason, "the request was cancelled"));
+                inner.reset(self.id, reason);
+            }
+        })
+    }
+
+    /// The response body's next chunk (`None` at its end, then ask for the trailers).
+    pub(crate) fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Error>>> {
+        let id = self.id;
+        self.with(|inner, at| {
+            let slot = &mut inner.slots[at];
+            if let Some(data) = slot.data.pop_front() {
+                let n = data.len();
+                slot.consumed += n as u32;
+                if slot.consumed >= STREAM_WINDOW / 2 && !slot.recv_ended {
+                    let consumed = std::mem::take(&mut slot.consumed);
+                    slot.recv_window += i64::from(consumed);
+                    let was_empty = inner.out.is_empty();
+                    frame::window_update(&mut inner.out, id, consumed);
+                    inner.wrote(was_empty);
+                }
+                inner.credit(n);
+                return Poll::Ready(Some(Ok(data)));
+            }
+            if let Some(error) = slot.error {
+                return Poll::Ready(Some(Err(error)));
+            }
+            if slot.recv_ended {
+                return Poll::Ready(None);
+            }
+            register(&mut slot.waker, cx);
+            Poll::Pending
+        })
+    }
+
+    /// The response's trailers, once its data has all been read.
+    pub(crate) fn poll_trailers(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<HeaderMap>, Error>> {
+        self.with(|inner, at| {
+            let slot = &mut inner.slots[at];
+            if slot.recv_ended {
+                return Poll::Ready(Ok(slot.trailers.take()));
+            }
+            if let Some(error) = slot.error {
+                return Poll::Ready(Err(error));
+            }
+            register(&mut slot.waker, cx);
+            Poll::Pending
+        })
+    }
+
+    /// The response has ended and been read.
+    pub(crate) fn is_end_stream(&self) -> bool {
+        self.with(|inner, at| {
+            let slot = &inner.slots[at];
+            slot.recv_ended && slot.data.is_empty() && slot.trailers.is_none()
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let mut inner = self.conn.lock();
+        let inner = &mut *inner;
+        let slot = &mut inner.slots[self.at];
+        let unread: usize = slot.data.drain(..).map(|d| d.len()).sum();
+        let cancel = slot.error.is_none() && !(slot.recv_ended && slot.send_ended);
+        let keep = std::mem::take(&mut slot.data);
+        *slot = Slot {
+            data: keep,
+            ..Slot::default()
+        };
+        if cancel && inner.failed.is_none() {
+            inner.reset(self.id, Reason::CANCEL);
+        }
+        inner.credit(unread);
+        inner.open -= 1;
+        inner.wake_openers();
+        if inner.open == 0 {
+            if let Some(driver) = &inner.driver {
+                driver.wake_by_ref();
+            }
+        }
+    }
+}
+
+fn register(waker: &mut Option<Waker>, cx: &mut Context<'_>) {
+    match waker {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *waker = Some(cx.waker().clone()),
+    }
+}
+
+/// Start HTTP/2 on `io`: the preface, this client's SETTINGS and connection window,
+/// then the destination's SETTINGS, read before this returns (so the first requests
+/// know its stream limit). The [`Driver`] must then be polled (spawned) for the
+/// connection to work.
+pub(crate) async fn handshake<I>(mut io: I) -> Result<(Sender, Driver<I>), Error>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(frame::PREFACE);
+    frame::settings(
+        &mut out,
+        &[
+            (setting::ENABLE_PUSH, 0),
+            (setting::INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+        ],
+    );
+    frame::window_update(&mut out, 0, CONN_WINDOW - frame::DEFAULT_WINDOW);
+    let io_error = |_| Error::new(Reason::PROTOCOL_ERROR, "connection failed in the handshake");
+    tokio::io::AsyncWriteExt::write_all(&mut io, &out)
+        .await
+        .map_err(io_error)?;
+    tokio::io::AsyncWriteExt::flush(&mut io)
+        .await
+        .map_err(io_error)?;
+    out.clear();
+    let conn = Arc::new(Connection {
+        inner: Mutex::new(Inner {
+            out,
+            driver: None,
+            slots: Vec::new(),
+            next_id: 1,
+            open: 0,
+            max_streams: usize::MAX,
+            initial_window: i64::from(frame::DEFAULT_WINDOW),
+            max_frame: frame::DEFAULT_MAX_FRAME,
+            send_window: i64::from(frame::DEFAULT_WINDOW),
+            recv_window: i64::from(CONN_WINDOW),
+            credit: 0,
+            failed: None,
+            goaway: None,
+            openers: Vec::new(),
+            senders: 1,
+            ping: PingState::Idle,
+            write_blocked: false,
+        }),
+    });
+    let mut driver = Driver {
+        io,
+        conn: conn.clone(),
+        read: BytesMut::new(),
+        decoder: Decoder::new(TABLE_SIZE),
+        block: None,
+        writing: Vec::new(),
+        written: 0,
+        settled: false,
+        eof: false,
+    };
+    std::future::poll_fn(|cx| driver.poll_settings(cx)).await?;
+    Ok((Sender(conn), driver))
+}
+
+/// The task's half of a connection: it owns the socket.
+pub(crate) struct Driver<I> {
+    io: I,
+    conn: Arc<Connection>,
+    read: BytesMut,
+    decoder: Decoder,
+    /// A header block continued in CONTINUATION frames: its stream, END_STREAM, the
+    /// fragments so far.
+    block: Option<(u32, bool, BytesMut)>,
+    /// Bytes being written, taken from the connection's `out`.
+    writing: Vec<u8>,
+    written: usize,
+    /// The destination's first SETTINGS has come.
+    settled: bool,
+    eof: bool,
+}
+
+impl<I> Driver<I> {
+    /// The connection it drives (for its keep-alive pings: not a [`Sender`], which
+    /// would keep it open).
+    pub(crate) fn connection(&self) -> Arc<Connection> {
+        self.conn.clone()
+    }
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
+    /// Read frames until the destination's first SETTINGS has been taken.
+    fn poll_settings(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.poll_io(cx)?;
+        if self.settled {
+            return Poll::Ready(Ok(()));
+        }
+        if self.eof {
+            return Poll::Ready(Err(Error::new(
+                Reason::PROTOCOL_ERROR,
+                "the destination closed the connection in the handshake",
+            )));
+        }
+        Poll::Pending
+    }
+
+    /// Write what is queued and read what has come, until neither makes progress.
+    fn poll_io(&mut self, cx: &mut Context<'_>) -> Result<(), Error> {
+        loop {
+            let wrote = self.poll_write(cx)?;
+            let read = self.poll_read(cx)?;
+            if !wrote && !read {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Write the connection's outgoing bytes: whether any were written.
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> Result<bool, Error> {
+        let mut progress = false;
+        loop {
+            if self.written == self.writing.len() {
+                self.writing.clear();
+                self.written = 0;
+                let mut inner = self.conn.lock();
+                std::mem::swap(&mut inner.out, &mut self.writing);
+                if self.writing.is_empty() {
+                    register(&mut inner.driver, cx);
+                    if inner.write_blocked {
+                        inner.write_blocked = false;
+                        for slot in &mut inner.slots {
+                            slot.wake();
+                        }
+                    }
+                    drop(inner);
+                    if progress {
+                        let _ = Pin::new(&mut self.io)
+                            .poll_flush(cx)
+                            .map_err(|e| self.io_failed(&e))?;
+                    }
+                    return Ok(progress);
+                }
+            }
+            match Pin::new(&mut self.io).poll_write(cx, &self.writing[self.written..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Err(self.io_failed(&io::ErrorKind::WriteZero.into()));
+                }
+                Poll::Ready(Ok(n)) => {
+                    self.written += n;
+                    progress = true;
+                }
+                Poll::Ready(Err(e)) => return Err(self.io_failed(&e)),
+                Poll::Pending => return Ok(progress),
+            }
+        }
+    }
+
+    fn io_failed(&self, e: &io::Error) -> Error {
+        tracing::debug!(error = %e, "HTTP/2 connection to a destination failed");
+        let error = Error::new(Reason::INTERNAL_ERROR, "the connection failed");
+        self.conn.lock().fail(error);
+        error
+    }
+
+    /// Read and take in the frames that came: whether anything was read.
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Result<bool, Error> {
+        if self.eof {
+            return Ok(false);
+        }
+        let n = match buffers::poll_read(&mut self.io, &mut self.read, cx) {
+            Poll::Ready(Ok(n)) => n,
+            Poll::Ready(Err(e)) => return Err(self.io_failed(&e)),
+            Poll::Pending => return Ok(false),
+        };
+        if n == 0 {
+            self.eof = true;
+            let error = Error::new(Reason::NO_ERROR, "the destination closed the connection");
+            self.conn.lock().fail(error);
+            return Ok(true);
+        }
+        let conn = self.conn.clone();
+        let mut inner = conn.lock();
+        while self.read.len() >= frame::HEAD_LEN {
+            let head = Head::parse(&self.read);
+            if head.len > frame::DEFAULT_MAX_FRAME {
+                return Err(self.fatal(
+                    &mut inner,
+                    Reason::FRAME_SIZE_ERROR,
+                    "a frame past the frame size",
+                ));
+            }
+            let whole = frame::HEAD_LEN + head.len as usize;
+            if self.read.len() < whole {
+                self.read.reserve(whole - self.read.len());
+                break;
+            }
+            self.read.advance(frame::HEAD_LEN);
+            let payload = self.read.split_to(head.len as usize).freeze();
+            if let Err(error) = self.on_frame(&mut inner, head, payload) {
+                return Err(self.fatal(&mut inner, error.reason, error.what));
+            }
+        }
+        if self.read.is_empty() {
+            buffers::release_read(&mut self.read);
+        }
+        Ok(true)
+    }
+
+    /// A connection error: GOAWAY, every stream failed.
+    fn fatal(&mut self, inner: &mut Inner, reason: Reason, what: &'static str) -> Error {
+        tracing::debug!(%reason, what, "HTTP/2 destination broke the protocol");
+        let error = Error::new(reason, what);
+        let last = inner.next_id.saturating_sub(2);
+        frame::goaway(&mut inner.out, last, reason);
+        inner.fail(error);
+        error
+    }
+
+    fn on_frame(&mut self, inner: &mut Inner, head: Head, payload: Bytes) -> Result<(), Error> {
+        let protocol = |what| Err(Error::new(Reason::PROTOCOL_ERROR, what));
+        if let Some((stream, end_stream, block)) = &mut self.block {
+            if head.kind != kind::CONTINUATION || head.stream != *stream {
+                return protocol("a header block not continued");
+            }
+            if block.len() + payload.len() > MAX_BLOCK {
+                return Err(Error::new(
+                    Reason::ENHANCE_YOUR_CALM,
+                    "a header block too large",
+                ));
+            }
+            block.extend_from_slice(&payload);
+            if head.flags & flag::END_HEADERS != 0 {
+                let (stream, end_stream) = (*stream, *end_stream);
+                let block = self.block.take().map(|b| b.2.freeze()).unwrap_or_default();
+                return self.on_block(inner, stream, end_stream, block);
+            }
+            return Ok(());
+        }
+        match head.kind {
+            kind::DATA => self.on_data(inner, head, payload),
+            kind::HEADERS => {
+                if head.stream == 0 {
+                    return protocol("HEADERS on stream 0");
+                }
+                let Some(mut range) = frame::unpadded(&payload, head.flags) else {
+                    return protocol("bad padding");
+                };
+                if head.flags & flag::PRIORITY != 0 {
+                    if range.len() < 5 {
+                        return protocol("a short PRIORITY part");
+                    }
+                    range.start += 5;
+                }
+                let fragment = payload.slice(range);
+                let end_stream = head.flags & flag::END_STREAM != 0;
+                if head.flags & flag::END_HEADERS != 0 {
+                    self.on_block(inner, head.stream, end_stream, fragment)
+                } else {
+                    self.block = Some((head.stream, end_stream, BytesMut::from(&fragment[..])));
+                    Ok(())
+                }
+            }
+            kind::RST_STREAM => {
+                if head.stream == 0 || payload.len() != 4 {
+                    return protocol("a bad RST_STREAM");
+                }
+                let reason = Reason(u32::from_be_bytes([
+                    payload[0], payload[1], payload[2], payload[3],
+                ]));
+                if let Some(at) = inner.find(head.stream) {
+                    let slot = &mut inner.slots[at];
+                    if reason == Reason::NO_ERROR && slot.recv_ended {
+                        // The response is whole; stop sending the request's body.
+                        slot.send_ended = true;
+                        slot.wake();
+                    } else {
+                        slot.fail(Error::new(
+                            reason,
+                            "stream error received (the destination reset the stream)",
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            kind::SETTINGS => self.on_settings(inner, head, &payload),
+            kind::PUSH_PROMISE => protocol("PUSH_PROMISE, push being off"),
+            kind::PING => {
+                if head.stream != 0 || payload.len() != 8 {
+                    return Err(Error::new(Reason::FRAME_SIZE_ERROR, "a bad PING"));
+                }
+                if head.flags & flag::ACK == 0 {
+                    let was_empty = inner.out.is_empty();
+                    frame::write(&mut inner.out, kind::PING, flag::ACK, 0, &payload);
+                    inner.wrote(was_empty);
+                } else if payload[..] == PING {
+                    if let PingState::Sent(waker) = &mut inner.ping {
+                        if let Some(waker) = waker.take() {
+                            waker.wake();
+                        }
+                        inner.ping = PingState::Answered;
+                    }
+                }
+                Ok(())
+            }
+            kind::GOAWAY => {
+                if head.stream != 0 || payload.len() < 8 {
+                    return protocol("a bad GOAWAY");
+                }
+                let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                    & frame::MAX_WINDOW;
+                let reason = Reason(u32::from_be_bytes([
+                    payload[4], payload[5], payload[6], payload[7],
+                ]));
+                tracing::debug!(%reason, last, "an HTTP/2 destination sent GOAWAY");
+                inner.goaway = Some(last);
+                for slot in &mut inner.slots {
+                    if slot.id > last {
+                        slot.fail(Error::new(
+                            Reason::REFUSED_STREAM,
+                            "the destination went away before the stream",
+                        ));
+                    }
+                }
+                inner.wake_openers();
+                Ok(())
+            }
+            kind::WINDOW_UPDATE => {
+                if payload.len() != 4 {
+                    return Err(Error::new(Reason::FRAME_SIZE_ERROR, "a bad WINDOW_UPDATE"));
+                }
+                let increment = i64::from(
+                    u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                        & frame::MAX_WINDOW,
+                );
+                if head.stream == 0 {
+                    if increment == 0 {
+                        return protocol("a zero window increment");
+                    }
+                    inner.send_window += increment;
+                    if inner.send_window > i64::from(frame::MAX_WINDOW) {
+                        return Err(Error::new(
+                            Reason::FLOW_CONTROL_ERROR,
+                            "the connection window past its limit",
+                        ));
+                    }
+                    for slot in &mut inner.slots {
+                        if slot.id != 0 && !slot.send_ended {
+                            slot.wake();
+                        }
+                    }
+                } else if let Some(at) = inner.find(head.stream) {
+                    let id = head.stream;
+                    let slot = &mut inner.slots[at];
+                    slot.send_window += increment;
+                    if increment == 0 || slot.send_window > i64::from(frame::MAX_WINDOW) {
+                        slot.fail(Error::new(
+                            Reason::FLOW_CONTROL_ERROR,
+                            "a bad stream window update",
+                        ));
+                        inner.reset(id, Reason::FLOW_CONTROL_ERROR);
+                    } else {
+                        slot.wake();
+                    }
+                }
+                Ok(())
+            }
+            kind::CONTINUATION => protocol("CONTINUATION without HEADERS"),
+            // PRIORITY and unknown frames are ignored.
+            _ => Ok(()),
+        }
+    }
+
+    fn on_settings(&mut self, inner: &mut Inner, head: Head, payload: &[u8]) -> Result<(), Error> {
+        if head.stream != 0 {
+            return Err(Error::new(Reason::PROTOCOL_ERROR, "SETTINGS on a stream"));
+        }
+        if head.flags & flag::ACK != 0 {
+            return Ok(());
+        }
+        if payload.len() % 6 != 0 {
+            return Err(Error::new(
+                Reason::FRAME_SIZE_ERROR,
+                "a bad SETTINGS length",
+            ));
+        }
+        for one in payload.chunks_exact(6) {
+            let id = u16::from_be_bytes([one[0], one[1]]);
+            let value = u32::from_be_bytes([one[2], one[3], one[4], one[5]]);
+            match id {
+                setting::ENABLE_PUSH if value > 1 => {
+                    return Err(Error::new(Reason::PROTOCOL_ERROR, "a bad ENABLE_PUSH"));
+                }
+                setting::MAX_CONCURRENT_STREAMS => inner.max_streams = value as usize,
+                setting::INITIAL_WINDOW_SIZE => {
+                    if value > frame::MAX_WINDOW {
+                        return Err(Error::new(
+                            Reason::FLOW_CONTROL_ERROR,
+                            "a window past its limit",
+                        ));
+                    }
+                    let delta = i64::from(value) - inner.initial_window;
+                    inner.initial_window = i64::from(value);
+                    for slot in &mut inner.slots {
+                        if slot.id != 0 {
+                            slot.send_window += delta;
+                            slot.wake();
+                        }
+                    }
+                }
+                setting::MAX_FRAME_SIZE => {
+                    if !(frame::DEFAULT_MAX_FRAME..=0xff_ffff).contains(&value) {
+                        return Err(Error::new(Reason::PROTOCOL_ERROR, "a bad MAX_FRAME_SIZE"));
+                    }
+                    inner.max_frame = value;
+                }
+                // The table size only bounds a dynamic table this encoder does not use.
+                _ => {}
+            }
+        }
+        let was_empty = inner.out.is_empty();
+        frame::write(&mut inner.out, kind::SETTINGS, flag::ACK, 0, &[]);
+        inner.wrote(was_empty);
+        inner.wake_openers();
+        self.settled = true;
+        Ok(())
+    }
+
+    fn on_data(&mut self, inner: &mut Inner, head: Head, payload: Bytes) -> Result<(), Error> {
+        if head.stream == 0 {
+            return Err(Error::new(Reason::PROTOCOL_ERROR, "DATA on stream 0"));
+        }
+        let len = payload.len();
+        inner.recv_window -= len as i64;
+        if inner.recv_window < 0 {
+            return Err(Error::new(
+                Reason::FLOW_CONTROL_ERROR,
+                "DATA past the connection window",
+            ));
+        }
+        let Some(range) = frame::unpadded(&payload, head.flags) else {
+            return Err(Error::new(Reason::PROTOCOL_ERROR, "bad padding"));
+        };
+        let Some(at) = inner.find(head.stream) else {
+            // A stream already ended here: its data is credited back at once.
+            inner.credit(len);
+            return Ok(());
+        };
+        let id = head.stream;
+        let slot = &mut inner.slots[at];
+        let stream_error = if slot.error.is_some() {
+            None
+        } else if slot.recv_ended || (slot.response.is_none() && !slot.answered) {
+            Some(Error::new(Reason::PROTOCOL_ERROR, "DATA out of place"))
+        } else if slot.recv_window < len as i64 {
+            Some(Error::new(
+                Reason::FLOW_CONTROL_ERROR,
+                "DATA past the stream window",
+            ))
+        } else {
+            slot.recv_window -= len as i64;
+            let data = payload.slice(range);
+            let end = head.flags & flag::END_STREAM != 0;
+            let expect = slot.expect.map(|left| left.checked_sub(data.len() as u64));
+            match expect {
+                Some(None) => Some(Error::new(
+                    Reason::PROTOCOL_ERROR,
+                    "more data than the content-length",
+                )),
+                Some(Some(left)) if end && left > 0 => Some(Error::new(
+                    Reason::PROTOCOL_ERROR,
+                    "less data than the content-length",
+                )),
+                _ => {
+                    slot.expect = expect.flatten();
+                    // Padding is credited back at once.
+                    let padding = len - data.len();
+                    slot.consumed += padding as u32;
+                    if !data.is_empty() {
+                        slot.data.push_back(data);
+                    }
+                    slot.recv_ended = end;
+                    slot.wake();
+                    inner.credit(padding);
+                    return Ok(());
+                }
+            }
+        };
+        if let Some(error) = stream_error {
+            slot.fail(error);
+            inner.reset(id, error.reason);
+        }
+        inner.credit(len);
+        Ok(())
+    }
+
+    /// A whole header block: the response head, or its trailers.
+    fn on_block(
+        &mut self,
+        inner: &mut Inner,
+        id: u32,
+        end_stream: bool,
+        block: Bytes,
+    ) -> Result<(), Error> {
+        let mut status = None;
+        let mut headers = HeaderMap::new();
+        let mut malformed = None;
+        self.decoder
+            .decode(&block, |field| match field {
+                Field::Pseudo(Pseudo::Status, value) if status.is_none() && headers.is_empty() => {
+                    status = Some(value)
+                }
+                Field::Pseudo(..) => malformed = Some("a bad pseudo-header field"),
+                Field::Header(name, value) => {
+                    if CONNECTION_SPECIFIC.contains(&name) {
+                        malformed = Some("a connection-specific field");
+                    }
+                    headers.append(name, value);
+                }
+                Field::Invalid { .. } => malformed = Some("an invalid field"),
+            })
+            .map_err(|e| Error::new(Reason::COMPRESSION_ERROR, e.0))?;
+        if id % 2 == 0 || id >= inner.next_id {
+            return Err(Error::new(
+                Reason::PROTOCOL_ERROR,
+                "HEADERS on a stream never opened",
+            ));
+        }
+        let Some(at) = inner.find(id) else {
+            return Ok(());
+        };
+        let slot = &mut inner.slots[at];
+        if slot.error.is_some() {
+            return Ok(());
+        }
+        let stream_error = |slot: &mut Slot, what| {
+            let error = Error::new(Reason::PROTOCOL_ERROR, what);
+            slot.fail(error);
+            error
+        };
+        let error = if slot.recv_ended {
+            Some(stream_error(slot, "HEADERS after the stream's end"))
+        } else if slot.response.is_none() && !slot.answered {
+            let status = status.and_then(|s| StatusCode::from_bytes(&s).ok());
+            match (malformed, status) {
+                (Some(what), _) => Some(stream_error(slot, what)),
+                (None, None) => Some(stream_error(slot, "a response without :status")),
+                (None, Some(status)) if status.is_informational() => {
+                    if end_stream {
+                        Some(stream_error(
+                            slot,
+                            "an informational response ending the stream",
+                        ))
+                    } else {
+                        None
+                    }
+                }
+                (None, Some(status)) => {
+                    let expect = headers
+                        .get(header::CONTENT_LENGTH)
+                        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok()?.parse::<u64>().ok());
+                    let no_body = slot.head_request
+                        || status == StatusCode::NOT_MODIFIED
+                        || status == StatusCode::NO_CONTENT;
+                    if end_stream && !no_body && expect.is_some_and(|n| n > 0) {
+                        Some(stream_error(slot, "less data than the content-length"))
+                    } else {
+                        slot.expect = if no_body { None } else { expect };
+                        let mut response = Response::new(());
+                        *response.status_mut() = status;
+                        *response.version_mut() = Version::HTTP_2;
+                        *response.headers_mut() = headers;
+                        slot.response = Some(response);
+                        slot.recv_ended = end_stream;
+                        slot.wake();
+                        None
+                    }
+                }
+            }
+        } else if !end_stream || status.is_some() || malformed.is_some() {
+            Some(stream_error(slot, "bad trailers"))
+        } else if slot.expect.is_some_and(|n| n > 0) {
+            Some(stream_error(slot, "less data than the content-length"))
+        } else {
+            slot.trailers = Some(headers);
+            slot.recv_ended = true;
+            slot.wake();
+            None
+        };
+        if let Some(error) = error {
+            inner.reset(id, error.reason);
+        }
+        Ok(())
+    }
+}
+
+impl<I> Drop for Driver<I> {
+    /// A connection no longer driven (its task ended it: a ping went unanswered, or the
+    /// runtime is shutting down) fails its streams, which would otherwise wait forever.
+    fn drop(&mut self) {
+        self.conn
+            .lock()
+            .fail(Error::new(Reason::CANCEL, "the connection was closed"));
+    }
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin> Future for Driver<I> {
+    type Output = Result<(), Error>;
+
+    /// Runs until the connection fails, the destination closes it, or it is left (no
+    /// [`Sender`] and no stream) and closed here.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        // A failure is recorded in the connection's state, read next.
+        let _ = this.poll_io(cx);
+        let inner = this.conn.lock();
+        if let Some(error) = inner.failed {
+            drop(inner);
+            // Whatever is left to write (a GOAWAY) goes if it can at once.
+            let _ = this.poll_write(cx);
+            return Poll::Ready(if error.reason == Reason::NO_ERROR {
+                Ok(())
+            } else {
+                Err(error)
+            });
+        }
+        let left = inner.senders == 0 && inner.open == 0;
+        let gone = inner.goaway.is_some() && inner.open == 0;
+        drop(inner);
+        if left || gone {
+            let mut inner = this.conn.lock();
+            inner.failed = Some(Error::new(Reason::NO_ERROR, "the connection was closed"));
+            frame::goaway(&mut inner.out, 0, Reason::NO_ERROR);
+            drop(inner);
+            let _ = this.poll_write(cx);
+            return Poll::Ready(Ok(()));
+        }
+        Poll::Pending
+    }
+}
