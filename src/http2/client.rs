@@ -533,11 +533,12 @@ impl Stream {
                 inner.credit(n);
                 return Poll::Ready(Some(Ok(data)));
             }
-            if let Some(error) = slot.error {
-                return Poll::Ready(Some(Err(error)));
-            }
+            // A response received whole stands whatever happens to the stream after.
             if slot.recv_ended {
                 return Poll::Ready(None);
+            }
+            if let Some(error) = slot.error {
+                return Poll::Ready(Some(Err(error)));
             }
             register(&mut slot.waker, cx);
             Poll::Pending
@@ -1238,5 +1239,311 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Future for Driver<I> {
             return Poll::Ready(Ok(()));
         }
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The client against a destination written frame by frame on a real socket, for
+    //! what a well-behaved server never sends. (Against real servers: the pool's and
+    //! the forwarder's tests, tests/h2_destination.rs, tests/grpc.rs.)
+
+    use std::future::poll_fn;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+        tokio::time::timeout(LIMIT, f)
+            .await
+            .unwrap_or_else(|_| panic!("{what} took too long"))
+    }
+
+    /// A client connected to a raw peer that has read the preface and sent `settings`.
+    async fn connect(settings: &[(u16, u32)]) -> (Sender, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut out = Vec::new();
+        frame::settings(&mut out, settings);
+        let peer = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut preface = [0; 24];
+            socket.read_exact(&mut preface).await.unwrap();
+            assert_eq!(&preface, frame::PREFACE);
+            socket.write_all(&out).await.unwrap();
+            socket
+        });
+        let io = TcpStream::connect(addr).await.unwrap();
+        let (sender, driver) = within("the handshake", handshake(io)).await.unwrap();
+        tokio::spawn(driver);
+        (sender, peer.await.unwrap())
+    }
+
+    async fn read_frame(socket: &mut TcpStream) -> (Head, Vec<u8>) {
+        let mut head = [0; frame::HEAD_LEN];
+        within("a frame", socket.read_exact(&mut head))
+            .await
+            .unwrap();
+        let head = Head::parse(&head);
+        let mut payload = vec![0; head.len as usize];
+        within("a payload", socket.read_exact(&mut payload))
+            .await
+            .unwrap();
+        (head, payload)
+    }
+
+    /// Read frames up to the first of `kind`.
+    async fn read_until(socket: &mut TcpStream, wanted: u8) -> (Head, Vec<u8>) {
+        loop {
+            let (head, payload) = read_frame(socket).await;
+            if head.kind == wanted {
+                return (head, payload);
+            }
+        }
+    }
+
+    fn get(path: &str) -> Request<()> {
+        Request::get(format!("http://destination{path}"))
+            .body(())
+            .unwrap()
+    }
+
+    async fn open(sender: &Sender, request: &Request<()>) -> Stream {
+        within(
+            "a stream",
+            poll_fn(|cx| sender.poll_open(cx, request, true)),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// A response header block: `:status` then `fields`.
+    fn block(status: StatusCode, fields: &[(&'static str, &str)]) -> Vec<u8> {
+        let mut block = Vec::new();
+        hpack::encode_status(status, &mut block);
+        for (name, value) in fields {
+            hpack::encode_header(
+                &header::HeaderName::from_static(name),
+                value.as_bytes(),
+                &mut block,
+            );
+        }
+        block
+    }
+
+    #[tokio::test]
+    async fn a_request_is_sent_and_a_split_padded_response_read() {
+        let (sender, mut peer) = connect(&[]).await;
+        let mut stream = open(&sender, &get("/a?b")).await;
+        let (head, payload) = read_until(&mut peer, kind::HEADERS).await;
+        assert_eq!(head.stream, 1);
+        assert_eq!(head.flags, flag::END_HEADERS | flag::END_STREAM);
+        let mut fields = Vec::new();
+        Decoder::new(4096)
+            .decode(&Bytes::from(payload), |f| fields.push(f))
+            .unwrap();
+        assert_eq!(
+            fields[..4],
+            [
+                Field::Pseudo(Pseudo::Method, Bytes::from_static(b"GET")),
+                Field::Pseudo(Pseudo::Scheme, Bytes::from_static(b"http")),
+                Field::Pseudo(Pseudo::Authority, Bytes::from_static(b"destination")),
+                Field::Pseudo(Pseudo::Path, Bytes::from_static(b"/a?b")),
+            ]
+        );
+        // The head in a HEADERS and a CONTINUATION, the body in a padded DATA, then
+        // trailers.
+        let head_block = block(StatusCode::OK, &[("content-length", "5"), ("x-a", "b")]);
+        let mut out = Vec::new();
+        frame::write(&mut out, kind::HEADERS, 0, 1, &head_block[..3]);
+        frame::write(
+            &mut out,
+            kind::CONTINUATION,
+            flag::END_HEADERS,
+            1,
+            &head_block[3..],
+        );
+        frame::write(&mut out, kind::DATA, flag::PADDED, 1, b"\x03hello\0\0\0");
+        let trailers = {
+            let mut block = Vec::new();
+            hpack::encode_header(
+                &header::HeaderName::from_static("grpc-status"),
+                b"0",
+                &mut block,
+            );
+            block
+        };
+        frame::write(
+            &mut out,
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            1,
+            &trailers,
+        );
+        peer.write_all(&out).await.unwrap();
+        let response = within("the response", poll_fn(|cx| stream.poll_response(cx)))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["x-a"], "b");
+        let data = poll_fn(|cx| stream.poll_data(cx)).await.unwrap().unwrap();
+        assert_eq!(&data[..], b"hello");
+        assert!(poll_fn(|cx| stream.poll_data(cx)).await.is_none());
+        let trailers = poll_fn(|cx| stream.poll_trailers(cx))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(trailers["grpc-status"], "0");
+        assert!(stream.is_end_stream());
+    }
+
+    #[tokio::test]
+    async fn a_malformed_response_fails_its_stream_alone() {
+        let (sender, mut peer) = connect(&[]).await;
+        let mut first = open(&sender, &get("/1")).await;
+        let mut out = Vec::new();
+        frame::write(
+            &mut out,
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            1,
+            &block(StatusCode::OK, &[("connection", "close")]),
+        );
+        peer.write_all(&out).await.unwrap();
+        let error = within("the first", poll_fn(|cx| first.poll_response(cx)))
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason, Reason::PROTOCOL_ERROR);
+        let (head, payload) = read_until(&mut peer, kind::RST_STREAM).await;
+        assert_eq!(
+            (head.stream, payload),
+            (1, Reason::PROTOCOL_ERROR.0.to_be_bytes().to_vec())
+        );
+        // The connection goes on.
+        let mut second = open(&sender, &get("/2")).await;
+        out.clear();
+        frame::write(
+            &mut out,
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            3,
+            &block(StatusCode::NO_CONTENT, &[]),
+        );
+        peer.write_all(&out).await.unwrap();
+        let response = within("the second", poll_fn(|cx| second.poll_response(cx)))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        assert!(!sender.is_closed());
+    }
+
+    #[tokio::test]
+    async fn data_past_the_content_length_fails_the_stream() {
+        let (sender, mut peer) = connect(&[]).await;
+        let mut stream = open(&sender, &get("/")).await;
+        let mut out = Vec::new();
+        frame::write(
+            &mut out,
+            kind::HEADERS,
+            flag::END_HEADERS,
+            1,
+            &block(StatusCode::OK, &[("content-length", "2")]),
+        );
+        frame::write(&mut out, kind::DATA, flag::END_STREAM, 1, b"abc");
+        peer.write_all(&out).await.unwrap();
+        within("the head", poll_fn(|cx| stream.poll_response(cx)))
+            .await
+            .unwrap();
+        let error = within("the body", poll_fn(|cx| stream.poll_data(cx)))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(error.reason, Reason::PROTOCOL_ERROR);
+    }
+
+    #[tokio::test]
+    async fn goaway_fails_the_streams_it_leaves_out_and_lets_the_others_finish() {
+        let (sender, mut peer) = connect(&[]).await;
+        let mut kept = open(&sender, &get("/1")).await;
+        let mut left = open(&sender, &get("/3")).await;
+        let mut out = Vec::new();
+        frame::goaway(&mut out, 1, Reason::NO_ERROR);
+        peer.write_all(&out).await.unwrap();
+        let error = within("the stream left out", poll_fn(|cx| left.poll_response(cx)))
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason, Reason::REFUSED_STREAM);
+        assert!(sender.is_closed());
+        out.clear();
+        frame::write(
+            &mut out,
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            1,
+            &block(StatusCode::OK, &[]),
+        );
+        peer.write_all(&out).await.unwrap();
+        let response = within("the stream kept", poll_fn(|cx| kept.poll_response(cx)))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn streams_over_the_limit_wait_for_one_to_end() {
+        let (sender, mut peer) = connect(&[(setting::MAX_CONCURRENT_STREAMS, 1)]).await;
+        let first = open(&sender, &get("/1")).await;
+        let request = get("/2");
+        let mut opening = Box::pin(poll_fn(|cx| sender.poll_open(cx, &request, true)));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), opening.as_mut())
+                .await
+                .is_err(),
+            "a second stream opened past the limit"
+        );
+        drop(first);
+        let (head, payload) = read_until(&mut peer, kind::RST_STREAM).await;
+        assert_eq!(
+            (head.stream, payload),
+            (1, Reason::CANCEL.0.to_be_bytes().to_vec())
+        );
+        let second = within("the second stream", opening).await.unwrap();
+        assert_eq!(second.id, 3);
+    }
+
+    #[tokio::test]
+    async fn the_request_body_waits_for_the_destinations_window() {
+        let (sender, mut peer) = connect(&[(setting::INITIAL_WINDOW_SIZE, 4)]).await;
+        let request = Request::post("http://destination/").body(()).unwrap();
+        let mut stream = within(
+            "a stream",
+            poll_fn(|cx| sender.poll_open(cx, &request, false)),
+        )
+        .await
+        .unwrap();
+        let mut body = Bytes::from_static(b"0123456789");
+        let mut sending = Box::pin(poll_fn(|cx| stream.poll_send(cx, &mut body, true)));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), sending.as_mut())
+                .await
+                .is_err(),
+            "sent past the window"
+        );
+        let (head, payload) = read_until(&mut peer, kind::DATA).await;
+        assert_eq!((head.flags, &payload[..]), (0, &b"0123"[..]));
+        let mut out = Vec::new();
+        frame::window_update(&mut out, 1, 100);
+        peer.write_all(&out).await.unwrap();
+        within("the rest", sending).await.unwrap();
+        let (head, payload) = read_until(&mut peer, kind::DATA).await;
+        assert_eq!(
+            (head.flags, &payload[..]),
+            (flag::END_STREAM, &b"456789"[..])
+        );
     }
 }
