@@ -150,7 +150,14 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
         .map(|(field, ..)| (*field, "is the field of a default stage"))
         .collect();
     reserved.push(("state", "is a parameter of `from_state`"));
-    reserved.push(("http1_engine", "is a parameter of `from_state_with_engine`"));
+    reserved.push((
+        "http1_engine",
+        "is a parameter of `from_state_with_engines`",
+    ));
+    reserved.push((
+        "http2_engine",
+        "is a parameter of `from_state_with_engines`",
+    ));
     if terminal.is_none() {
         reserved.push(("forwarder", "is the field of the default forwarder"));
     }
@@ -160,10 +167,12 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
     )?;
     let mut slots: Vec<Vec<Entry>> = (0..=FORWARDING).map(|_| Vec::new()).collect();
     let mut user_params = Vec::new();
+    let mut user_names = Vec::new();
     for insert in inserts {
         let at = position(&insert)?;
         let (n, t) = (&insert.entry.name, &insert.entry.ty);
         user_params.push(quote!(#n: #t));
+        user_names.push(quote!(#n));
         slots[at].push(insert.entry);
     }
     let mut stages = Vec::new();
@@ -194,7 +203,7 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
     let request: syn::Type = request.unwrap_or_else(|| {
         syn::parse_quote!(::fuseway::__private::http::Request<::fuseway::body::Incoming>)
     });
-    // With the default forwarder: a second constructor choosing its HTTP/1.1 engine.
+    // With the default forwarder: constructors choosing its engines.
     let mut engine_args = None;
     let terminal = match terminal {
         Some(t) => {
@@ -204,11 +213,12 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
             t
         }
         None => {
-            let mut with_engine = ctor_args.clone();
-            with_engine.push(quote!(::fuseway::forwarding::Forwarder::with_http1_engine(
-                http1_engine
-            )));
-            engine_args = Some(with_engine);
+            let mut with_engines = ctor_args.clone();
+            with_engines.push(quote!(::fuseway::forwarding::Forwarder::builder()
+                .http1_engine(http1_engine)
+                .http2_engine(http2_engine)
+                .build()));
+            engine_args = Some(with_engines);
             ctor_args.push(quote!(::fuseway::forwarding::Forwarder::new()));
             Entry {
                 call: Call::ByValue,
@@ -220,11 +230,29 @@ pub(crate) fn expand(input: DefaultInput) -> syn::Result<TokenStream> {
     let with_engine = engine_args.map(|args| {
         quote! {
             /// As [`from_state`](Self::from_state), the forwarder's HTTP/1.1
-            /// connections to destinations on `http1_engine`.
+            /// connections to destinations on `http1_engine` (its HTTP/2 connections on
+            /// the engine [`Http2Engine::from_env`](::fuseway::server::Http2Engine::from_env)
+            /// names).
             #vis fn from_state_with_engine(
                 state: ::std::sync::Arc<::fuseway::state::ProxyState>,
                 #(#user_params,)*
                 http1_engine: ::fuseway::server::Http1Engine,
+            ) -> Self {
+                Self::from_state_with_engines(
+                    state,
+                    #(#user_names,)*
+                    http1_engine,
+                    ::fuseway::server::Http2Engine::from_env(),
+                )
+            }
+
+            /// As [`from_state`](Self::from_state), the forwarder's connections to
+            /// destinations on `http1_engine` (HTTP/1.1) and `http2_engine` (HTTP/2).
+            #vis fn from_state_with_engines(
+                state: ::std::sync::Arc<::fuseway::state::ProxyState>,
+                #(#user_params,)*
+                http1_engine: ::fuseway::server::Http1Engine,
+                http2_engine: ::fuseway::server::Http2Engine,
             ) -> Self {
                 Self::new(#(#args),*)
             }

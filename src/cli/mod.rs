@@ -90,9 +90,10 @@ pub struct Args {
     /// set, else native.
     #[arg(long, value_name = "native|hyper")]
     pub http1_engine: Option<Http1Engine>,
-    /// The engine serving HTTP/2 clients (h2c and h2 over TLS): `native` (fuseway's
-    /// own, the default) or `hyper`. Default: `FUSEWAY_HTTP2_ENGINE` when set, else
-    /// native. (Destinations are reached over HTTP/2 with the h2 crate either way.)
+    /// The HTTP/2 engine, serving clients (h2c and h2 over TLS) and forwarding to
+    /// HTTP/2 destinations: `native` (fuseway's own, the default) or `hyper` (hyper's
+    /// server; the h2 crate's client). Default: `FUSEWAY_HTTP2_ENGINE` when set, else
+    /// native.
     #[arg(long, value_name = "native|hyper")]
     pub http2_engine: Option<Http2Engine>,
     /// Where the access log (one record per request) goes: `stdout`, `stderr`, a file
@@ -260,7 +261,7 @@ async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxErr
     server
         .serve_workers(
             workers,
-            move || pipeline::FusedDefault::from_state_with_engine(state.clone(), engine),
+            move || pipeline::FusedDefault::from_state_with_engines(state.clone(), engine, engine2),
             shutdown,
         )
         .await?;

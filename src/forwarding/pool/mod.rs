@@ -1,5 +1,6 @@
 //! The forwarder's connection pools: HTTP/1.1 on fuseway's own codec ([`native`], the
-//! default) or `hyper::client::conn` (the hyper engine), HTTP/2 on the `h2` crate.
+//! default) or `hyper::client::conn` (the hyper engine), HTTP/2 on fuseway's own client
+//! ([`crate::http2::client`], the default) or the `h2` crate.
 //!
 //! One pool per destination scheme and authority, HTTP version and certificate policy.
 //!
