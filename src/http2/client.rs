@@ -1106,7 +1106,19 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
         block: Bytes,
     ) -> Result<(), Error> {
         let mut status = None;
-        let mut headers = HeaderMap::new();
+        // A response head's fields go into a map from the thread's pool (the server
+        // gives it back once the head is written); trailers into a new one.
+        let head = inner.find(id).is_some_and(|at| {
+            let slot = &inner.slots[at];
+            slot.response.is_none() && !slot.answered && !slot.recv_ended
+        });
+        let mut headers = if head {
+            let mut map = buffers::Heads::Responses.take(0);
+            map.clear();
+            map
+        } else {
+            HeaderMap::new()
+        };
         let mut malformed = None;
         self.decoder
             .decode(&block, |field| match field {

@@ -53,10 +53,17 @@ impl H2Sender {
     }
 }
 
+/// Ended HTTP/2 exchanges a pool keeps for later requests.
+const KEEP_FREE: usize = 64;
+
 pin_project! {
-    /// An HTTP/2 exchange on the pool's shared connection.
+    /// An HTTP/2 exchange on the pool's shared connection. Once it has ended it goes
+    /// back to its pool ([`Pool::h2_free`]), which hands it to a later request: a
+    /// steady request allocates no exchange.
     pub(super) struct H2<B> {
         state: State<B>,
+        // The pool it goes back to when it ends (none: it is dropped).
+        home: Option<Arc<Pool<B>>>,
         // Counts the exchange on its connection, once it has one.
         count: Option<StreamCount>,
         // The request body still to be written.
@@ -355,12 +362,16 @@ fn choose<B: SendBody>(pool: &Arc<Pool<B>>) -> Choice {
 /// a new one (in a pool that negotiates, a new connection negotiates again).
 pub(super) fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExchange {
     match choose(pool) {
-        Choice::Taken(taken) => {
-            exchange(State::Ready(taken.sender, Some(request)), Some(taken.count))
-        }
-        Choice::Wait(opening) => {
-            exchange(State::Awaiting(opening, pool.clone(), Some(request)), None)
-        }
+        Choice::Taken(taken) => exchange(
+            State::Ready(taken.sender, Some(request)),
+            Some(taken.count),
+            Some(pool),
+        ),
+        Choice::Wait(opening) => exchange(
+            State::Awaiting(opening, pool.clone(), Some(request)),
+            None,
+            Some(pool),
+        ),
         Choice::Negotiate => Negotiating::start(pool, request),
     }
 }
@@ -370,12 +381,28 @@ pub(super) fn h2_on<B: SendBody>(
     connecting: Connecting<Taken>,
     request: Request<B>,
 ) -> BoxExchange {
-    exchange(State::Connecting(connecting, Some(request)), None)
+    exchange(State::Connecting(connecting, Some(request)), None, None)
 }
 
-fn exchange<B: SendBody>(state: State<B>, count: Option<StreamCount>) -> BoxExchange {
+/// An exchange in `state`: one `home` kept, else a new one.
+fn exchange<B: SendBody>(
+    state: State<B>,
+    count: Option<StreamCount>,
+    home: Option<&Arc<Pool<B>>>,
+) -> BoxExchange {
+    if let Some(pool) = home {
+        let kept = pool.h2_free.lock().expect("pool lock").pop();
+        if let Some(mut kept) = kept {
+            let this = kept.as_mut().project();
+            *this.state = state;
+            *this.count = count;
+            *this.home = Some(pool.clone());
+            return kept;
+        }
+    }
     Box::pin(H2 {
         state,
+        home: home.cloned(),
         count,
         pipe: None,
         recv: None,
@@ -655,7 +682,12 @@ impl<B: SendBody> Exchange for H2<B> {
                     };
                     let end = head.body().is_end_stream();
                     let stream = std::task::ready!(sender.poll_open(cx, head, end))?;
-                    let body = request.take().map(Request::into_body);
+                    let Some((parts, body)) = request.take().map(Request::into_parts) else {
+                        return Poll::Ready(Err("the exchange lost its request".into()));
+                    };
+                    // Its fields are in the header block: the map serves a later head.
+                    crate::http1::buffers::Heads::Requests.release(parts.headers);
+                    let body = Some(body);
                     *this.native = Some(NativeStream {
                         stream,
                         body: body.filter(|_| !end),
@@ -782,5 +814,24 @@ impl<B: SendBody> Exchange for H2<B> {
         self.project().timer.poll_until(cx, deadline)
     }
 
-    fn finish(self: Pin<Box<Self>>, _reusable: bool) {}
+    /// Back to its pool, emptied: its stream ends here (reset if it had not), its
+    /// timer lets go of the task's waker.
+    fn finish(mut self: Pin<Box<Self>>, _reusable: bool) {
+        let this = self.as_mut().project();
+        let Some(pool) = this.home.take() else {
+            return;
+        };
+        *this.state = State::Answered;
+        *this.count = None;
+        *this.pipe = None;
+        *this.recv = None;
+        *this.native = None;
+        *this.data_ended = false;
+        *this.ended = false;
+        this.timer.release();
+        let mut free = pool.h2_free.lock().expect("pool lock");
+        if free.len() < KEEP_FREE {
+            free.push(self);
+        }
+    }
 }

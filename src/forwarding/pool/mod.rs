@@ -491,6 +491,7 @@ impl<B: SendBody> Pools<B> {
             key,
             idle: Mutex::new(Vec::new()),
             h2: Mutex::new(H2Conns::default()),
+            h2_free: Mutex::new(Vec::new()),
             opened: self.opened.clone(),
             limit,
             native: self.native,
@@ -560,6 +561,8 @@ pub(crate) struct Pool<B> {
     idle: Mutex<Vec<Idle<B>>>,
     /// The HTTP/2 connections.
     h2: Mutex<H2Conns>,
+    /// HTTP/2 exchanges that have ended, kept for later requests (see [`h2::H2`]).
+    h2_free: Mutex<Vec<Pin<Box<h2::H2<B>>>>>,
     opened: Arc<AtomicU64>,
     /// The cluster's `MaxConnectionsPerServer`, for a destination's pool shared by
     /// every forwarder.
