@@ -2,10 +2,10 @@
 //! or compare the pipeline itself without sockets. Never part of a real proxy.
 //!
 //! [`replay`] ([`replay_h2`]) serves a client's bytes through one HTTP/1.1 (HTTP/2) engine in process and tells
-//! what the pipeline received; [`replay_response`] sends a request with one engine's
-//! client to a destination (on 127.0.0.1) that answers given bytes and tells what the
-//! client read: the differential tests and fuzz targets compare the native engine with
-//! hyper's through them.
+//! what the pipeline received; [`replay_response`] ([`replay_h2_response`]) sends a
+//! request with one engine's HTTP/1.1 (HTTP/2) client to a destination (on 127.0.0.1)
+//! that answers given bytes and tells what the client read: the differential tests and
+//! fuzz targets compare the native engines with hyper's through them.
 //!
 //! [`StubForwarder`] answers every [`Balanced`] request with `200 OK` and an empty body,
 //! recording the destination in the outcome as the real forwarder does, so stages that
@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 
 use http::{HeaderMap, Response, StatusCode};
 
-pub use crate::forwarding::replay::{replay_response, ReceivedResponse};
+pub use crate::forwarding::replay::{replay_h2_response, replay_response, ReceivedResponse};
 pub use crate::server::replay::{replay, replay_h2, Received, Replayed};
 
 use crate::body::ProxyBody;

@@ -142,3 +142,8 @@ fn fuzz_chunked() {
 fn fuzz_http2_engines() {
     run("http2_engines", structured(targets::http2_engines));
 }
+
+#[test]
+fn fuzz_http2_responses() {
+    run("http2_responses", structured(targets::http2_responses));
+}

@@ -1,6 +1,7 @@
-//! Replays a destination's bytes through one HTTP/1.1 client engine (the forwarder's
-//! pooled connection, over a real socket on 127.0.0.1): what the response-side
-//! differential fuzz target compares between the native client and hyper's.
+//! Replays a destination's bytes through one client engine (the forwarder's pooled
+//! connection, over a real socket on 127.0.0.1): what the response-side differential
+//! fuzz targets compare between the native clients and hyper's (HTTP/1.1) or the h2
+//! crate's (HTTP/2).
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::pool::{self, Pools};
 use crate::config::TlsVersions;
-use crate::server::Http1Engine;
+use crate::server::{Http1Engine, Http2Engine};
 use crate::state::UpstreamVersion;
 
 /// A destination's answer as a client engine read it.
@@ -59,16 +60,90 @@ pub async fn replay_response(
         let _ = socket.read_to_end(&mut Vec::new()).await;
     });
     let pools = Pools::<Empty<Bytes>>::new(engine, Default::default(), Default::default());
+    let received = read_response(&pools, UpstreamVersion::Http1, &authority, method).await;
+    destination.abort();
+    received
+}
+
+/// Send a `method` request (no body) with `engine`'s HTTP/2 client (h2c) to a
+/// destination that reads the connection preface, sends `settings` (its SETTINGS, or
+/// whatever bytes), reads frames up to the request's HEADERS (answering PINGs), then
+/// answers `answer` and closes: the response the client read, or `None` when it read none (or timed
+/// out, after a few seconds).
+pub async fn replay_h2_response(
+    engine: Http2Engine,
+    method: Method,
+    settings: &[u8],
+    answer: &[u8],
+) -> Option<ReceivedResponse> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ok()?;
+    let authority = Authority::try_from(listener.local_addr().ok()?.to_string()).ok()?;
+    let (settings, answer) = (settings.to_vec(), answer.to_vec());
+    let destination = tokio::spawn(async move {
+        let Ok((mut socket, _)) = listener.accept().await else {
+            return;
+        };
+        let mut preface = [0u8; 24];
+        if socket.read_exact(&mut preface).await.is_err()
+            || socket.write_all(&settings).await.is_err()
+        {
+            return;
+        }
+        // The client's frames up to its request's header block.
+        loop {
+            let mut head = [0u8; 9];
+            if socket.read_exact(&mut head).await.is_err() {
+                return;
+            }
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            if socket.read_exact(&mut payload).await.is_err() {
+                return;
+            }
+            if head[3] == 0x1 {
+                break;
+            }
+            // A PING is answered (the h2 crate's client pings before its first request).
+            if head[3] == 0x6 && head[4] & 0x1 == 0 && len == 8 {
+                let mut ack = vec![0, 0, 8, 0x6, 0x1, 0, 0, 0, 0];
+                ack.extend_from_slice(&payload);
+                if socket.write_all(&ack).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let _ = socket.write_all(&answer).await;
+        let _ = socket.shutdown().await;
+        let _ = socket.read_to_end(&mut Vec::new()).await;
+    });
+    let pools = Pools::<Empty<Bytes>>::new(Http1Engine::Native, engine, Default::default());
+    let received = read_response(&pools, UpstreamVersion::Http2, &authority, method).await;
+    destination.abort();
+    received
+}
+
+/// Send a `method` request through `pools` to `authority` on `version`, and read the
+/// response whole (within a few seconds).
+async fn read_response(
+    pools: &Pools<Empty<Bytes>>,
+    version: UpstreamVersion,
+    authority: &Authority,
+    method: Method,
+) -> Option<ReceivedResponse> {
+    let uri = match version {
+        UpstreamVersion::Http1 => "/".to_owned(),
+        _ => format!("http://{authority}/"),
+    };
     let request = Request::builder()
         .method(method)
-        .uri("/")
+        .uri(uri)
         .header(http::header::HOST, "destination")
         .body(Empty::new())
         .ok()?;
     let target = pool::Target {
         scheme: &Scheme::HTTP,
-        authority: &authority,
-        version: UpstreamVersion::Http1,
+        authority,
+        version,
         accept_any_certificate: false,
         tls: TlsVersions::Both,
         multiple_http2: false,
@@ -104,10 +179,8 @@ pub async fn replay_response(
             trailers,
         })
     };
-    let received = tokio::time::timeout(Duration::from_secs(5), read)
+    tokio::time::timeout(Duration::from_secs(5), read)
         .await
         .ok()
-        .flatten();
-    destination.abort();
-    received
+        .flatten()
 }

@@ -218,6 +218,12 @@ impl Inner {
         }
     }
 
+    /// Whether stream `id` was never opened (RFC 9113 §5.1: only HEADERS and PRIORITY
+    /// may name such a stream, and a server opens none, push being off).
+    fn idle(&self, id: u32) -> bool {
+        id % 2 == 0 || id >= self.next_id
+    }
+
     fn closed_for_new(&self) -> bool {
         self.failed.is_some() || self.goaway.is_some() || self.next_id > frame::MAX_WINDOW
     }
@@ -598,6 +604,24 @@ impl Drop for Stream {
     }
 }
 
+/// A response's `content-length`: every value the same number (a field repeated with
+/// one value is one length, RFC 9110 §8.6), or none.
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, &'static str> {
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        let n = std::str::from_utf8(value.as_bytes())
+            .ok()
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or("an invalid content-length")?;
+        if length.is_some_and(|l| l != n) {
+            return Err("content-lengths that differ");
+        }
+        length = Some(n);
+    }
+    Ok(length)
+}
+
 fn register(waker: &mut Option<Waker>, cx: &mut Context<'_>) {
     match waker {
         Some(w) if w.will_wake(cx.waker()) => {}
@@ -871,6 +895,9 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                 let reason = Reason(u32::from_be_bytes([
                     payload[0], payload[1], payload[2], payload[3],
                 ]));
+                if inner.idle(head.stream) {
+                    return protocol("RST_STREAM on a stream never opened");
+                }
                 if let Some(at) = inner.find(head.stream) {
                     let slot = &mut inner.slots[at];
                     if reason == Reason::NO_ERROR && slot.recv_ended {
@@ -952,6 +979,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                             slot.wake();
                         }
                     }
+                } else if inner.idle(head.stream) {
+                    return protocol("WINDOW_UPDATE on a stream never opened");
                 } else if let Some(at) = inner.find(head.stream) {
                     let id = head.stream;
                     let slot = &mut inner.slots[at];
@@ -969,6 +998,11 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                 Ok(())
             }
             kind::CONTINUATION => protocol("CONTINUATION without HEADERS"),
+            // RFC 9113 §6.3: a stream error; taken for the connection's, as h2 does.
+            kind::PRIORITY if payload.len() != 5 => Err(Error::new(
+                Reason::FRAME_SIZE_ERROR,
+                "a PRIORITY frame not 5 bytes long",
+            )),
             // PRIORITY and unknown frames are ignored.
             _ => Ok(()),
         }
@@ -979,6 +1013,12 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
             return Err(Error::new(Reason::PROTOCOL_ERROR, "SETTINGS on a stream"));
         }
         if head.flags & flag::ACK != 0 {
+            if !payload.is_empty() {
+                return Err(Error::new(
+                    Reason::FRAME_SIZE_ERROR,
+                    "a SETTINGS ack with a payload",
+                ));
+            }
             return Ok(());
         }
         if payload.len() % 6 != 0 {
@@ -1044,6 +1084,12 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
         let Some(range) = frame::unpadded(&payload, head.flags) else {
             return Err(Error::new(Reason::PROTOCOL_ERROR, "bad padding"));
         };
+        if inner.idle(head.stream) {
+            return Err(Error::new(
+                Reason::PROTOCOL_ERROR,
+                "DATA on a stream never opened",
+            ));
+        }
         let Some(at) = inner.find(head.stream) else {
             // A stream already ended here: its data is credited back at once.
             inner.credit(len);
@@ -1127,7 +1173,9 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                 }
                 Field::Pseudo(..) => malformed = Some("a bad pseudo-header field"),
                 Field::Header(name, value) => {
-                    if CONNECTION_SPECIFIC.contains(&name) {
+                    if CONNECTION_SPECIFIC.contains(&name)
+                        || (name == header::TE && value != "trailers")
+                    {
                         malformed = Some("a connection-specific field");
                     }
                     headers.append(name, value);
@@ -1135,7 +1183,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                 Field::Invalid { .. } => malformed = Some("an invalid field"),
             })
             .map_err(|e| Error::new(Reason::COMPRESSION_ERROR, e.0))?;
-        if id % 2 == 0 || id >= inner.next_id {
+        if inner.idle(id) {
             return Err(Error::new(
                 Reason::PROTOCOL_ERROR,
                 "HEADERS on a stream never opened",
@@ -1166,21 +1214,40 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                             slot,
                             "an informational response ending the stream",
                         ))
+                    } else if headers.contains_key(header::CONTENT_LENGTH) {
+                        // RFC 9110 §8.6: a 1xx has no Content-Length.
+                        Some(stream_error(
+                            slot,
+                            "an informational response with a length",
+                        ))
                     } else {
                         None
                     }
                 }
                 (None, Some(status)) => {
-                    let expect = headers
-                        .get(header::CONTENT_LENGTH)
-                        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok()?.parse::<u64>().ok());
                     let no_body = slot.head_request
                         || status == StatusCode::NOT_MODIFIED
                         || status == StatusCode::NO_CONTENT;
-                    if end_stream && !no_body && expect.is_some_and(|n| n > 0) {
+                    let expect = content_length(&headers);
+                    if let Err(what) = expect {
+                        Some(stream_error(slot, what))
+                    } else if status == StatusCode::NO_CONTENT
+                        && expect.is_ok_and(|n| n.is_some_and(|n| n > 0))
+                    {
+                        // RFC 9110 §8.6 (a `0` is let through: servers send it).
+                        Some(stream_error(slot, "a 204 with a length"))
+                    } else if end_stream
+                        && !no_body
+                        && expect.is_ok_and(|n| n.is_some_and(|n| n > 0))
+                    {
                         Some(stream_error(slot, "less data than the content-length"))
                     } else {
-                        slot.expect = if no_body { None } else { expect };
+                        // No content may follow (RFC 9110 §6.4.1): any DATA is past the end.
+                        slot.expect = if no_body {
+                            Some(0)
+                        } else {
+                            expect.ok().flatten()
+                        };
                         let mut response = Response::new(());
                         *response.status_mut() = status;
                         *response.version_mut() = Version::HTTP_2;
@@ -1472,6 +1539,54 @@ mod tests {
             .await
             .unwrap();
         let error = within("the body", poll_fn(|cx| stream.poll_data(cx)))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(error.reason, Reason::PROTOCOL_ERROR);
+    }
+
+    /// What h2 lets through and RFC 9110 / RFC 9113 §8.1 forbid (the `http2_responses`
+    /// fuzz target found them): content on a `204`, pseudo-header fields in trailers.
+    #[tokio::test]
+    async fn no_content_after_a_204_and_no_pseudo_header_in_trailers() {
+        let (sender, mut peer) = connect(&[]).await;
+        let mut no_content = open(&sender, &get("/1")).await;
+        let mut trailed = open(&sender, &get("/3")).await;
+        let mut out = Vec::new();
+        frame::write(
+            &mut out,
+            kind::HEADERS,
+            flag::END_HEADERS,
+            1,
+            &block(StatusCode::NO_CONTENT, &[]),
+        );
+        frame::write(&mut out, kind::DATA, flag::END_STREAM, 1, b"x");
+        frame::write(
+            &mut out,
+            kind::HEADERS,
+            flag::END_HEADERS,
+            3,
+            &block(StatusCode::OK, &[]),
+        );
+        frame::write(
+            &mut out,
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            3,
+            &block(StatusCode::OK, &[]),
+        );
+        peer.write_all(&out).await.unwrap();
+        for stream in [&mut no_content, &mut trailed] {
+            within("the head", poll_fn(|cx| stream.poll_response(cx)))
+                .await
+                .unwrap();
+        }
+        let error = within("the 204's body", poll_fn(|cx| no_content.poll_data(cx)))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(error.reason, Reason::PROTOCOL_ERROR);
+        let error = within("the trailed body", poll_fn(|cx| trailed.poll_data(cx)))
             .await
             .unwrap()
             .unwrap_err();
