@@ -1401,6 +1401,15 @@ mod tests {
         .unwrap()
     }
 
+    /// The reason `stream`'s response body fails with.
+    async fn body_error(stream: &mut Stream) -> Reason {
+        within("the body", poll_fn(|cx| stream.poll_data(cx)))
+            .await
+            .expect("an end where an error was due")
+            .expect_err("data where an error was due")
+            .reason
+    }
+
     /// A response header block: `:status` then `fields`.
     fn block(status: StatusCode, fields: &[(&'static str, &str)]) -> Vec<u8> {
         let mut block = Vec::new();
@@ -1538,11 +1547,7 @@ mod tests {
         within("the head", poll_fn(|cx| stream.poll_response(cx)))
             .await
             .unwrap();
-        let error = within("the body", poll_fn(|cx| stream.poll_data(cx)))
-            .await
-            .unwrap()
-            .unwrap_err();
-        assert_eq!(error.reason, Reason::PROTOCOL_ERROR);
+        assert_eq!(body_error(&mut stream).await, Reason::PROTOCOL_ERROR);
     }
 
     /// What h2 lets through and RFC 9110 / RFC 9113 §8.1 forbid (the `http2_responses`
@@ -1581,16 +1586,8 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let error = within("the 204's body", poll_fn(|cx| no_content.poll_data(cx)))
-            .await
-            .unwrap()
-            .unwrap_err();
-        assert_eq!(error.reason, Reason::PROTOCOL_ERROR);
-        let error = within("the trailed body", poll_fn(|cx| trailed.poll_data(cx)))
-            .await
-            .unwrap()
-            .unwrap_err();
-        assert_eq!(error.reason, Reason::PROTOCOL_ERROR);
+        assert_eq!(body_error(&mut no_content).await, Reason::PROTOCOL_ERROR);
+        assert_eq!(body_error(&mut trailed).await, Reason::PROTOCOL_ERROR);
     }
 
     #[tokio::test]

@@ -1467,15 +1467,25 @@ fn h2_block(u: &mut Unstructured, trailers: bool) -> Result<Vec<u8>> {
         };
         fields.insert(at, field);
     }
+    hpack_literals(u, fields, &[&0xbe, &0x82, &0x84, &0x87])
+}
+
+/// `fields` as a header block, each in one of HPACK's literal representations (with
+/// incremental indexing, without, never indexed; the name literal), now and then
+/// followed by a reference to a table entry from `indexed` (`0xbe`: the newest dynamic
+/// one).
+fn hpack_literals(
+    u: &mut Unstructured,
+    fields: Vec<(String, String)>,
+    indexed: &[&u8],
+) -> Result<Vec<u8>> {
     let mut block = Vec::new();
     for (name, value) in fields {
-        // Literal with incremental indexing, without, never indexed; the name literal.
         block.push(*pick(u, &[&0x40u8, &0x00, &0x10])?);
         hpack_string(&mut block, name.as_bytes());
         hpack_string(&mut block, value.as_bytes());
         if u.ratio(1, 8)? {
-            // A reference to the newest dynamic entry, or a static one.
-            block.push(*pick(u, &[&0xbeu8, &0x82, &0x84, &0x87])?);
+            block.push(*pick(u, indexed)?);
         }
     }
     Ok(block)
@@ -1629,16 +1639,7 @@ fn h2_response_block(u: &mut Unstructured, trailers: bool, length: usize) -> Res
         };
         fields.insert(at, ((*name).to_owned(), (*value).to_owned()));
     }
-    let mut block = Vec::new();
-    for (name, value) in fields {
-        block.push(*pick(u, &[&0x40u8, &0x00, &0x10])?);
-        hpack_string(&mut block, name.as_bytes());
-        hpack_string(&mut block, value.as_bytes());
-        if u.ratio(1, 8)? {
-            block.push(*pick(u, &[&0xbeu8, &0x88, &0x8d])?);
-        }
-    }
-    Ok(block)
+    hpack_literals(u, fields, &[&0xbe, &0x88, &0x8d])
 }
 
 /// A destination's bytes on an HTTP/2 connection: its SETTINGS (now and then with

@@ -6,12 +6,13 @@
 //! an exchange writes its frames into the connection's outgoing buffer itself and
 //! reads its response from its stream's slot, which the connection's task fills.
 //!
-//! With the hyper engine the exchanges are on the `h2` crate directly (hyper's HTTP/2 client is h2 behind a
-//! request channel, a response callback and a task per request body): a request is
-//! sent on the shared connection from the exchange itself, its body is written by the
-//! exchange while it waits for the response head and then by the response body's
-//! reads (which drive the exchange), and the response body is read from h2's stream,
-//! its flow-control window given back as it is read.
+//! With the hyper engine the exchanges are on the `h2` crate directly (hyper's HTTP/2
+//! client is h2 behind a request channel, a response callback and a task per request
+//! body). Either way a request is sent on the shared connection from the exchange
+//! itself, its body is written by the exchange while it waits for the response head
+//! and then by the response body's reads (which drive the exchange), and the response
+//! body is read through the exchange, its flow-control window given back as it is
+//! read. An ended exchange goes back to its pool for a later request.
 
 use crate::http2::client;
 use ::h2::client::{ResponseFuture, SendRequest};
