@@ -435,15 +435,15 @@ impl Stream {
     }
 
     /// Send `data` (all of it, as the windows allow: ready once it is in the connection's
-    /// outgoing buffer), the request body's end with it when `end`. A response that
-    /// ended with the destination's `RST_STREAM(NO_ERROR)` ends the body early: `data`
-    /// is dropped.
+    /// outgoing buffer), the request body's end with it when `end`: `Ok(true)`. A
+    /// response that ended with the destination's `RST_STREAM(NO_ERROR)` ends the body
+    /// early: `data` is dropped, and `Ok(false)` says to send no more.
     pub(crate) fn poll_send(
         &mut self,
         cx: &mut Context<'_>,
         data: &mut Bytes,
         end: bool,
-    ) -> Poll<Result<(), Error>> {
+    ) -> Poll<Result<bool, Error>> {
         self.with(|inner, at| {
             let was_empty = inner.out.is_empty();
             let polled = loop {
@@ -453,10 +453,10 @@ impl Stream {
                 }
                 if slot.send_ended {
                     data.clear();
-                    break Poll::Ready(Ok(()));
+                    break Poll::Ready(Ok(false));
                 }
                 if data.is_empty() && !end {
-                    break Poll::Ready(Ok(()));
+                    break Poll::Ready(Ok(true));
                 }
                 if inner.out.len() >= WRITE_HIGH {
                     inner.write_blocked = true;
@@ -481,7 +481,7 @@ impl Stream {
                 slot.send_window -= n as i64;
                 if last {
                     slot.send_ended = true;
-                    break Poll::Ready(Ok(()));
+                    break Poll::Ready(Ok(true));
                 }
             };
             inner.wrote(was_empty);
@@ -1640,6 +1640,49 @@ mod tests {
         assert_eq!(second.id, 3);
     }
 
+    /// A destination that answers whole before the request's body has come, then
+    /// resets the stream with NO_ERROR (RFC 9113 §8.1): the answer stands, and no more
+    /// of the body is sent.
+    #[tokio::test]
+    async fn an_early_answer_and_reset_no_error_stop_the_request_body() {
+        let (sender, mut peer) = connect(&[]).await;
+        let request = Request::post("http://destination/").body(()).unwrap();
+        let mut stream = within(
+            "a stream",
+            poll_fn(|cx| sender.poll_open(cx, &request, false)),
+        )
+        .await
+        .unwrap();
+        let mut out = Vec::new();
+        frame::write(
+            &mut out,
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            1,
+            &block(StatusCode::PAYLOAD_TOO_LARGE, &[]),
+        );
+        frame::rst_stream(&mut out, 1, Reason::NO_ERROR);
+        // A PING behind them: its answer says the client has read both.
+        frame::write(&mut out, kind::PING, 0, 0, b"12345678");
+        peer.write_all(&out).await.unwrap();
+        let (head, payload) = read_until(&mut peer, kind::PING).await;
+        assert_eq!((head.flags, &payload[..]), (flag::ACK, &b"12345678"[..]));
+        let response = within("the answer", poll_fn(|cx| stream.poll_response(cx)))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let mut body = Bytes::from_static(b"more");
+        let sent = within(
+            "a send",
+            poll_fn(|cx| stream.poll_send(cx, &mut body, false)),
+        )
+        .await
+        .unwrap();
+        assert!(!sent, "the body was still taken after RST_STREAM(NO_ERROR)");
+        assert!(body.is_empty(), "the body's data was kept");
+        assert!(poll_fn(|cx| stream.poll_data(cx)).await.is_none());
+    }
+
     #[tokio::test]
     async fn the_request_body_waits_for_the_destinations_window() {
         let (sender, mut peer) = connect(&[(setting::INITIAL_WINDOW_SIZE, 4)]).await;
@@ -1663,7 +1706,10 @@ mod tests {
         let mut out = Vec::new();
         frame::window_update(&mut out, 1, 100);
         peer.write_all(&out).await.unwrap();
-        within("the rest", sending).await.unwrap();
+        assert!(
+            within("the rest", sending).await.unwrap(),
+            "the body was stopped"
+        );
         let (head, payload) = read_until(&mut peer, kind::DATA).await;
         assert_eq!(
             (head.flags, &payload[..]),

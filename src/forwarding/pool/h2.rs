@@ -164,7 +164,8 @@ impl<B: SendBody> NativeStream<B> {
             if !self.pending.is_empty() || self.end {
                 match self.stream.poll_send(cx, &mut self.pending, self.end) {
                     Poll::Pending => return,
-                    Poll::Ready(Ok(())) if !self.end => continue,
+                    // Sent; the body goes on (unless the destination stopped it).
+                    Poll::Ready(Ok(true)) if !self.end => continue,
                     Poll::Ready(result) => {
                         if let Err(e) = result {
                             tracing::debug!(error = %e, "writing a request body to an HTTP/2 destination failed");
