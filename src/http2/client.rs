@@ -1401,6 +1401,17 @@ mod tests {
         .unwrap()
     }
 
+    /// The response head on `stream`.
+    async fn response_head(stream: &mut Stream) -> Result<Response<()>, Error> {
+        within("a response head", poll_fn(|cx| stream.poll_response(cx))).await
+    }
+
+    /// A whole response without a body on stream `id`, as frames.
+    fn whole(out: &mut Vec<u8>, id: u32, status: StatusCode, fields: &[(&'static str, &str)]) {
+        let flags = flag::END_HEADERS | flag::END_STREAM;
+        frame::write(out, kind::HEADERS, flags, id, &block(status, fields));
+    }
+
     /// The reason `stream`'s response body fails with.
     async fn body_error(stream: &mut Stream) -> Reason {
         within("the body", poll_fn(|cx| stream.poll_data(cx)))
@@ -1474,9 +1485,7 @@ mod tests {
             &trailers,
         );
         peer.write_all(&out).await.unwrap();
-        let response = within("the response", poll_fn(|cx| stream.poll_response(cx)))
-            .await
-            .unwrap();
+        let response = response_head(&mut stream).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()["x-a"], "b");
         let data = poll_fn(|cx| stream.poll_data(cx)).await.unwrap().unwrap();
@@ -1495,17 +1504,9 @@ mod tests {
         let (sender, mut peer) = connect(&[]).await;
         let mut first = open(&sender, &get("/1")).await;
         let mut out = Vec::new();
-        frame::write(
-            &mut out,
-            kind::HEADERS,
-            flag::END_HEADERS | flag::END_STREAM,
-            1,
-            &block(StatusCode::OK, &[("connection", "close")]),
-        );
+        whole(&mut out, 1, StatusCode::OK, &[("connection", "close")]);
         peer.write_all(&out).await.unwrap();
-        let error = within("the first", poll_fn(|cx| first.poll_response(cx)))
-            .await
-            .unwrap_err();
+        let error = response_head(&mut first).await.unwrap_err();
         assert_eq!(error.reason, Reason::PROTOCOL_ERROR);
         let (head, payload) = read_until(&mut peer, kind::RST_STREAM).await;
         assert_eq!(
@@ -1515,17 +1516,9 @@ mod tests {
         // The connection goes on.
         let mut second = open(&sender, &get("/2")).await;
         out.clear();
-        frame::write(
-            &mut out,
-            kind::HEADERS,
-            flag::END_HEADERS | flag::END_STREAM,
-            3,
-            &block(StatusCode::NO_CONTENT, &[]),
-        );
+        whole(&mut out, 3, StatusCode::NO_CONTENT, &[]);
         peer.write_all(&out).await.unwrap();
-        let response = within("the second", poll_fn(|cx| second.poll_response(cx)))
-            .await
-            .unwrap();
+        let response = response_head(&mut second).await.unwrap();
         assert_eq!(response.status(), StatusCode::NO_CONTENT);
         assert!(!sender.is_closed());
     }
@@ -1544,9 +1537,7 @@ mod tests {
         );
         frame::write(&mut out, kind::DATA, flag::END_STREAM, 1, b"abc");
         peer.write_all(&out).await.unwrap();
-        within("the head", poll_fn(|cx| stream.poll_response(cx)))
-            .await
-            .unwrap();
+        response_head(&mut stream).await.unwrap();
         assert_eq!(body_error(&mut stream).await, Reason::PROTOCOL_ERROR);
     }
 
@@ -1573,18 +1564,10 @@ mod tests {
             3,
             &block(StatusCode::OK, &[]),
         );
-        frame::write(
-            &mut out,
-            kind::HEADERS,
-            flag::END_HEADERS | flag::END_STREAM,
-            3,
-            &block(StatusCode::OK, &[]),
-        );
+        whole(&mut out, 3, StatusCode::OK, &[]);
         peer.write_all(&out).await.unwrap();
         for stream in [&mut no_content, &mut trailed] {
-            within("the head", poll_fn(|cx| stream.poll_response(cx)))
-                .await
-                .unwrap();
+            response_head(stream).await.unwrap();
         }
         assert_eq!(body_error(&mut no_content).await, Reason::PROTOCOL_ERROR);
         assert_eq!(body_error(&mut trailed).await, Reason::PROTOCOL_ERROR);
@@ -1598,23 +1581,13 @@ mod tests {
         let mut out = Vec::new();
         frame::goaway(&mut out, 1, Reason::NO_ERROR);
         peer.write_all(&out).await.unwrap();
-        let error = within("the stream left out", poll_fn(|cx| left.poll_response(cx)))
-            .await
-            .unwrap_err();
+        let error = response_head(&mut left).await.unwrap_err();
         assert_eq!(error.reason, Reason::REFUSED_STREAM);
         assert!(sender.is_closed());
         out.clear();
-        frame::write(
-            &mut out,
-            kind::HEADERS,
-            flag::END_HEADERS | flag::END_STREAM,
-            1,
-            &block(StatusCode::OK, &[]),
-        );
+        whole(&mut out, 1, StatusCode::OK, &[]);
         peer.write_all(&out).await.unwrap();
-        let response = within("the stream kept", poll_fn(|cx| kept.poll_response(cx)))
-            .await
-            .unwrap();
+        let response = response_head(&mut kept).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
     }
 
@@ -1654,22 +1627,14 @@ mod tests {
         .await
         .unwrap();
         let mut out = Vec::new();
-        frame::write(
-            &mut out,
-            kind::HEADERS,
-            flag::END_HEADERS | flag::END_STREAM,
-            1,
-            &block(StatusCode::PAYLOAD_TOO_LARGE, &[]),
-        );
+        whole(&mut out, 1, StatusCode::PAYLOAD_TOO_LARGE, &[]);
         frame::rst_stream(&mut out, 1, Reason::NO_ERROR);
         // A PING behind them: its answer says the client has read both.
         frame::write(&mut out, kind::PING, 0, 0, b"12345678");
         peer.write_all(&out).await.unwrap();
         let (head, payload) = read_until(&mut peer, kind::PING).await;
         assert_eq!((head.flags, &payload[..]), (flag::ACK, &b"12345678"[..]));
-        let response = within("the answer", poll_fn(|cx| stream.poll_response(cx)))
-            .await
-            .unwrap();
+        let response = response_head(&mut stream).await.unwrap();
         assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
         let mut body = Bytes::from_static(b"more");
         let sent = within(
