@@ -33,10 +33,10 @@ use http::header::{self, HeaderMap};
 use http::{Method, Request, Response, StatusCode, Version};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::forbidden_field;
 use super::frame::{self, flag, kind, setting, Head, Reason};
 use super::hpack::{self, Decoder, Field, Pseudo};
-use super::CONNECTION_SPECIFIC;
-use crate::http1::buffers;
+use crate::http1::{buffers, parse_length};
 
 /// The window this client gives each stream (hyper's client's).
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
@@ -393,7 +393,7 @@ fn encode_request(head: &Request<impl Sized>, dst: &mut Vec<u8>) {
 
 fn encode_fields(headers: &HeaderMap, dst: &mut Vec<u8>) {
     for (name, value) in headers {
-        if CONNECTION_SPECIFIC.contains(name) || (name == header::TE && value != "trailers") {
+        if forbidden_field(name, value) {
             continue;
         }
         hpack::encode_header(name, value.as_bytes(), dst);
@@ -609,11 +609,7 @@ impl Drop for Stream {
 fn content_length(headers: &HeaderMap) -> Result<Option<u64>, &'static str> {
     let mut length = None;
     for value in headers.get_all(header::CONTENT_LENGTH) {
-        let n = std::str::from_utf8(value.as_bytes())
-            .ok()
-            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|v| v.parse::<u64>().ok())
-            .ok_or("an invalid content-length")?;
+        let n = parse_length(value.as_bytes()).ok_or("an invalid content-length")?;
         if length.is_some_and(|l| l != n) {
             return Err("content-lengths that differ");
         }
@@ -1173,9 +1169,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                 }
                 Field::Pseudo(..) => malformed = Some("a bad pseudo-header field"),
                 Field::Header(name, value) => {
-                    if CONNECTION_SPECIFIC.contains(&name)
-                        || (name == header::TE && value != "trailers")
-                    {
+                    if forbidden_field(&name, &value) {
                         malformed = Some("a connection-specific field");
                     }
                     headers.append(name, value);

@@ -6,7 +6,7 @@ pub(crate) mod frame;
 pub(crate) mod hpack;
 mod huffman;
 
-use http::header::{self, HeaderName};
+use http::header::{self, HeaderName, HeaderValue};
 
 /// The connection-specific fields HTTP/2 does not carry (RFC 9113 §8.2.2): never sent on
 /// HTTP/2, and a request carrying one is malformed. (`te` is one too, but for the value
@@ -18,3 +18,9 @@ pub(crate) const CONNECTION_SPECIFIC: [HeaderName; 5] = [
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
 ];
+
+/// Whether a message carrying `name: value` is malformed for it (RFC 9113 §8.2.2): a
+/// [`CONNECTION_SPECIFIC`] field, or `te` other than `trailers`.
+pub(crate) fn forbidden_field(name: &HeaderName, value: &HeaderValue) -> bool {
+    CONNECTION_SPECIFIC.contains(name) || (name == header::TE && value != "trailers")
+}

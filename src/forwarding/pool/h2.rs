@@ -73,7 +73,7 @@ pin_project! {
         recv: Option<RecvStream>,
         // The stream, on the native client.
         native: Option<NativeStream<B>>,
-        // Its data has all been read (then its trailers are next).
+        // The response's data has all been read (then its trailers are next).
         data_ended: bool,
         ended: bool,
         #[pin]
@@ -152,8 +152,6 @@ struct NativeStream<B> {
     pending: Bytes,
     // The body has ended: its end is still to be sent.
     end: bool,
-    // The response's data has all been read (then its trailers are next).
-    data_ended: bool,
 }
 
 impl<B: SendBody> NativeStream<B> {
@@ -605,6 +603,92 @@ fn idle_check<B>(pool: &Weak<Pool<B>>, id: u64, idle_timeout: Duration) -> Optio
     None
 }
 
+/// A response body's receiving side, on either client.
+trait RecvSide {
+    type Error: Into<BoxError>;
+    /// The next data (its flow-control window given back).
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Self::Error>>>;
+    /// The trailers, once the data has ended.
+    fn poll_trailers(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<http::HeaderMap>, Self::Error>>;
+    /// Nothing more to read.
+    fn is_end_stream(&self) -> bool;
+}
+
+impl RecvSide for client::Stream {
+    type Error = client::Error;
+
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, client::Error>>> {
+        client::Stream::poll_data(self, cx)
+    }
+
+    fn poll_trailers(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<http::HeaderMap>, client::Error>> {
+        client::Stream::poll_trailers(self, cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        client::Stream::is_end_stream(self)
+    }
+}
+
+impl RecvSide for RecvStream {
+    type Error = ::h2::Error;
+
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, ::h2::Error>>> {
+        let polled = RecvStream::poll_data(self, cx);
+        if let Poll::Ready(Some(Ok(data))) = &polled {
+            let _ = self.flow_control().release_capacity(data.len());
+        }
+        polled
+    }
+
+    fn poll_trailers(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<http::HeaderMap>, ::h2::Error>> {
+        RecvStream::poll_trailers(self, cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        RecvStream::is_end_stream(self)
+    }
+}
+
+/// The next frame of the response body `recv` receives: its data, then its trailers
+/// (`data_ended` once the data has all been read); `ended` once nothing is left.
+fn poll_body<R: RecvSide>(
+    recv: &mut R,
+    data_ended: &mut bool,
+    ended: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    if !*data_ended {
+        match std::task::ready!(recv.poll_data(cx)) {
+            Some(Ok(data)) => {
+                *ended = recv.is_end_stream();
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            Some(Err(e)) => {
+                *ended = true;
+                return Poll::Ready(Some(Err(e.into())));
+            }
+            None => *data_ended = true,
+        }
+    }
+    let trailers = std::task::ready!(recv.poll_trailers(cx));
+    *ended = true;
+    match trailers {
+        Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+        Ok(None) => Poll::Ready(None),
+        Err(e) => Poll::Ready(Some(Err(e.into()))),
+    }
+}
+
 /// The response body read through the exchange, with its `content-length`.
 fn native_body(headers: &http::HeaderMap, ended: bool) -> ResponseBody {
     let remaining = headers
@@ -689,13 +773,11 @@ impl<B: SendBody> Exchange for H2<B> {
                     };
                     // Its fields are in the header block: the map serves a later head.
                     crate::http1::buffers::Heads::Requests.release(parts.headers);
-                    let body = Some(body);
                     *this.native = Some(NativeStream {
                         stream,
-                        body: body.filter(|_| !end),
+                        body: (!end).then_some(body),
                         pending: Bytes::new(),
                         end: false,
-                        data_ended: false,
                     });
                     *this.state = State::NativeWaiting;
                 }
@@ -760,51 +842,11 @@ impl<B: SendBody> Exchange for H2<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
         if let Some(native) = this.native.as_mut() {
-            let stream = &mut native.stream;
-            if !native.data_ended {
-                match std::task::ready!(stream.poll_data(cx)) {
-                    Some(Ok(data)) => {
-                        *this.ended = stream.is_end_stream();
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    Some(Err(e)) => {
-                        *this.ended = true;
-                        return Poll::Ready(Some(Err(e.into())));
-                    }
-                    None => native.data_ended = true,
-                }
-            }
-            let trailers = std::task::ready!(stream.poll_trailers(cx));
-            *this.ended = true;
-            return match trailers {
-                Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-                Ok(None) => Poll::Ready(None),
-                Err(e) => Poll::Ready(Some(Err(e.into()))),
-            };
+            return poll_body(&mut native.stream, this.data_ended, this.ended, cx);
         }
-        let Some(recv) = this.recv.as_mut() else {
-            return Poll::Ready(None);
-        };
-        if !*this.data_ended {
-            match std::task::ready!(recv.poll_data(cx)) {
-                Some(Ok(data)) => {
-                    let _ = recv.flow_control().release_capacity(data.len());
-                    *this.ended = recv.is_end_stream();
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Some(Err(e)) => {
-                    *this.ended = true;
-                    return Poll::Ready(Some(Err(e.into())));
-                }
-                None => *this.data_ended = true,
-            }
-        }
-        let trailers = std::task::ready!(recv.poll_trailers(cx));
-        *this.ended = true;
-        match trailers {
-            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Ok(None) => Poll::Ready(None),
-            Err(e) => Poll::Ready(Some(Err(e.into()))),
+        match this.recv.as_mut() {
+            Some(recv) => poll_body(recv, this.data_ended, this.ended, cx),
+            None => Poll::Ready(None),
         }
     }
 

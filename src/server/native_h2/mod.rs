@@ -1178,7 +1178,7 @@ impl Fields {
             }
             Field::Header(name, value) => {
                 self.regular = true;
-                if connection_specific(&name) || (name == header::TE && value != "trailers") {
+                if crate::http2::forbidden_field(&name, &value) {
                     self.malformed = Some("a connection-specific field");
                 }
                 // Past the limit the request is answered 431; the rest is not kept.
