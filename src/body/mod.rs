@@ -5,6 +5,7 @@ mod incoming;
 
 pub use incoming::Incoming;
 
+use std::cell::RefCell;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -30,6 +31,9 @@ pin_project! {
     /// custom stages) any boxed body. The upstream form holds the exchange's
     /// concurrency counters until the body has been sent or dropped, and applies the
     /// cluster's activity timeout between chunks.
+    ///
+    /// 40 bytes: a response moves by value through every stage on its way out, so the
+    /// state of a streamed body lives in a box its thread keeps for the next one.
     pub struct ProxyBody {
         #[pin]
         kind: Kind,
@@ -41,9 +45,73 @@ pin_project! {
     enum Kind {
         Empty,
         Full { data: Option<Bytes> },
-        Upstream { #[pin] inner: Upstream },
-        Upgraded { handoff: Handoff },
+        Upstream { inner: Pooled },
+        // Boxed: upgrades are rare, and the handoff would double the body's size.
+        Upgraded { handoff: Box<Handoff> },
         Boxed { #[pin] inner: UnsyncBoxBody<Bytes, BoxError> },
+    }
+}
+
+/// Boxes for upstream bodies' state a thread keeps; more are freed.
+const KEEP: usize = 256;
+
+thread_local! {
+    static POOLED: RefCell<Vec<Box<Option<Upstream>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An upstream body's state, in a box taken from its thread's pool and given back
+/// (emptied) when the body is dropped: no allocation per response once the pool is
+/// warm, wherever the body is dropped (a body dropped on another thread feeds that
+/// thread's pool). `None` only while it is dropped.
+struct Pooled(Option<Box<Option<Upstream>>>);
+
+impl Pooled {
+    fn new(state: Upstream) -> Self {
+        let boxed = match POOLED.with(|p| p.borrow_mut().pop()) {
+            Some(mut boxed) => {
+                *boxed = Some(state);
+                boxed
+            }
+            None => Box::new(Some(state)),
+        };
+        Pooled(Some(boxed))
+    }
+
+    fn get(&self) -> &Upstream {
+        self.0
+            .as_deref()
+            .and_then(Option::as_ref)
+            .expect("set until dropped")
+    }
+
+    fn get_mut(&mut self) -> &mut Upstream {
+        self.0
+            .as_deref_mut()
+            .and_then(Option::as_mut)
+            .expect("set until dropped")
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let Some(mut boxed) = self.0.take() else {
+            return;
+        };
+        // The state goes first (its guard ends the exchange), as it would unboxed.
+        *boxed = None;
+        // `try_with`: a body dropped while its thread's locals are torn down.
+        let _ = POOLED.try_with(|p| {
+            let mut pool = p.borrow_mut();
+            if pool.len() < KEEP {
+                pool.push(boxed);
+            }
+        });
+    }
+}
+
+impl std::fmt::Debug for Pooled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
     }
 }
 
@@ -140,7 +208,7 @@ impl ProxyBody {
             Some(guard)
         };
         Kind::Upstream {
-            inner: Upstream {
+            inner: Pooled::new(Upstream {
                 body,
                 timeout,
                 deadline,
@@ -149,7 +217,7 @@ impl ProxyBody {
                 progress,
                 trailers: None,
                 failed: None,
-            },
+            }),
         }
         .into()
     }
@@ -158,14 +226,17 @@ impl ProxyBody {
     /// has written the response head, then hands it to the upgraded connection's
     /// tunnel, which releases it when the tunnel closes.
     pub(crate) fn upgraded(handoff: Handoff) -> Self {
-        Kind::Upgraded { handoff }.into()
+        Kind::Upgraded {
+            handoff: Box::new(handoff),
+        }
+        .into()
     }
 
     /// Apply a route's response trailer transforms to this upstream body (to its
     /// trailers, or as trailers at its end); no effect on other bodies.
     pub(crate) fn set_trailer_transforms(&mut self, trailers: TrailerTransforms) {
         if let Kind::Upstream { inner } = &mut self.kind {
-            inner.trailers = Some(trailers);
+            inner.get_mut().trailers = Some(trailers);
         }
     }
 
@@ -173,7 +244,7 @@ impl ProxyBody {
     /// (or, for an upgrade, until the tunnel closes).
     pub(crate) fn exchange_mut(&mut self) -> Option<&mut ExchangeGuard> {
         match &mut self.kind {
-            Kind::Upstream { inner } => inner.guard.as_mut(),
+            Kind::Upstream { inner } => inner.get_mut().guard.as_mut(),
             Kind::Upgraded { handoff } => handoff.guard_mut(),
             _ => None,
         }
@@ -191,7 +262,7 @@ impl Body for ProxyBody {
         match self.project().kind.project() {
             KindProj::Empty | KindProj::Upgraded { .. } => Poll::Ready(None),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            KindProj::Upstream { inner } => inner.poll_frame(cx),
+            KindProj::Upstream { inner } => Pin::new(inner.get_mut()).poll_frame(cx),
             KindProj::Boxed { inner } => inner
                 .poll_frame(cx)
                 .map_err(|e| ForwardError::new(ForwardErrorKind::ResponseBodyDestination, e)),
@@ -203,6 +274,7 @@ impl Body for ProxyBody {
             Kind::Empty | Kind::Upgraded { .. } => true,
             Kind::Full { data } => data.is_none(),
             Kind::Upstream { inner } => {
+                let inner = inner.get();
                 inner.body.is_end_stream() && !inner.trailers.as_ref().is_some_and(|t| t.pending())
             }
             Kind::Boxed { inner } => inner.is_end_stream(),
@@ -215,7 +287,7 @@ impl Body for ProxyBody {
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Kind::Upstream { inner } => inner.body.size_hint(),
+            Kind::Upstream { inner } => inner.get().body.size_hint(),
             Kind::Boxed { inner } => inner.size_hint(),
         }
     }
