@@ -56,6 +56,8 @@ pin_project! {
 const KEEP: usize = 256;
 
 thread_local! {
+    // The boxes are what is pooled: the bodies hold them.
+    #[allow(clippy::vec_box)]
     static POOLED: RefCell<Vec<Box<Option<Upstream>>>> = const { RefCell::new(Vec::new()) };
 }
 
