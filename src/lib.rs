@@ -91,6 +91,7 @@ mod fxhash;
 pub mod health;
 mod http1;
 mod http2;
+mod kept;
 pub mod limits;
 pub mod pipeline;
 pub mod policy;

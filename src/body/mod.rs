@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::thread::LocalKey;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,6 +22,7 @@ use crate::forwarding::pool::ResponseBody;
 use crate::forwarding::progress::Progress;
 use crate::forwarding::upgrade::Handoff;
 use crate::forwarding::ExchangeGuard;
+use crate::kept::{Boxes, Kept, KeptBoxes};
 use crate::request::{ForwardError, ForwardErrorKind};
 use crate::transforms::TrailerTransforms;
 
@@ -52,68 +54,17 @@ pin_project! {
     }
 }
 
-/// Boxes for upstream bodies' state a thread keeps; more are freed.
-const KEEP: usize = 256;
+/// A streamed body's state lives in a box its thread keeps (see `ProxyBody`).
+type Pooled = Kept<Upstream>;
 
-thread_local! {
-    // The boxes are what is pooled: the bodies hold them.
-    #[allow(clippy::vec_box)]
-    static POOLED: RefCell<Vec<Box<Option<Upstream>>>> = const { RefCell::new(Vec::new()) };
-}
+impl KeptBoxes for Upstream {
+    const KEEP: usize = 256;
 
-/// An upstream body's state, in a box taken from its thread's pool and given back
-/// (emptied) when the body is dropped: no allocation per response once the pool is
-/// warm, wherever the body is dropped (a body dropped on another thread feeds that
-/// thread's pool). `None` only while it is dropped.
-struct Pooled(Option<Box<Option<Upstream>>>);
-
-impl Pooled {
-    fn new(state: Upstream) -> Self {
-        let boxed = match POOLED.with(|p| p.borrow_mut().pop()) {
-            Some(mut boxed) => {
-                *boxed = Some(state);
-                boxed
-            }
-            None => Box::new(Some(state)),
-        };
-        Pooled(Some(boxed))
-    }
-
-    fn get(&self) -> &Upstream {
-        self.0
-            .as_deref()
-            .and_then(Option::as_ref)
-            .expect("set until dropped")
-    }
-
-    fn get_mut(&mut self) -> &mut Upstream {
-        self.0
-            .as_deref_mut()
-            .and_then(Option::as_mut)
-            .expect("set until dropped")
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        let Some(mut boxed) = self.0.take() else {
-            return;
-        };
-        // The state goes first (its guard ends the exchange), as it would unboxed.
-        *boxed = None;
-        // `try_with`: a body dropped while its thread's locals are torn down.
-        let _ = POOLED.try_with(|p| {
-            let mut pool = p.borrow_mut();
-            if pool.len() < KEEP {
-                pool.push(boxed);
-            }
-        });
-    }
-}
-
-impl std::fmt::Debug for Pooled {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.get().fmt(f)
+    fn boxes() -> &'static LocalKey<Boxes<Self>> {
+        thread_local! {
+            static BOXES: Boxes<Upstream> = const { RefCell::new(Vec::new()) };
+        }
+        &BOXES
     }
 }
 
@@ -238,7 +189,7 @@ impl ProxyBody {
     /// trailers, or as trailers at its end); no effect on other bodies.
     pub(crate) fn set_trailer_transforms(&mut self, trailers: TrailerTransforms) {
         if let Kind::Upstream { inner } = &mut self.kind {
-            inner.get_mut().trailers = Some(trailers);
+            inner.trailers = Some(trailers);
         }
     }
 
@@ -246,7 +197,7 @@ impl ProxyBody {
     /// (or, for an upgrade, until the tunnel closes).
     pub(crate) fn exchange_mut(&mut self) -> Option<&mut ExchangeGuard> {
         match &mut self.kind {
-            Kind::Upstream { inner } => inner.get_mut().guard.as_mut(),
+            Kind::Upstream { inner } => inner.guard.as_mut(),
             Kind::Upgraded { handoff } => handoff.guard_mut(),
             _ => None,
         }
@@ -264,7 +215,7 @@ impl Body for ProxyBody {
         match self.project().kind.project() {
             KindProj::Empty | KindProj::Upgraded { .. } => Poll::Ready(None),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            KindProj::Upstream { inner } => Pin::new(inner.get_mut()).poll_frame(cx),
+            KindProj::Upstream { inner } => Pin::new(&mut **inner).poll_frame(cx),
             KindProj::Boxed { inner } => inner
                 .poll_frame(cx)
                 .map_err(|e| ForwardError::new(ForwardErrorKind::ResponseBodyDestination, e)),
@@ -276,7 +227,6 @@ impl Body for ProxyBody {
             Kind::Empty | Kind::Upgraded { .. } => true,
             Kind::Full { data } => data.is_none(),
             Kind::Upstream { inner } => {
-                let inner = inner.get();
                 inner.body.is_end_stream() && !inner.trailers.as_ref().is_some_and(|t| t.pending())
             }
             Kind::Boxed { inner } => inner.is_end_stream(),
@@ -289,7 +239,7 @@ impl Body for ProxyBody {
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Kind::Upstream { inner } => inner.get().body.size_hint(),
+            Kind::Upstream { inner } => inner.body.size_hint(),
             Kind::Boxed { inner } => inner.size_hint(),
         }
     }

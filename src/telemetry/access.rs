@@ -23,6 +23,7 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::LocalKey;
 use std::time::Duration;
 
 use http::{HeaderValue, Method, Uri, Version};
@@ -30,6 +31,7 @@ use tokio::time::Instant;
 
 use super::kind_name;
 use crate::forwarding::trace_context::{hex, trace_id, SpanIds, TRACEPARENT};
+use crate::kept::{Boxes, Kept, KeptBoxes};
 use crate::request::{ExchangeEnd, ExchangeReport, ForwardErrorKind, Outcome};
 
 /// The `tracing` target of the access log's records.
@@ -91,34 +93,26 @@ impl Arrival {
     }
 }
 
-thread_local! {
-    /// Boxes for arrivals, kept by thread: a request with a record takes one and its
-    /// record gives it back, emptied, when written — a warm worker allocates none.
-    #[allow(clippy::vec_box)] // The boxes are what is kept: each is handed out whole.
-    static BOXES: RefCell<Vec<Box<Option<Arrival>>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Most boxes a thread keeps.
-const BOXES_KEPT: usize = 1024;
-
 /// An [`Arrival`] in a box kept by its thread: 8 bytes in the telemetry stage's state
 /// and in the record, where the arrival itself is ~300 — the state lives in every
 /// request's future (which is moved and copied, with or without a record) and the
-/// record in the exchange's end hook, a heap allocation of its own.
-#[derive(Debug)]
-pub(crate) struct Boxed(Option<Box<Option<Arrival>>>);
+/// record in the exchange's end hook, a heap allocation of its own. A request with a
+/// record takes a box and its record gives it back, emptied, when written: a warm
+/// worker allocates none.
+pub(crate) type Boxed = Kept<Arrival>;
+
+impl KeptBoxes for Arrival {
+    const KEEP: usize = 1024;
+
+    fn boxes() -> &'static LocalKey<Boxes<Self>> {
+        thread_local! {
+            static BOXES: Boxes<Arrival> = const { RefCell::new(Vec::new()) };
+        }
+        &BOXES
+    }
+}
 
 impl Boxed {
-    pub(crate) fn new(arrival: Arrival) -> Self {
-        let mut boxed = BOXES
-            .try_with(|boxes| boxes.borrow_mut().pop())
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| Box::new(None));
-        *boxed = Some(arrival);
-        Boxed(Some(boxed))
-    }
-
     /// The record so far, once the pipeline has answered: written by
     /// [`Record::write`] when the exchange is over.
     pub(crate) fn answered(
@@ -135,33 +129,6 @@ impl Boxed {
             status,
             place: outcome.place(),
             error: outcome.error.as_ref().map(|e| e.kind()),
-        }
-    }
-}
-
-impl std::ops::Deref for Boxed {
-    type Target = Arrival;
-
-    fn deref(&self) -> &Arrival {
-        self.0
-            .as_deref()
-            .and_then(Option::as_ref)
-            .expect("a boxed arrival")
-    }
-}
-
-impl Drop for Boxed {
-    fn drop(&mut self) {
-        if let Some(mut boxed) = self.0.take() {
-            // Emptied first: a kept box holds nothing of its request (a header value
-            // would keep the buffer of the request's head).
-            *boxed = None;
-            let _ = BOXES.try_with(|boxes| {
-                let mut boxes = boxes.borrow_mut();
-                if boxes.len() < BOXES_KEPT {
-                    boxes.push(boxed);
-                }
-            });
         }
     }
 }
@@ -411,7 +378,7 @@ mod tests {
         let at = std::ptr::from_ref::<Arrival>(&first) as usize;
         drop(first);
         // What the thread kept holds nothing of the request.
-        BOXES.with(|boxes| assert!(boxes.borrow().last().is_some_and(|b| b.is_none())));
+        Arrival::boxes().with(|boxes| assert!(boxes.borrow().last().is_some_and(|b| b.is_none())));
         let request = http::Request::get("http://example.test/b")
             .body(())
             .unwrap();
