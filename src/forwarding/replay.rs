@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::pool::{self, Pools};
 use crate::config::TlsVersions;
+use crate::http2::frame::{self, flag, kind};
 use crate::server::{Http1Engine, Http2Engine};
 use crate::state::UpstreamVersion;
 
@@ -83,7 +84,7 @@ pub async fn replay_h2_response(
         let Ok((mut socket, _)) = listener.accept().await else {
             return;
         };
-        let mut preface = [0u8; 24];
+        let mut preface = [0u8; frame::PREFACE.len()];
         if socket.read_exact(&mut preface).await.is_err()
             || socket.write_all(&settings).await.is_err()
         {
@@ -91,22 +92,22 @@ pub async fn replay_h2_response(
         }
         // The client's frames up to its request's header block.
         loop {
-            let mut head = [0u8; 9];
+            let mut head = [0u8; frame::HEAD_LEN];
             if socket.read_exact(&mut head).await.is_err() {
                 return;
             }
-            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-            let mut payload = vec![0u8; len];
+            let head = frame::Head::parse(&head);
+            let mut payload = vec![0u8; head.len as usize];
             if socket.read_exact(&mut payload).await.is_err() {
                 return;
             }
-            if head[3] == 0x1 {
+            if head.kind == kind::HEADERS {
                 break;
             }
             // A PING is answered (the h2 crate's client pings before its first request).
-            if head[3] == 0x6 && head[4] & 0x1 == 0 && len == 8 {
-                let mut ack = vec![0, 0, 8, 0x6, 0x1, 0, 0, 0, 0];
-                ack.extend_from_slice(&payload);
+            if head.kind == kind::PING && head.flags & flag::ACK == 0 && head.len == 8 {
+                let mut ack = Vec::new();
+                frame::write(&mut ack, kind::PING, flag::ACK, 0, &payload);
                 if socket.write_all(&ack).await.is_err() {
                     return;
                 }
