@@ -1406,6 +1406,17 @@ mod tests {
         frame::write(out, kind::HEADERS, flags, id, &block(status, fields));
     }
 
+    /// A response head on stream `id`, its body (or trailers) to follow, as a frame.
+    fn head(out: &mut Vec<u8>, id: u32, status: StatusCode, fields: &[(&'static str, &str)]) {
+        frame::write(
+            out,
+            kind::HEADERS,
+            flag::END_HEADERS,
+            id,
+            &block(status, fields),
+        );
+    }
+
     /// The reason `stream`'s response body fails with.
     async fn body_error(stream: &mut Stream) -> Reason {
         within("the body", poll_fn(|cx| stream.poll_data(cx)))
@@ -1522,13 +1533,7 @@ mod tests {
         let (sender, mut peer) = connect(&[]).await;
         let mut stream = open(&sender, &get("/")).await;
         let mut out = Vec::new();
-        frame::write(
-            &mut out,
-            kind::HEADERS,
-            flag::END_HEADERS,
-            1,
-            &block(StatusCode::OK, &[("content-length", "2")]),
-        );
+        head(&mut out, 1, StatusCode::OK, &[("content-length", "2")]);
         frame::write(&mut out, kind::DATA, flag::END_STREAM, 1, b"abc");
         peer.write_all(&out).await.unwrap();
         response_head(&mut stream).await.unwrap();
@@ -1543,21 +1548,9 @@ mod tests {
         let mut no_content = open(&sender, &get("/1")).await;
         let mut trailed = open(&sender, &get("/3")).await;
         let mut out = Vec::new();
-        frame::write(
-            &mut out,
-            kind::HEADERS,
-            flag::END_HEADERS,
-            1,
-            &block(StatusCode::NO_CONTENT, &[]),
-        );
+        head(&mut out, 1, StatusCode::NO_CONTENT, &[]);
         frame::write(&mut out, kind::DATA, flag::END_STREAM, 1, b"x");
-        frame::write(
-            &mut out,
-            kind::HEADERS,
-            flag::END_HEADERS,
-            3,
-            &block(StatusCode::OK, &[]),
-        );
+        head(&mut out, 3, StatusCode::OK, &[]);
         whole(&mut out, 3, StatusCode::OK, &[]);
         peer.write_all(&out).await.unwrap();
         for stream in [&mut no_content, &mut trailed] {
