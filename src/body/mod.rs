@@ -47,15 +47,13 @@ pin_project! {
     enum Kind {
         Empty,
         Full { data: Option<Bytes> },
-        Upstream { inner: Pooled },
+        // In a box its thread keeps (see `ProxyBody`).
+        Upstream { inner: Kept<Upstream> },
         // Boxed: upgrades are rare, and the handoff would double the body's size.
         Upgraded { handoff: Box<Handoff> },
         Boxed { #[pin] inner: UnsyncBoxBody<Bytes, BoxError> },
     }
 }
-
-/// A streamed body's state lives in a box its thread keeps (see `ProxyBody`).
-type Pooled = Kept<Upstream>;
 
 impl KeptBoxes for Upstream {
     const KEEP: usize = 256;
@@ -161,7 +159,7 @@ impl ProxyBody {
             Some(guard)
         };
         Kind::Upstream {
-            inner: Pooled::new(Upstream {
+            inner: Kept::new(Upstream {
                 body,
                 timeout,
                 deadline,

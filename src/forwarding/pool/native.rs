@@ -406,9 +406,8 @@ impl<B: SendBody> Exchange for Native<B> {
                     continue;
                 }
             }
-            if this.sent {
-                // Written and flushed in an earlier poll: nothing to write now.
-            } else {
+            // Written and flushed in an earlier poll: nothing to write now.
+            if !this.sent {
                 match this.poll_send(cx) {
                     Poll::Ready(Ok(())) => this.sent = true,
                     Poll::Pending => {}
