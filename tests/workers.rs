@@ -1,6 +1,7 @@
 //! `Server::serve_workers`: each worker accepts on a listening socket of its own
 //! (`SO_REUSEPORT`), so a burst of connections is spread over the workers instead of
-//! going to whichever wakes first.
+//! going to whichever wakes first, and a worker holding two connections more than
+//! another hands the connections it accepts to that one.
 
 mod common;
 mod support;
@@ -90,14 +91,13 @@ async fn a_burst_of_connections_is_spread_over_the_workers() {
         served[worker] += 1;
     }
     println!("connections per worker: {served:?}");
-    // Spread by the connections' hash: about half each; a worker with fewer than an
-    // eighth means the connections went to whichever worker woke first.
-    for (worker, &n) in served.iter().enumerate() {
-        assert!(
-            n >= CONNECTIONS / 8,
-            "worker {worker} served {n} of {CONNECTIONS} connections: {served:?}"
-        );
-    }
+    // The kernel spreads them by the connections' hash (often unevenly: 28/36 is
+    // nothing rare); a worker holding two more than another hands what it accepts on.
+    let (most, least) = (served.iter().max().unwrap(), served.iter().min().unwrap());
+    assert!(
+        most - least <= 2,
+        "connections per worker {served:?}: a worker holds more than two more than another"
+    );
     drop(streams);
     let _ = stop.send(());
     within("the proxy to stop", serving).await.unwrap().unwrap();

@@ -1,6 +1,7 @@
 //! Listening sockets, the accept loop, and the start of each connection: protocol
 //! detection or the TLS handshake, then the native engine or hyper's.
 
+use super::balance::Lane;
 use super::streams::{StreamExecutor, WithStreams};
 use super::*;
 
@@ -243,7 +244,7 @@ pub(super) async fn accept_loop<S>(
     service: S,
     mut stop: watch::Receiver<bool>,
     options: Arc<ServerOptions>,
-    connections: Arc<Semaphore>,
+    mut lane: Lane,
 ) where
     S: ServeService,
 {
@@ -287,9 +288,28 @@ pub(super) async fn accept_loop<S>(
         slots,
     };
     loop {
-        let (stream, remote) = tokio::select! {
+        let (stream, remote, place) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok((stream, remote)) => {
+                    // A free place under the connection limit, or wait for one with
+                    // this connection in hand: the clients after it queue in the
+                    // kernel's backlog instead of consuming memory here. Taken after
+                    // the accept, not before: with a listening socket per worker, a
+                    // place held by a worker waiting on its own socket would leave a
+                    // connection that came to another worker waiting for good.
+                    let place = tokio::select! {
+                        place = lane.balance.admit(lane.worker) => match place {
+                            Some(place) => place,
+                            None => break,
+                        },
+                        _ = stop.changed() => break,
+                    };
+                    if place.worker() != lane.worker {
+                        lane.hand(stream, remote, place);
+                        continue;
+                    }
+                    (stream, remote, place)
+                }
                 Err(e) => {
                     // Out of file descriptors and similar: back off briefly, keep serving.
                     tracing::warn!(error = %e, "accept failed");
@@ -297,17 +317,12 @@ pub(super) async fn accept_loop<S>(
                     continue;
                 }
             },
-            _ = stop.changed() => break,
-        };
-        // A free connection slot, or wait for one with this connection in hand: the
-        // clients after it queue in the kernel's backlog instead of consuming memory
-        // here. Taken after the accept, not before: with a listening socket per worker,
-        // a slot held by a worker waiting on its own socket would leave a connection
-        // that came to another worker waiting for good.
-        let permit = tokio::select! {
-            permit = connections.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
+            Some(handed) = lane.inbox.recv() => match tokio::net::TcpStream::from_std(handed.stream) {
+                Ok(stream) => (stream, handed.remote, handed.place),
+                Err(e) => {
+                    tracing::debug!(error = %e, remote = %handed.remote, "cannot take a connection another worker accepted");
+                    continue;
+                }
             },
             _ = stop.changed() => break,
         };
@@ -320,7 +335,7 @@ pub(super) async fn accept_loop<S>(
         let service = service.clone();
         match &tls {
             None => {
-                let mut drain = graceful.signal(Some(permit));
+                let mut drain = graceful.signal(Some(place));
                 let timeout = options.header_read_timeout;
                 // hyper-util tells HTTP/1 from HTTP/2 by reading the first bytes, without
                 // a time limit: a client sending nothing, or part of the HTTP/2 preface,
@@ -342,7 +357,7 @@ pub(super) async fn accept_loop<S>(
                 // The handshake runs on the connection's task, bounded like a request head.
                 let timeout = options.header_read_timeout;
                 let handshake = tokio::time::timeout(timeout, acceptor.accept(stream));
-                let drain = graceful.signal(Some(permit));
+                let drain = graceful.signal(Some(place));
                 let handshake = async move {
                     match handshake.await {
                         Ok(Ok(stream)) => {

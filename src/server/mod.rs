@@ -3,6 +3,7 @@
 //! [`Http2Engine`]), graceful shutdown.
 
 mod accept;
+mod balance;
 mod chunked;
 pub(crate) mod counts;
 mod drain;
@@ -30,12 +31,14 @@ use http::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use accept::{accept_loop, bind, worker_listener};
+use balance::Balance;
+pub(crate) use balance::Place;
 pub use options::{Http1Engine, Http2Engine, ServerOptions};
 use service::Served;
 pub use service::{IntoResponse, ProxyService};
@@ -279,15 +282,17 @@ impl Server {
     {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
-        let connections = Arc::new(Semaphore::new(self.options.max_connections));
+        // One worker: the balance only keeps the connection limit.
+        let lanes = Balance::new(self.options.max_connections, 1, self.listeners.len());
         let options = Arc::new(self.options);
-        for listener in self.listeners {
+        let lanes = lanes.into_iter().flatten();
+        for (listener, lane) in self.listeners.into_iter().zip(lanes) {
             tasks.spawn(accept_loop(
                 listener,
                 service.clone(),
                 stop_rx.clone(),
                 options.clone(),
-                connections.clone(),
+                lane,
             ));
         }
         shutdown.await;
@@ -303,7 +308,9 @@ impl Server {
     /// with its own service from `make_service` (so its own connection pools), all
     /// accepting on the same listening sockets — nginx's worker model: a request is
     /// handled start to end on one thread, with no wake-ups across threads and no
-    /// locks shared between workers on its path. Returns like [`Server::serve`] once
+    /// locks shared between workers on its path. Connections are kept even over the
+    /// workers: one that a worker holding two more than another accepts is handed to
+    /// the least-loaded worker before anything is read from it. Returns like [`Server::serve`] once
     /// `shutdown` completed and every worker has drained.
     ///
     /// ```no_run
@@ -329,7 +336,8 @@ impl Server {
         S: ServeService,
     {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let connections = Arc::new(Semaphore::new(self.options.max_connections));
+        let workers = workers.max(1);
+        let lanes = Balance::new(self.options.max_connections, workers, self.listeners.len());
         let options = Arc::new(self.options);
         let make_service = Arc::new(make_service);
         let listeners = self
@@ -338,10 +346,11 @@ impl Server {
             .map(|l| Ok((l.tcp.into_std()?, l.tls, l.tls_files)))
             .collect::<io::Result<Vec<_>>>()?;
         let mut threads = Vec::with_capacity(workers);
-        for i in 0..workers.max(1) {
+        for (i, lanes) in lanes.into_iter().enumerate() {
             // Each worker accepts on a listening socket of its own (the first on the
             // one bound): a shared socket's connections go to whichever worker wakes
-            // first, which under a burst of connects can be all of them.
+            // first, which under a burst of connects can be all of them. The kernel
+            // spreads them by a hash; the balance evens out what that leaves uneven.
             let mine = listeners
                 .iter()
                 .map(|(tcp, tls, files)| {
@@ -356,14 +365,13 @@ impl Server {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let (stop, options, connections) =
-                (stop_rx.clone(), options.clone(), connections.clone());
+            let (stop, options) = (stop_rx.clone(), options.clone());
             let make_service = make_service.clone();
             let worker = move || {
                 runtime.block_on(async move {
                     let service = make_service();
                     let mut tasks = JoinSet::new();
-                    for (tcp, tls, tls_files) in mine {
+                    for ((tcp, tls, tls_files), lane) in mine.into_iter().zip(lanes) {
                         let tcp = match TcpListener::from_std(tcp) {
                             Ok(tcp) => tcp,
                             Err(e) => {
@@ -380,7 +388,7 @@ impl Server {
                             service.clone(),
                             stop.clone(),
                             options.clone(),
-                            connections.clone(),
+                            lane,
                         ));
                     }
                     while tasks.join_next().await.is_some() {}

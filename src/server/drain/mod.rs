@@ -32,8 +32,10 @@ use std::time::Duration;
 
 use hyper_util::server::graceful::GracefulConnection;
 use pin_project_lite::pin_project;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::server::Place;
 
 /// The connections of one listener, their deadlines and their shutdown.
 #[derive(Debug)]
@@ -93,9 +95,10 @@ struct Slot {
     prev: u32,
     /// The deadline has passed (reset when a new one is set).
     expired: bool,
-    /// The connection's place under the listener's connection limit: kept here rather
-    /// than in the connection's task, whose size counts for every idle connection.
-    permit: Option<OwnedSemaphorePermit>,
+    /// The connection's place under the server's connection limit and on its worker:
+    /// kept here rather than in the connection's task, whose size counts for every
+    /// idle connection.
+    place: Option<Place>,
 }
 
 impl Slot {
@@ -106,7 +109,7 @@ impl Slot {
         next: NIL,
         prev: NIL,
         expired: false,
-        permit: None,
+        place: None,
     };
 }
 
@@ -220,17 +223,17 @@ impl Drain {
     }
 
     /// A new connection's signal (counted from now on: shutdown waits for it). It also
-    /// keeps the connection's `permit` (its place under the listener's connection
-    /// limit) until the connection ends.
-    pub(crate) fn signal(&self, permit: Option<OwnedSemaphorePermit>) -> Signal {
-        Drain::signal_on(&self.shared, permit)
+    /// keeps the connection's `place` (under the server's connection limit and on its
+    /// worker) until the connection ends.
+    pub(crate) fn signal(&self, place: Option<Place>) -> Signal {
+        Drain::signal_on(&self.shared, place)
     }
 
-    fn signal_on(shared: &Arc<Shared>, permit: Option<OwnedSemaphorePermit>) -> Signal {
+    fn signal_on(shared: &Arc<Shared>, place: Option<Place>) -> Signal {
         let mut table = shared.lock();
         table.live += 1;
         let slot = table.take();
-        table.slot(slot).permit = permit;
+        table.slot(slot).place = place;
         drop(table);
         Signal {
             shared: shared.clone(),
@@ -413,15 +416,15 @@ impl Signal {
     }
 
     /// Another connection's signal on the same listener (counted from now on), keeping
-    /// `permit` (see [`Drain::signal`]).
-    pub(crate) fn sibling(&self, permit: Option<OwnedSemaphorePermit>) -> Signal {
-        Drain::signal_on(&self.shared, permit)
+    /// `place` (see [`Drain::signal`]).
+    pub(crate) fn sibling(&self, place: Option<Place>) -> Signal {
+        Drain::signal_on(&self.shared, place)
     }
 
-    /// The connection's place under the listener's connection limit, taken out (it
+    /// The connection's place (under the connection limit, on its worker), taken out (it
     /// moves with the connection; the signal no longer releases it).
-    pub(crate) fn take_permit(&mut self) -> Option<OwnedSemaphorePermit> {
-        self.shared.lock().slot(self.slot).permit.take()
+    pub(crate) fn take_place(&mut self) -> Option<Place> {
+        self.shared.lock().slot(self.slot).place.take()
     }
 }
 

@@ -24,10 +24,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use crate::server::Place;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Token};
 use tokio::io::unix::AsyncFd;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::super::chunked::Chunked;
@@ -72,7 +72,7 @@ pub(crate) struct Record {
     pub(crate) stream: std::net::TcpStream,
     pub(crate) remote: SocketAddr,
     /// Its place under the listener's connection limit.
-    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    pub(crate) place: Option<Place>,
     /// Its header read deadline, in the lot's milliseconds.
     deadline: u32,
     prev: u32,
@@ -183,7 +183,7 @@ impl Lot {
         &self,
         stream: tokio::net::TcpStream,
         remote: SocketAddr,
-        permit: Option<OwnedSemaphorePermit>,
+        place: Option<Place>,
         rest: Duration,
     ) {
         // Out of tokio's reactor (its registration is freed); still non-blocking.
@@ -202,7 +202,7 @@ impl Lot {
         let index = table.put(Record {
             stream,
             remote,
-            permit,
+            place,
             deadline,
             prev: NIL,
             next: NIL,

@@ -344,9 +344,9 @@ fn park<I: Io, F, B>(
         };
         // The connection's place under the limit goes with it; its drain slot is
         // given back (the lot's task answers shutdown for it).
-        let permit = drain.take_permit();
+        let place = drain.take_place();
         drop(drain);
-        lot.park(io, info.remote, permit, rest);
+        lot.park(io, info.remote, place, rest);
     }
     #[cfg(not(unix))]
     let _ = (io, info, slots, drain, rest);
@@ -370,13 +370,13 @@ pub(crate) fn slots_with_lot<P: ServeService>(
             let lot::Record {
                 stream,
                 remote,
-                permit,
+                place,
                 ..
             } = record;
             let Ok(io) = TcpStream::from_std(stream) else {
                 return;
             };
-            let mut drain = signal.sibling(permit);
+            let mut drain = signal.sibling(place);
             drain.restart(left);
             let info = ConnectionInfo {
                 remote,

@@ -1,0 +1,225 @@
+//! Connections spread over the workers by how many each holds.
+//!
+//! Each worker accepts on a listening socket of its own (`SO_REUSEPORT`), and the
+//! kernel picks the socket by a hash of the connection's addresses: for a few dozen
+//! connections that is often uneven (15/17, 11/21 of 32 seen), and the worker holding
+//! more answers them later. So a worker keeps a connection it accepted only while it
+//! holds fewer than [`SPREAD`] more than the least-loaded worker; otherwise it hands
+//! the connection (not yet read from) to that worker, whose accept loop takes it from
+//! its inbox. Only connections that would deepen an imbalance move; each move costs
+//! a channel message and moving the socket between the workers' reactors.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, Semaphore};
+
+/// How many more connections than the least-loaded worker a worker may hold and still
+/// keep one it accepted.
+const SPREAD: usize = 2;
+
+/// The connections of a server: its limit, how many each worker holds, and each
+/// worker's inbox for each listener.
+pub(super) struct Balance {
+    /// Free places under the server's connection limit.
+    connections: Semaphore,
+    /// Connections held by each worker.
+    open: Box<[AtomicUsize]>,
+    /// Listener `l`'s inbox on worker `w` at `l * workers + w`.
+    inboxes: Box<[mpsc::UnboundedSender<Handoff>]>,
+}
+
+/// A connection one worker accepted and gave to another.
+pub(super) struct Handoff {
+    pub(super) stream: std::net::TcpStream,
+    pub(super) remote: SocketAddr,
+    pub(super) place: Place,
+}
+
+/// What one worker's accept loop for one listener needs of the balance.
+pub(super) struct Lane {
+    pub(super) balance: Arc<Balance>,
+    pub(super) listener: usize,
+    pub(super) worker: usize,
+    /// Connections other workers accepted on this listener and gave to this one.
+    pub(super) inbox: mpsc::UnboundedReceiver<Handoff>,
+}
+
+impl Balance {
+    /// A balance of `workers` workers serving `listeners` listeners, at most
+    /// `max_connections` connections in all; the lanes by worker, then by listener.
+    pub(super) fn new(max_connections: usize, workers: usize, listeners: usize) -> Vec<Vec<Lane>> {
+        let workers = workers.max(1);
+        let (inboxes, receivers): (Vec<_>, Vec<_>) = (0..listeners * workers)
+            .map(|_| mpsc::unbounded_channel())
+            .unzip();
+        let balance = Arc::new(Balance {
+            connections: Semaphore::new(max_connections),
+            open: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+            inboxes: inboxes.into(),
+        });
+        let mut receivers = receivers.into_iter();
+        let mut lanes: Vec<Vec<Lane>> = (0..workers).map(|_| Vec::new()).collect();
+        for listener in 0..listeners {
+            for (worker, own) in lanes.iter_mut().enumerate() {
+                own.push(Lane {
+                    balance: balance.clone(),
+                    listener,
+                    worker,
+                    inbox: receivers.next().expect("one receiver per lane"),
+                });
+            }
+        }
+        lanes
+    }
+
+    /// A place under the connection limit (waiting for one to be free) for a
+    /// connection worker `me` accepted, on the worker that is to serve it.
+    pub(super) async fn admit(self: &Arc<Self>, me: usize) -> Option<Place> {
+        self.connections.acquire().await.ok()?.forget();
+        Some(Place {
+            balance: self.clone(),
+            worker: self.choose(me),
+        })
+    }
+
+    /// The worker to serve a connection `me` accepted, counted on it: `me` unless it
+    /// holds [`SPREAD`] or more than the least-loaded worker. Counted by compare and
+    /// swap on the value the choice was made by, so that workers choosing at once
+    /// cannot all add to the same worker on a stale count.
+    fn choose(&self, me: usize) -> usize {
+        loop {
+            let own = self.open[me].load(Relaxed);
+            let (least, at) = self
+                .open
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.load(Relaxed), i))
+                .min()
+                .expect("at least one worker");
+            let (target, seen) = if own < least + SPREAD {
+                (me, own)
+            } else {
+                (at, least)
+            };
+            if self.open[target]
+                .compare_exchange(seen, seen + 1, Relaxed, Relaxed)
+                .is_ok()
+            {
+                return target;
+            }
+        }
+    }
+}
+
+impl Lane {
+    /// Give a connection accepted here to the worker its place is on. Dropped (closed)
+    /// when that worker has stopped accepting: the server is shutting down.
+    pub(super) fn hand(&self, stream: tokio::net::TcpStream, remote: SocketAddr, place: Place) {
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::debug!(error = %e, %remote, "cannot hand a connection to another worker");
+                return;
+            }
+        };
+        let workers = self.balance.open.len();
+        let inbox = &self.balance.inboxes[self.listener * workers + place.worker];
+        let _ = inbox.send(Handoff {
+            stream,
+            remote,
+            place,
+        });
+    }
+}
+
+/// A connection's place: under the server's connection limit, and on the worker
+/// serving it. Both are given back when it drops.
+pub(crate) struct Place {
+    balance: Arc<Balance>,
+    worker: usize,
+}
+
+impl Place {
+    /// The worker serving the connection.
+    pub(super) fn worker(&self) -> usize {
+        self.worker
+    }
+}
+
+impl fmt::Debug for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Place")
+            .field("worker", &self.worker)
+            .finish()
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.balance.open[self.worker].fetch_sub(1, Relaxed);
+        self.balance.connections.add_permits(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn places(lanes: &[Vec<Lane>], me: usize, n: usize) -> Vec<Place> {
+        let balance = &lanes[me][0].balance;
+        (0..n)
+            .map(|_| Place {
+                worker: balance.choose(me),
+                balance: balance.clone(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn connections_one_worker_accepts_are_spread_once_it_holds_two_more() {
+        let lanes = Balance::new(100, 3, 1);
+        // Worker 0 accepts everything: it keeps two, then a connection whenever it
+        // holds fewer than two more than the least-loaded worker.
+        let held = places(&lanes, 0, 9);
+        let order: Vec<_> = held.iter().map(Place::worker).collect();
+        assert_eq!(order, [0, 0, 1, 2, 0, 1, 2, 0, 1]);
+        let open: Vec<_> = lanes[0][0]
+            .balance
+            .open
+            .iter()
+            .map(|n| n.load(Relaxed))
+            .collect();
+        assert_eq!(open, [4, 3, 2]);
+        // Closing gives the places back: worker 0 keeps new ones again.
+        drop(held);
+        assert_eq!(places(&lanes, 0, 2)[1].worker(), 0);
+    }
+
+    #[test]
+    fn lanes_are_by_worker_then_listener() {
+        let lanes = Balance::new(1, 2, 3);
+        for (w, lanes) in lanes.iter().enumerate() {
+            for (l, lane) in lanes.iter().enumerate() {
+                assert_eq!((lane.worker, lane.listener), (w, l));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_limit_holds_across_workers() {
+        let lanes = Balance::new(1, 2, 1);
+        let first = lanes[0][0].balance.admit(0).await.unwrap();
+        let waiting = lanes[1][0].balance.admit(1);
+        tokio::pin!(waiting);
+        assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+        drop(first);
+        let second = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("a place once the first is given back")
+            .unwrap();
+        assert_eq!(second.worker(), 1);
+    }
+}
