@@ -317,13 +317,16 @@ pub(super) async fn accept_loop<S>(
                     continue;
                 }
             },
-            Some(handed) = lane.inbox.recv() => match tokio::net::TcpStream::from_std(handed.stream) {
-                Ok(stream) => (stream, handed.remote, handed.place),
-                Err(e) => {
-                    tracing::debug!(error = %e, remote = %handed.remote, "cannot take a connection another worker accepted");
-                    continue;
+            Some(handed) = lane.inbox.recv() => {
+                let remote = handed.remote;
+                match tokio::net::TcpStream::from_std(handed.stream) {
+                    Ok(stream) => (stream, remote, handed.place),
+                    Err(e) => {
+                        tracing::debug!(error = %e, %remote, "cannot take a handed connection");
+                        continue;
+                    }
                 }
-            },
+            }
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);

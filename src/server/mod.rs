@@ -310,8 +310,8 @@ impl Server {
     /// handled start to end on one thread, with no wake-ups across threads and no
     /// locks shared between workers on its path. Connections are kept even over the
     /// workers: one that a worker holding two more than another accepts is handed to
-    /// the least-loaded worker before anything is read from it. Returns like [`Server::serve`] once
-    /// `shutdown` completed and every worker has drained.
+    /// the least-loaded worker before anything is read from it. Returns like
+    /// [`Server::serve`] once `shutdown` completed and every worker has drained.
     ///
     /// ```no_run
     /// # use std::sync::Arc;
