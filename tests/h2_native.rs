@@ -207,6 +207,20 @@ async fn malformed_requests_are_reset_and_the_connection_serves_on() {
             "a content-length and no body",
             [get("/a"), literal(b"content-length", b"5")].concat(),
         ),
+        // `u64`'s parser takes a sign; a length is digits only (RFC 9110 §8.6).
+        (
+            "a content-length with a sign",
+            [get("/a"), literal(b"content-length", b"+0")].concat(),
+        ),
+        (
+            "content-lengths that differ",
+            [
+                get("/a"),
+                literal(b"content-length", b"0"),
+                literal(b"content-length", b"1"),
+            ]
+            .concat(),
+        ),
     ];
     let mut id = 1;
     for (why, block) in &cases {

@@ -36,7 +36,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::forbidden_field;
 use super::frame::{self, flag, kind, setting, Head, Reason};
 use super::hpack::{self, Decoder, Field, Pseudo};
-use crate::http1::{buffers, parse_length};
+use crate::http1::buffers;
 
 /// The window this client gives each stream (hyper's client's).
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
@@ -602,20 +602,6 @@ impl Drop for Stream {
             }
         }
     }
-}
-
-/// A response's `content-length`: every value the same number (a field repeated with
-/// one value is one length, RFC 9110 §8.6), or none.
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, &'static str> {
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        let n = parse_length(value.as_bytes()).ok_or("an invalid content-length")?;
-        if length.is_some_and(|l| l != n) {
-            return Err("content-lengths that differ");
-        }
-        length = Some(n);
-    }
-    Ok(length)
 }
 
 fn register(waker: &mut Option<Waker>, cx: &mut Context<'_>) {
@@ -1222,7 +1208,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                     let no_body = slot.head_request
                         || status == StatusCode::NOT_MODIFIED
                         || status == StatusCode::NO_CONTENT;
-                    let expect = content_length(&headers);
+                    let expect = super::content_length(&headers);
                     if let Err(what) = expect {
                         Some(stream_error(slot, what))
                     } else if status == StatusCode::NO_CONTENT

@@ -6,7 +6,7 @@ pub(crate) mod frame;
 pub(crate) mod hpack;
 mod huffman;
 
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// The connection-specific fields HTTP/2 does not carry (RFC 9113 §8.2.2): never sent on
 /// HTTP/2, and a request carrying one is malformed. (`te` is one too, but for the value
@@ -23,4 +23,20 @@ pub(crate) const CONNECTION_SPECIFIC: [HeaderName; 5] = [
 /// [`CONNECTION_SPECIFIC`] field, or `te` other than `trailers`.
 pub(crate) fn forbidden_field(name: &HeaderName, value: &HeaderValue) -> bool {
     CONNECTION_SPECIFIC.contains(name) || (name == header::TE && value != "trailers")
+}
+
+/// A message's `content-length`: every value the same number of digits only (a field
+/// repeated with one value is one length, RFC 9110 §8.6), or none. A request or
+/// response with any other is malformed (RFC 9113 §8.1.1). The native HTTP/2 server
+/// and client both read it here.
+pub(crate) fn content_length(headers: &HeaderMap) -> Result<Option<u64>, &'static str> {
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        let n = crate::http1::parse_length(value.as_bytes()).ok_or("an invalid content-length")?;
+        if length.is_some_and(|l| l != n) {
+            return Err("content-lengths that differ");
+        }
+        length = Some(n);
+    }
+    Ok(length)
 }

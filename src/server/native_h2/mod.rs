@@ -1238,16 +1238,7 @@ impl Fields {
                 Some(PathAndQuery::from_maybe_shared(path).map_err(|_| "an invalid :path")?);
         }
         let uri = Uri::from_parts(uri).map_err(|_| "an invalid request target")?;
-        let expect = match self.headers.get(header::CONTENT_LENGTH) {
-            Some(value) => Some(
-                value
-                    .to_str()
-                    .ok()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .ok_or("an invalid content-length")?,
-            ),
-            None => None,
-        };
+        let expect = crate::http2::content_length(&self.headers)?;
         if end_stream && expect.is_some_and(|n| n > 0) {
             return Err("a content-length and no body");
         }
