@@ -21,6 +21,28 @@ pub(crate) trait KeptBoxes: Sized + 'static {
     fn boxes() -> &'static LocalKey<Boxes<Self>>;
 }
 
+/// Implement [`KeptBoxes`] for a type: its threads keep up to `keep` emptied boxes.
+///
+/// ```ignore
+/// kept_boxes!(Upstream, 256);
+/// ```
+macro_rules! kept_boxes {
+    ($type:ty, $keep:expr) => {
+        impl $crate::kept::KeptBoxes for $type {
+            const KEEP: usize = $keep;
+
+            fn boxes() -> &'static ::std::thread::LocalKey<$crate::kept::Boxes<Self>> {
+                ::std::thread_local! {
+                    static BOXES: $crate::kept::Boxes<$type> =
+                        const { ::std::cell::RefCell::new(::std::vec::Vec::new()) };
+                }
+                &BOXES
+            }
+        }
+    };
+}
+pub(crate) use kept_boxes;
+
 /// A `T` in a box taken from its thread's list (or allocated when the list is empty)
 /// and given back, emptied, when dropped: on the thread that drops it, so a value
 /// dropped on another thread feeds that thread's list. The value is dropped first, as
@@ -88,16 +110,7 @@ mod tests {
     #[derive(Debug)]
     struct Value(String);
 
-    impl KeptBoxes for Value {
-        const KEEP: usize = 1;
-
-        fn boxes() -> &'static LocalKey<Boxes<Self>> {
-            thread_local! {
-                static BOXES: Boxes<Value> = const { RefCell::new(Vec::new()) };
-            }
-            &BOXES
-        }
-    }
+    kept_boxes!(Value, 1);
 
     #[test]
     fn a_box_is_kept_by_its_thread_emptied_and_reused_up_to_the_limit() {

@@ -5,11 +5,9 @@ mod incoming;
 
 pub use incoming::Incoming;
 
-use std::cell::RefCell;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::thread::LocalKey;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,7 +20,7 @@ use crate::forwarding::pool::ResponseBody;
 use crate::forwarding::progress::Progress;
 use crate::forwarding::upgrade::Handoff;
 use crate::forwarding::ExchangeGuard;
-use crate::kept::{Boxes, Kept, KeptBoxes};
+use crate::kept::Kept;
 use crate::request::{ForwardError, ForwardErrorKind};
 use crate::transforms::TrailerTransforms;
 
@@ -55,16 +53,7 @@ pin_project! {
     }
 }
 
-impl KeptBoxes for Upstream {
-    const KEEP: usize = 256;
-
-    fn boxes() -> &'static LocalKey<Boxes<Self>> {
-        thread_local! {
-            static BOXES: Boxes<Upstream> = const { RefCell::new(Vec::new()) };
-        }
-        &BOXES
-    }
-}
+crate::kept::kept_boxes!(Upstream, 256);
 
 pin_project! {
     #[derive(Debug)]

@@ -48,9 +48,13 @@ pub(super) struct Lane {
 }
 
 impl Balance {
-    /// A balance of `workers` workers serving `listeners` listeners, at most
-    /// `max_connections` connections in all; the lanes by worker, then by listener.
-    pub(super) fn new(max_connections: usize, workers: usize, listeners: usize) -> Vec<Vec<Lane>> {
+    /// The lanes of a balance of `workers` workers serving `listeners` listeners, at
+    /// most `max_connections` connections in all: by worker, then by listener.
+    pub(super) fn lanes(
+        max_connections: usize,
+        workers: usize,
+        listeners: usize,
+    ) -> Vec<Vec<Lane>> {
         let workers = workers.max(1);
         let (inboxes, receivers): (Vec<_>, Vec<_>) = (0..listeners * workers)
             .map(|_| mpsc::unbounded_channel())
@@ -180,7 +184,7 @@ mod tests {
 
     #[test]
     fn connections_one_worker_accepts_are_spread_once_it_holds_two_more() {
-        let lanes = Balance::new(100, 3, 1);
+        let lanes = Balance::lanes(100, 3, 1);
         // Worker 0 accepts everything: it keeps two, then a connection whenever it
         // holds fewer than two more than the least-loaded worker.
         let held = places(&lanes, 0, 9);
@@ -200,7 +204,7 @@ mod tests {
 
     #[test]
     fn lanes_are_by_worker_then_listener() {
-        let lanes = Balance::new(1, 2, 3);
+        let lanes = Balance::lanes(1, 2, 3);
         for (w, lanes) in lanes.iter().enumerate() {
             for (l, lane) in lanes.iter().enumerate() {
                 assert_eq!((lane.worker, lane.listener), (w, l));
@@ -210,7 +214,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_limit_holds_across_workers() {
-        let lanes = Balance::new(1, 2, 1);
+        let lanes = Balance::lanes(1, 2, 1);
         let first = lanes[0][0].balance.admit(0).await.unwrap();
         let waiting = lanes[1][0].balance.admit(1);
         tokio::pin!(waiting);

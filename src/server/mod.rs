@@ -283,7 +283,7 @@ impl Server {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
         // One worker: the balance only keeps the connection limit.
-        let lanes = Balance::new(self.options.max_connections, 1, self.listeners.len());
+        let lanes = Balance::lanes(self.options.max_connections, 1, self.listeners.len());
         let options = Arc::new(self.options);
         let lanes = lanes.into_iter().flatten();
         for (listener, lane) in self.listeners.into_iter().zip(lanes) {
@@ -337,7 +337,7 @@ impl Server {
     {
         let (stop_tx, stop_rx) = watch::channel(false);
         let workers = workers.max(1);
-        let lanes = Balance::new(self.options.max_connections, workers, self.listeners.len());
+        let lanes = Balance::lanes(self.options.max_connections, workers, self.listeners.len());
         let options = Arc::new(self.options);
         let make_service = Arc::new(make_service);
         let listeners = self

@@ -20,10 +20,8 @@
 //! stdout (or a file) from a thread of its own, as text or JSON (`--access-log`,
 //! `--log-format`): a worker never waits for the log.
 
-use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::LocalKey;
 use std::time::Duration;
 
 use http::{HeaderValue, Method, Uri, Version};
@@ -31,7 +29,7 @@ use tokio::time::Instant;
 
 use super::kind_name;
 use crate::forwarding::trace_context::{hex, trace_id, SpanIds, TRACEPARENT};
-use crate::kept::{Boxes, Kept, KeptBoxes};
+use crate::kept::Kept;
 use crate::request::{ExchangeEnd, ExchangeReport, ForwardErrorKind, Outcome};
 
 /// The `tracing` target of the access log's records.
@@ -101,16 +99,7 @@ impl Arrival {
 /// worker allocates none.
 pub(crate) type Boxed = Kept<Arrival>;
 
-impl KeptBoxes for Arrival {
-    const KEEP: usize = 1024;
-
-    fn boxes() -> &'static LocalKey<Boxes<Self>> {
-        thread_local! {
-            static BOXES: Boxes<Arrival> = const { RefCell::new(Vec::new()) };
-        }
-        &BOXES
-    }
-}
+crate::kept::kept_boxes!(Arrival, 1024);
 
 impl Boxed {
     /// The record so far, once the pipeline has answered: written by
@@ -347,6 +336,7 @@ fn client_text(addr: SocketAddr, buf: &mut [u8; 64]) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kept::KeptBoxes;
 
     #[test]
     fn numbers_are_written_in_decimal() {
