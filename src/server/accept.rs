@@ -304,11 +304,14 @@ pub(super) async fn accept_loop<S>(
                         },
                         _ = stop.changed() => break,
                     };
-                    if place.worker() != lane.worker {
-                        lane.hand(stream, remote, place);
-                        continue;
+                    if place.worker() == lane.worker {
+                        (stream, remote, place)
+                    } else {
+                        match lane.hand(stream, remote, place) {
+                            Some(kept) => kept,
+                            None => continue,
+                        }
                     }
-                    (stream, remote, place)
                 }
                 Err(e) => {
                     // Out of file descriptors and similar: back off briefly, keep serving.

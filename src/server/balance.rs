@@ -16,9 +16,13 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, Semaphore};
 
-/// How many more connections than the least-loaded worker a worker may hold and still
-/// keep one it accepted.
+/// A worker keeps a connection it accepted while it holds fewer than this many more
+/// than the least-loaded worker.
 const SPREAD: usize = 2;
+
+/// The count of a worker that takes no more connections: never the least loaded (and
+/// far from overflowing when its connections end or others are counted beside it).
+const FULL: usize = usize::MAX / 4;
 
 /// The connections of a server: its limit, how many each worker holds, and each
 /// worker's inbox for each listener.
@@ -119,23 +123,46 @@ impl Balance {
 }
 
 impl Lane {
-    /// Give a connection accepted here to the worker its place is on. Dropped (closed)
-    /// when that worker has stopped accepting: the server is shutting down.
-    pub(super) fn hand(&self, stream: tokio::net::TcpStream, remote: SocketAddr, place: Place) {
+    /// Give a connection accepted here to the worker its place is on: `None` once
+    /// handed. Where that worker no longer takes connections on this listener (its
+    /// accept loop ended: shutdown, or its listener could not be registered), it is
+    /// counted as full from then on and the connection is served here (returned).
+    pub(super) fn hand(
+        &self,
+        stream: tokio::net::TcpStream,
+        remote: SocketAddr,
+        place: Place,
+    ) -> Option<(tokio::net::TcpStream, SocketAddr, Place)> {
         let stream = match stream.into_std() {
             Ok(stream) => stream,
             Err(e) => {
                 tracing::debug!(error = %e, %remote, "cannot hand a connection to another worker");
-                return;
+                return None;
             }
         };
         let workers = self.balance.open.len();
         let inbox = &self.balance.inboxes[self.listener * workers + place.worker];
-        let _ = inbox.send(Handoff {
+        let handoff = Handoff {
             stream,
             remote,
             place,
-        });
+        };
+        let Err(mpsc::error::SendError(handoff)) = inbox.send(handoff) else {
+            return None;
+        };
+        let Handoff {
+            stream, mut place, ..
+        } = handoff;
+        self.balance.open[place.worker].store(FULL, Relaxed);
+        place.worker = self.worker;
+        self.balance.open[self.worker].fetch_add(1, Relaxed);
+        match tokio::net::TcpStream::from_std(stream) {
+            Ok(stream) => Some((stream, remote, place)),
+            Err(e) => {
+                tracing::debug!(error = %e, %remote, "cannot take back a connection");
+                None
+            }
+        }
     }
 }
 
@@ -210,6 +237,30 @@ mod tests {
                 assert_eq!((lane.worker, lane.listener), (w, l));
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_connection_for_a_worker_that_stopped_is_served_where_it_came() {
+        let mut lanes = Balance::lanes(10, 2, 1);
+        // Worker 1's accept loop is gone (its inbox with it).
+        drop(lanes.pop());
+        let lane = &lanes[0][0];
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, remote) = listener.accept().await.unwrap();
+        let mut held = places(&lanes, 0, 2);
+        let place = lane.balance.admit(0).await.unwrap();
+        assert_eq!(place.worker(), 1, "worker 0 holds two more than worker 1");
+        let (_, _, place) = lane
+            .hand(stream, remote, place)
+            .expect("kept: worker 1 takes no connections");
+        assert_eq!(place.worker(), 0);
+        held.push(place);
+        // Worker 1 counts as full: worker 0 keeps the next ones.
+        assert!(places(&lanes, 0, 3).iter().all(|p| p.worker() == 0));
+        assert_eq!(lane.balance.open[0].load(Relaxed), 3);
     }
 
     #[tokio::test]
