@@ -94,7 +94,7 @@ impl Balance {
     }
 
     /// The worker to serve a connection `me` accepted, counted on it: `me` unless it
-    /// holds [`SPREAD`] or more than the least-loaded worker. Counted by compare and
+    /// holds at least [`SPREAD`] more than the least-loaded worker. Counted by compare and
     /// swap on the value the choice was made by, so that workers choosing at once
     /// cannot all add to the same worker on a stale count.
     fn choose(&self, me: usize) -> usize {
