@@ -320,16 +320,10 @@ pub(super) async fn accept_loop<S>(
                     continue;
                 }
             },
-            Some(handed) = lane.inbox.recv() => {
-                let remote = handed.remote;
-                match tokio::net::TcpStream::from_std(handed.stream) {
-                    Ok(stream) => (stream, remote, handed.place),
-                    Err(e) => {
-                        tracing::debug!(error = %e, %remote, "cannot take a handed connection");
-                        continue;
-                    }
-                }
-            }
+            Some(handed) = lane.inbox.recv() => match handed.take() {
+                Some(taken) => taken,
+                None => continue,
+            },
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);

@@ -37,9 +37,24 @@ pub(super) struct Balance {
 
 /// A connection one worker accepted and gave to another.
 pub(super) struct Handoff {
-    pub(super) stream: std::net::TcpStream,
-    pub(super) remote: SocketAddr,
-    pub(super) place: Place,
+    stream: std::net::TcpStream,
+    remote: SocketAddr,
+    place: Place,
+}
+
+impl Handoff {
+    /// The connection, registered with this worker's reactor (`None`, logged, where
+    /// that fails: the socket closes).
+    pub(super) fn take(self) -> Option<(tokio::net::TcpStream, SocketAddr, Place)> {
+        let remote = self.remote;
+        match tokio::net::TcpStream::from_std(self.stream) {
+            Ok(stream) => Some((stream, remote, self.place)),
+            Err(e) => {
+                tracing::debug!(error = %e, %remote, "cannot take a handed connection");
+                None
+            }
+        }
+    }
 }
 
 /// What one worker's accept loop for one listener needs of the balance.
@@ -147,22 +162,14 @@ impl Lane {
             remote,
             place,
         };
-        let Err(mpsc::error::SendError(handoff)) = inbox.send(handoff) else {
+        let Err(mpsc::error::SendError(mut handoff)) = inbox.send(handoff) else {
             return None;
         };
-        let Handoff {
-            stream, mut place, ..
-        } = handoff;
+        let place = &mut handoff.place;
         self.balance.open[place.worker].store(FULL, Relaxed);
         place.worker = self.worker;
         self.balance.open[self.worker].fetch_add(1, Relaxed);
-        match tokio::net::TcpStream::from_std(stream) {
-            Ok(stream) => Some((stream, remote, place)),
-            Err(e) => {
-                tracing::debug!(error = %e, %remote, "cannot take back a connection");
-                None
-            }
-        }
+        handoff.take()
     }
 }
 
