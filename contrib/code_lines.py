@@ -87,6 +87,14 @@ def report(cost, where, requests, top):
     runs, owner = hot_lines(cost, where, requests)
     hot = [line for line, n in runs.items() if n >= 0.5]
     print(f"lines run at least every other request: {len(hot)} ({len(hot) * LINE / 1024:.1f} KiB)")
+    # How full those lines are: a line holds about 15 instructions (x86-64 averages
+    # about 4 bytes each), so few hot instructions per line means hot code interleaved
+    # with code that does not run (error arms, rare branches).
+    hot_instructions = collections.Counter()
+    for at, ir in cost.items():
+        if ir / requests >= 0.5:
+            hot_instructions[where[at][1]] += 1
+    print(f"instructions run at least every other request: {sum(hot_instructions.values())}")
     by_object, by_function = collections.Counter(), collections.Counter()
     for line in hot:
         ob, fn = owner[line]
@@ -97,9 +105,9 @@ def report(cost, where, requests, top):
         instructions[where[at][1]] += ir / requests
     for ob, n in by_object.most_common(6):
         print(f"{n:6d}  {ob}")
-    print("lines  instr/request  function")
+    print("lines  hot instr  instr/request  function")
     for fn, n in by_function.most_common(top):
-        print(f"{n:5d}  {instructions[fn]:13.0f}  {fn[:120]}")
+        print(f"{n:5d}  {hot_instructions[fn]:9d}  {instructions[fn]:13.0f}  {fn[:110]}")
 
 
 def inlined(cost, where, requests, binary, wanted):
