@@ -10,7 +10,10 @@ two requests, by object and by function:
 
 and, with `--inlined BINARY FUNCTION` (a binary built with
 `CARGO_PROFILE_RELEASE_DEBUG=line-tables-only`), which inlined calls make up the hot
-lines of the functions whose name contains FUNCTION (addr2line's inline chains).
+lines of the functions whose name contains FUNCTION (addr2line's inline chains); with
+`--cold BINARY` (the same build), the bytes of the hot lines that do not run, by function
+and source line: hot code interleaved with code that does not run (error arms, rare
+branches) costs cache lines too.
 """
 
 import argparse
@@ -110,25 +113,24 @@ def report(cost, where, requests, top):
         print(f"{n:5d}  {hot_instructions[fn]:9d}  {instructions[fn]:13.0f}  {fn[:110]}")
 
 
-def inlined(cost, where, requests, binary, wanted):
+def load_offset(where, binary):
+    """Where the profile saw the binary's functions, less their symbol-table addresses."""
     nm = {}
     listing = subprocess.run(["nm", "-C", binary], capture_output=True, text=True).stdout
     for line in listing.splitlines():
         parts = line.split(" ", 2)
         if len(parts) == 3 and parts[0] and parts[1] in ("t", "T"):
             nm.setdefault(parts[2], int(parts[0], 16))
-    # The load offset: where the profile saw functions start against the symbol table.
     first = {}
     for at, (_, fn) in where.items():
         first[fn] = min(first.get(fn, at), at)
-    offset = collections.Counter(first[f] - nm[f] for f in first if f in nm).most_common(1)[0][0]
-    lines = {}
-    for at, ir in cost.items():
-        if wanted in (where[at][1] or "") and ir / requests >= 0.5:
-            lines[at // LINE] = min(lines.get(at // LINE, at), at)
-    addresses = [hex(at - offset) for at in sorted(lines.values())]
+    return collections.Counter(first[f] - nm[f] for f in first if f in nm).most_common(1)[0][0]
+
+
+def inline_chains(binary, addresses):
+    """addr2line's inline chain (innermost first) of (function, file:line) per address."""
     out = subprocess.run(
-        ["addr2line", "-a", "-i", "-f", "-C", "-e", binary] + addresses,
+        ["addr2line", "-a", "-i", "-f", "-C", "-e", binary] + [hex(a) for a in addresses],
         capture_output=True,
         text=True,
     ).stdout.splitlines()
@@ -140,6 +142,16 @@ def inlined(cost, where, requests, binary, wanted):
         else:
             chains[-1].append((out[i], out[i + 1].split("/")[-1] if i + 1 < len(out) else "?"))
             i += 2
+    return chains
+
+
+def inlined(cost, where, requests, binary, wanted):
+    offset = load_offset(where, binary)
+    lines = {}
+    for at, ir in cost.items():
+        if wanted in (where[at][1] or "") and ir / requests >= 0.5:
+            lines[at // LINE] = min(lines.get(at // LINE, at), at)
+    chains = inline_chains(binary, [at - offset for at in sorted(lines.values())])
     print(f"{len(chains)} hot lines in functions named like {wanted!r}; by the call it inlined:")
     calls = collections.Counter()
     for chain in chains:
@@ -150,16 +162,62 @@ def inlined(cost, where, requests, binary, wanted):
         print(f"{n:5d}  {call}")
 
 
+def cold(cost, where, requests, binary, top):
+    """The bytes of the binary's hot lines that do not run: how much, and whose."""
+    offset = load_offset(where, binary)
+    name = binary.split("/")[-1]
+    hot = {
+        at - offset
+        for at, ir in cost.items()
+        if ir / requests >= 0.5 and (where[at][0] or "").endswith(name)
+    }
+    lines = {at // LINE for at in hot}
+    listing = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", f"--start-address={min(lines) * LINE}",
+         f"--stop-address={(max(lines) + 1) * LINE}", binary],
+        capture_output=True,
+        text=True,
+    ).stdout
+    starts = sorted(
+        int(m.group(1), 16)
+        for m in (re.match(r"\s*([0-9a-f]+):\s", l) for l in listing.splitlines())
+        if m
+    )
+    hot_bytes, cold_at = 0, []
+    for at, following in zip(starts, starts[1:]):
+        if at // LINE in lines:
+            if at in hot:
+                hot_bytes += following - at
+            else:
+                cold_at.append((at, following - at))
+    print(
+        f"{len(lines)} hot lines of {name}: {hot_bytes} bytes run, "
+        f"{sum(size for _, size in cold_at)} do not (padding included)"
+    )
+    by_function, by_place = collections.Counter(), collections.Counter()
+    for (_, size), chain in zip(cold_at, inline_chains(binary, [at for at, _ in cold_at])):
+        if chain:
+            by_function[chain[-1][0][:100]] += size
+            by_place[f"{chain[0][1]} in {chain[-1][0][:70]}"] += size
+    for title, counts in (("function", by_function), ("source line", by_place)):
+        print(f"bytes not run in hot lines, by {title}:")
+        for key, size in counts.most_common(top):
+            print(f"{size:6d}  {key}")
+
+
 def main():
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("profile")
     args.add_argument("requests", type=int)
     args.add_argument("--top", type=int, default=30)
     args.add_argument("--inlined", nargs=2, metavar=("BINARY", "FUNCTION"))
+    args.add_argument("--cold", metavar="BINARY")
     a = args.parse_args()
     cost, where = parse(a.profile)
     if a.inlined:
         inlined(cost, where, a.requests, *a.inlined)
+    elif a.cold:
+        cold(cost, where, a.requests, a.cold, a.top)
     else:
         report(cost, where, a.requests, a.top)
 
