@@ -22,6 +22,7 @@
 //! cargo e2e --quick --profile dev            # 1 round x (1 s + 2 s), debug build: a smoke test (CI)
 //! cargo e2e --rounds 5 --seconds 20
 //! cargo e2e --reload-only                    # p99 on 10 000 routes, steady and reloaded every 250 ms
+//! cargo e2e --pgo                            # also fuseway-pgo: built with profile-guided optimisation
 //! ```
 //!
 //! (`cargo e2e` is an alias, in `.cargo/config.toml`, of `cargo run -p fuseway-e2e
@@ -41,6 +42,7 @@
 //! `-Host` set). Only 127.0.0.1 is used.
 
 mod idle;
+mod pgo;
 mod process;
 mod procfs;
 mod reload;
@@ -102,6 +104,10 @@ struct Args {
     /// `fuseway,fuseway-alog,nginx` ...); the backend's own row is always measured.
     #[arg(long, value_delimiter = ',', value_name = "LABELS")]
     only: Vec<String>,
+    /// Also `fuseway-pgo`: the binary built with profile-guided optimisation, trained
+    /// on the benchmark's paths (needs rustup's `llvm-tools`; two more builds).
+    #[arg(long)]
+    pgo: bool,
 }
 
 /// What one benchmark run does, from [`Args`].
@@ -225,6 +231,21 @@ fn main() {
                 kind,
                 h2c_destination,
             ));
+        }
+    }
+    if args.pgo && wanted(Kind::FusewayPgo) {
+        if let Some(pgo) =
+            pgo::build_pgo(&workspace_root(), &args.profile, &dir, &tmp, backend_addr)
+        {
+            for h2c_destination in [false, true] {
+                targets.push(start_fuseway(
+                    &pgo,
+                    &tmp,
+                    backend_addr,
+                    Kind::FusewayPgo,
+                    h2c_destination,
+                ));
+            }
         }
     }
     for kind in [Kind::HyperLegacy, Kind::HyperPool, Kind::HyperPinned] {

@@ -193,7 +193,6 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
                 .map(|r| r.rps)
                 .collect(),
         );
-        let mut fuseway_cpu = None;
         for &k in kinds {
             let rs: Vec<&Run> = of(k).collect();
             if rs.is_empty() {
@@ -205,9 +204,6 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
             };
             let rps = m(&|r| Some(r.rps)).unwrap_or(0.0);
             let cpu = m(&|r| r.proxy_cpu_us);
-            if k == Kind::Fuseway {
-                fuseway_cpu = cpu;
-            }
             let show =
                 |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}")).unwrap_or("-".into());
             println!(
@@ -231,25 +227,28 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
                 rs.len(),
             );
         }
-        let Some(f) = fuseway_cpu else { continue };
-        let f_user = median(of(Kind::Fuseway).filter_map(|r| r.proxy_user_us).collect());
-        for &k in kinds {
-            if matches!(k, Kind::Direct | Kind::Fuseway) {
+        // fuseway against each other target, and the PGO build against those after it
+        // in `Kind`'s order (not plain fuseway again).
+        for subject in [Kind::Fuseway, Kind::FusewayPgo] {
+            if of(subject).next().is_none() {
                 continue;
             }
-            if of(k).next().is_none() {
-                continue;
+            let cpu_of = |k| median(of(k).filter_map(|r| r.proxy_cpu_us).collect());
+            let user_of = |k| median(of(k).filter_map(|r| r.proxy_user_us).collect());
+            let rps_of = |k| median(of(k).map(|r| r.rps).collect());
+            for &k in kinds {
+                if k == Kind::Direct || k <= subject || of(k).next().is_none() {
+                    continue;
+                }
+                println!(
+                    "       {}/{}: rps {:.2}, proxy CPU per request {:.2} (user {:.2})",
+                    subject.label(),
+                    k.label(),
+                    rps_of(subject) / rps_of(k),
+                    cpu_of(subject) / cpu_of(k),
+                    user_of(subject) / user_of(k)
+                );
             }
-            let cpu = median(of(k).filter_map(|r| r.proxy_cpu_us).collect());
-            let user = median(of(k).filter_map(|r| r.proxy_user_us).collect());
-            let rps = median(of(Kind::Fuseway).map(|r| r.rps).collect())
-                / median(of(k).map(|r| r.rps).collect());
-            println!(
-                "       fuseway/{}: rps {rps:.2}, proxy CPU per request {:.2} (user {:.2})",
-                k.label(),
-                f / cpu,
-                f_user / user
-            );
         }
     }
 }

@@ -14,6 +14,8 @@ use crate::scenario::Scenario;
 pub(crate) enum Kind {
     Direct,
     Fuseway,
+    /// The binary built with profile-guided optimisation (`--pgo`, see `pgo.rs`).
+    FusewayPgo,
     /// The same binary with `--http1-engine hyper` (HTTP/1.1 rounds only: HTTP/2 is
     /// hyper's in both).
     FusewayHyper,
@@ -40,6 +42,7 @@ impl Kind {
         match self {
             Kind::Direct => "direct",
             Kind::Fuseway => "fuseway",
+            Kind::FusewayPgo => "fuseway-pgo",
             Kind::FusewayHyper => "fuseway-hyper",
             Kind::FusewayAccessLog => "fuseway-alog",
             Kind::FusewayReload => "fuseway-10k",
