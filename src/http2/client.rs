@@ -662,7 +662,7 @@ where
         io,
         conn: conn.clone(),
         read: BytesMut::new(),
-        decoder: Decoder::new(TABLE_SIZE),
+        decoder: Decoder::remembering(TABLE_SIZE),
         block: None,
         writing: Vec::new(),
         written: 0,

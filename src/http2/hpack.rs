@@ -6,7 +6,11 @@
 //! pseudo-header's bytes), so a field a client sends again by its index — most of
 //! every request after a connection's first — costs a reference count, not a parse.
 //! Literal values are slices of the frame they came in (no copy) or, Huffman-coded,
-//! decoded into the decoder's scratch buffer and split off it.
+//! decoded into the decoder's scratch buffer and split off it. A client's decoder also
+//! remembers the last few short Huffman-coded strings by their coded bytes
+//! ([`Recent`]): a destination sends some values again on every response without
+//! indexing them (the h2 crate never indexes `content-length`), and while an earlier
+//! response still holds its copy, decoding one anew costs two allocations.
 //!
 //! Encoding sends every field as a literal without indexing (the static table's name
 //! where it has one) and without Huffman coding: no state to keep per connection and
@@ -187,24 +191,73 @@ pub(crate) struct Decoder {
     /// Newest first.
     table: VecDeque<Field>,
     size: usize,
-    /// The table's size now (the last size update's, at most `limit`).
-    max_size: usize,
+    /// The table's size now (the last size update's, at most `limit`). Both are 32-bit
+    /// (`SETTINGS_HEADER_TABLE_SIZE` is): the connection's state stays small.
+    max_size: u32,
     /// What this endpoint allows (its `SETTINGS_HEADER_TABLE_SIZE`).
-    limit: usize,
+    limit: u32,
     /// Where Huffman-coded strings are decoded, and split off.
     scratch: BytesMut,
+    /// The last short Huffman-coded strings (a client's decoder only: a server's stays
+    /// small for its idle connections).
+    recent: Option<Box<Recent>>,
+}
+
+/// How many Huffman-coded strings [`Recent`] keeps, and the longest (coded) it keeps.
+const RECENT: usize = 4;
+const RECENT_CODED: usize = 16;
+
+/// The last [`RECENT`] short Huffman-coded strings decoded: their coded bytes and what
+/// they decoded to, which the same coded bytes decode to again.
+#[derive(Default)]
+struct Recent {
+    coded: [([u8; RECENT_CODED], u8); RECENT],
+    decoded: [Bytes; RECENT],
+    /// The entry replaced next.
+    next: usize,
+}
+
+impl Recent {
+    fn get(&self, coded: &[u8]) -> Option<Bytes> {
+        let at = self.coded.iter().position(|(bytes, len)| {
+            usize::from(*len) == coded.len() && bytes[..coded.len()] == *coded
+        })?;
+        Some(self.decoded[at].clone())
+    }
+
+    fn put(&mut self, coded: &[u8], decoded: &Bytes) {
+        if coded.is_empty() || coded.len() > RECENT_CODED {
+            return;
+        }
+        let (bytes, len) = &mut self.coded[self.next];
+        bytes[..coded.len()].copy_from_slice(coded);
+        *len = coded.len() as u8;
+        self.decoded[self.next] = decoded.clone();
+        self.next = (self.next + 1) % RECENT;
+    }
 }
 
 impl Decoder {
     /// A decoder whose table may grow to `limit` bytes (the `SETTINGS_HEADER_TABLE_SIZE`
     /// sent to the peer; 4 096 unless one was).
     pub(crate) fn new(limit: usize) -> Decoder {
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
         Decoder {
             table: VecDeque::new(),
             size: 0,
             max_size: limit,
             limit,
             scratch: BytesMut::new(),
+            recent: None,
+        }
+    }
+
+    /// [`Decoder::new`] remembering the last few short Huffman-coded strings (see
+    /// [`Recent`]): for a client, whose connections are few and busy.
+    pub(crate) fn remembering(limit: usize) -> Decoder {
+        Decoder {
+            recent: Some(Box::default()),
+            ..Decoder::new(limit)
         }
     }
 
@@ -228,10 +281,11 @@ impl Decoder {
                     return Err(CompressionError("table size update after a field"));
                 }
                 let size = integer(block, &mut at, 5)?;
-                if size > self.limit {
+                if size > self.limit as usize {
                     return Err(CompressionError("table size update past the limit"));
                 }
-                self.max_size = size;
+                // At most `limit`: fits.
+                self.max_size = size as u32;
                 self.evict(0);
                 continue;
             } else {
@@ -274,7 +328,7 @@ impl Decoder {
     fn insert(&mut self, field: Field) {
         let size = field.size();
         self.evict(size);
-        if size <= self.max_size {
+        if size <= self.max_size as usize {
             self.size += size;
             if self.table.len() == self.table.capacity() && self.table.len() < 8 {
                 // A small table grows by one entry at a time: many clients index only a
@@ -287,7 +341,7 @@ impl Decoder {
 
     /// Drop the oldest entries until `room` more bytes fit (all of them if it cannot).
     fn evict(&mut self, room: usize) {
-        while self.size + room > self.max_size {
+        while self.size + room > self.max_size as usize {
             match self.table.pop_back() {
                 Some(old) => self.size -= old.size(),
                 None => break,
@@ -296,7 +350,8 @@ impl Decoder {
     }
 
     /// A string literal (RFC 7541 §5.2) at `at`: a slice of `block`, or decoded from
-    /// Huffman into the scratch buffer and split off it.
+    /// Huffman into the scratch buffer and split off it (or, the same coded bytes again,
+    /// what they decoded to last time, where the decoder remembers it).
     fn string(&mut self, block: &Bytes, at: &mut usize) -> Result<Bytes, CompressionError> {
         let huffman = block.get(*at).ok_or(TRUNCATED)? & 0x80 != 0;
         let len = integer(block, at, 7)?;
@@ -304,11 +359,19 @@ impl Decoder {
         let end = end.ok_or(TRUNCATED)?;
         let raw = &block[*at..end];
         let out = if huffman {
-            // Huffman coding is at least five bits a symbol: room for all of it.
-            self.scratch.reserve(len * 8 / 5 + 1);
-            huffman::decode(raw, &mut self.scratch)
-                .map_err(|()| CompressionError("invalid Huffman coding"))?;
-            self.scratch.split().freeze()
+            if let Some(again) = self.recent.as_ref().and_then(|r| r.get(raw)) {
+                again
+            } else {
+                // Huffman coding is at least five bits a symbol: room for all of it.
+                self.scratch.reserve(len * 8 / 5 + 1);
+                huffman::decode(raw, &mut self.scratch)
+                    .map_err(|()| CompressionError("invalid Huffman coding"))?;
+                let decoded = self.scratch.split().freeze();
+                if let Some(recent) = &mut self.recent {
+                    recent.put(raw, &decoded);
+                }
+                decoded
+            }
         } else {
             block.slice(*at..end)
         };
@@ -527,6 +590,48 @@ mod tests {
             decoder.table.iter().map(Field::size).collect(),
             decoder.size,
         )
+    }
+
+    /// A client's decoder hands a short Huffman-coded value sent again without indexing
+    /// (as the h2 crate sends `content-length`) the bytes it decoded the first time,
+    /// while those are still held: no allocation. Other coded bytes decode as they are.
+    #[test]
+    fn a_clients_decoder_remembers_short_huffman_coded_values() {
+        // `content-length` (static index 28), literal without indexing, Huffman "100"
+        // and "200".
+        let (hundred, two_hundred) = (hex("0f0d 8208 01"), hex("0f0d 8210 01"));
+        let value = |decoder: &mut Decoder, block: &Bytes| {
+            let mut value = None;
+            decoder
+                .decode(block, |field| match field {
+                    Field::Header(name, v) if name == http::header::CONTENT_LENGTH => {
+                        value = Some(v)
+                    }
+                    _ => panic!("not the content-length field"),
+                })
+                .unwrap();
+            value.expect("a field")
+        };
+        let mut client = Decoder::remembering(4096);
+        let first = value(&mut client, &hundred);
+        let other = value(&mut client, &two_hundred);
+        let again = value(&mut client, &hundred);
+        assert!(first == "100" && other == "200" && again == "100");
+        assert_eq!(first.as_bytes().as_ptr(), again.as_bytes().as_ptr());
+        assert_ne!(first.as_bytes().as_ptr(), other.as_bytes().as_ptr());
+        // More values than it keeps: the oldest is decoded anew, still right.
+        for (coded, decoded) in [
+            ("0803", "101"),
+            ("0841", "110"),
+            ("0843", "111"),
+            ("1003", "201"),
+        ] {
+            assert_eq!(
+                value(&mut client, &hex(&format!("0f0d 82{coded}"))),
+                decoded
+            );
+        }
+        assert_eq!(value(&mut client, &hundred), "100");
     }
 
     /// RFC 7541 C.3 (requests, no Huffman coding) and C.4 (the same with it): the
