@@ -122,15 +122,9 @@ fn build_with(
 
 /// One path's training traffic: the load generator for [`TRAINING_SECONDS`].
 fn train(examples: &Path, port: u16, scenario: Scenario) {
-    let mut loadgen = Command::new(examples.join("examples").join("loadgen"));
-    if scenario.grpc() {
-        loadgen.arg("--grpc");
-    }
     let mut loadgen = spawn(
         "loadgen",
-        loadgen
-            .args(["--url", &format!("http://127.0.0.1:{port}/bench/path?q=1")])
-            .args(["--http", &scenario.client_http().to_string()])
+        crate::run::loadgen(examples, port, scenario)
             .args(["--warmup", "0", "--duration", TRAINING_SECONDS])
             .stdout(Stdio::null()),
     );

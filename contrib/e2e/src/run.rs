@@ -40,6 +40,19 @@ pub(crate) fn snapshot_allocs(target: &Target) -> Option<(u64, u64)> {
     rx.recv_timeout(Duration::from_secs(5)).ok()
 }
 
+/// The load generator (in `dir`'s examples) sending `scenario`'s requests to `port`;
+/// connections, warm-up and duration are the caller's.
+pub(crate) fn loadgen(dir: &Path, port: u16, scenario: Scenario) -> Command {
+    let mut loadgen = Command::new(dir.join("examples").join("loadgen"));
+    if scenario.grpc() {
+        loadgen.arg("--grpc");
+    }
+    loadgen
+        .args(["--url", &format!("http://127.0.0.1:{port}/bench/path?q=1")])
+        .args(["--http", &scenario.client_http().to_string()]);
+    loadgen
+}
+
 /// One run of `scenario`'s load against `target` on `port` (`backend`: whose CPU is
 /// measured too).
 #[allow(clippy::too_many_arguments)]
@@ -52,15 +65,9 @@ pub(crate) fn run_once(
     settings: &Settings,
     ticks_per_s: f64,
 ) -> Run {
-    let mut loadgen = Command::new(dir.join("examples").join("loadgen"));
-    if scenario.grpc() {
-        loadgen.arg("--grpc");
-    }
     let mut loadgen = spawn(
         "loadgen",
-        loadgen
-            .args(["--url", &format!("http://127.0.0.1:{port}/bench/path?q=1")])
-            .args(["--http", &scenario.client_http().to_string()])
+        loadgen(dir, port, scenario)
             .args(["--connections", &settings.connections.to_string()])
             .args(["--warmup", &settings.warmup.to_string()])
             .args(["--duration", &settings.seconds.to_string()])
