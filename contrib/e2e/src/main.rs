@@ -163,14 +163,23 @@ fn build(root: &Path, profile: &str) -> PathBuf {
         .status()
         .expect("run cargo build");
     assert!(status.success(), "e2e: cargo build failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    target_dir(root).join(profile_dir(profile))
+}
+
+/// Where cargo builds: `CARGO_TARGET_DIR`, else the workspace's `target`.
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    target.join(match profile {
+        .unwrap_or_else(|| root.join("target"))
+}
+
+/// The directory a profile's artifacts go to under a target directory.
+pub(crate) fn profile_dir(profile: &str) -> &str {
+    match profile {
         "dev" | "test" => "debug",
         "bench" => "release",
         other => other,
-    })
+    }
 }
 
 fn main() {

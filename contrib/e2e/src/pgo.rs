@@ -42,13 +42,10 @@ pub(crate) fn build_pgo(
     };
     // Fixed paths (not the run's temporary directory), so that `RUSTFLAGS` stay the same
     // from run to run and cargo rebuilds only what changed.
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let target_dir = crate::target_dir(root);
     let raw = target_dir.join("pgo-train").join("profiles");
     let _ = std::fs::remove_dir_all(&raw);
     let trainee = build_with(
-        &target_dir,
         root,
         profile,
         &host,
@@ -78,7 +75,6 @@ pub(crate) fn build_pgo(
         .expect("run llvm-profdata");
     assert!(status.success(), "e2e: llvm-profdata merge failed");
     Some(build_with(
-        &target_dir,
         root,
         profile,
         &host,
@@ -89,16 +85,9 @@ pub(crate) fn build_pgo(
 
 /// `cargo build` of the binary (as the plain build: `--features count-allocs`) for
 /// `host` into `target/<dir>` with `rustflags`; returns the binary's directory.
-fn build_with(
-    target: &Path,
-    root: &Path,
-    profile: &str,
-    host: &str,
-    dir: &str,
-    rustflags: &str,
-) -> PathBuf {
+fn build_with(root: &Path, profile: &str, host: &str, dir: &str, rustflags: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let target_dir = target.join(dir);
+    let target_dir = crate::target_dir(root).join(dir);
     eprintln!(
         "e2e: building fuseway with {rustflags} into {}",
         target_dir.display()
@@ -113,11 +102,7 @@ fn build_with(
         .status()
         .expect("run cargo build");
     assert!(status.success(), "e2e: cargo build ({rustflags}) failed");
-    target_dir.join(host).join(match profile {
-        "dev" | "test" => "debug",
-        "bench" => "release",
-        other => other,
-    })
+    target_dir.join(host).join(crate::profile_dir(profile))
 }
 
 /// One path's training traffic: the load generator for [`TRAINING_SECONDS`].
