@@ -3,6 +3,7 @@
 //! credited back to the client (WINDOW_UPDATE) by the connection.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -15,7 +16,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The reading side, in [`Incoming`](crate::body::Incoming).
 #[derive(Debug)]
 pub(crate) struct RecvBody {
-    shared: Arc<Mutex<Queue>>,
+    shared: Arc<Shared>,
     /// The request's `content-length`.
     length: Option<u64>,
 }
@@ -23,7 +24,16 @@ pub(crate) struct RecvBody {
 /// The connection's side of a stream's body.
 #[derive(Debug, Clone)]
 pub(crate) struct Sender {
-    shared: Arc<Mutex<Queue>>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Nothing more to read: the body ended and the reader has taken all of it (set
+    /// under the lock, once; read without it by `is_end_stream`, which a writer asks
+    /// after every frame).
+    finished: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -55,7 +65,7 @@ enum State {
 /// A body's channel: the reading side for the request, the sending side for the
 /// connection.
 pub(crate) fn channel(length: Option<u64>) -> (Sender, RecvBody) {
-    let shared = Arc::new(Mutex::new(Queue::default()));
+    let shared = Arc::new(Shared::default());
     (
         Sender {
             shared: shared.clone(),
@@ -64,8 +74,17 @@ pub(crate) fn channel(length: Option<u64>) -> (Sender, RecvBody) {
     )
 }
 
-fn lock(shared: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
-    shared.lock().unwrap_or_else(|e| e.into_inner())
+fn lock(shared: &Shared) -> MutexGuard<'_, Queue> {
+    shared.queue.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    /// Mark the body finished if, with `q` (its queue, locked), it is.
+    fn check_finished(&self, q: &Queue) {
+        if q.chunks.is_empty() && q.state == State::Ended && q.trailers.is_none() {
+            self.finished.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl Sender {
@@ -89,6 +108,7 @@ impl Sender {
         if q.state == State::Open {
             q.state = State::Ended;
             q.trailers = trailers;
+            self.shared.check_finished(&q);
         }
         if let Some(w) = q.reader.take() {
             w.wake();
@@ -143,6 +163,7 @@ impl RecvBody {
             if let Some(w) = q.connection.take() {
                 w.wake();
             }
+            self.shared.check_finished(&q);
             return Poll::Ready(Some(Ok(Frame::data(data))));
         }
         match q.state {
@@ -152,14 +173,17 @@ impl RecvBody {
                 }
                 Poll::Pending
             }
-            State::Ended => Poll::Ready(q.trailers.take().map(|t| Ok(Frame::trailers(t)))),
+            State::Ended => {
+                let trailers = q.trailers.take();
+                self.shared.check_finished(&q);
+                Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))))
+            }
             State::Failed(why) => Poll::Ready(Some(Err(why.into()))),
         }
     }
 
     pub(crate) fn is_end_stream(&self) -> bool {
-        let q = lock(&self.shared);
-        q.chunks.is_empty() && q.state == State::Ended && q.trailers.is_none()
+        self.shared.finished.load(Ordering::Acquire)
     }
 
     pub(crate) fn size_hint(&self) -> SizeHint {
@@ -180,5 +204,40 @@ impl Drop for RecvBody {
         if let Some(w) = q.connection.take() {
             w.wake();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `is_end_stream` (read without the lock) says the end only once the body has
+    /// ended and the reader has taken every chunk and the trailers.
+    #[test]
+    fn the_end_is_seen_once_everything_is_taken() {
+        let cx = &mut Context::from_waker(Waker::noop());
+        let (tx, mut rx) = channel(None);
+        assert!(tx.push(Bytes::from_static(b"a")));
+        tx.end(None);
+        assert!(!rx.is_end_stream(), "a chunk is still queued");
+        match rx.poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => assert_eq!(frame.into_data().unwrap(), "a"),
+            _ => panic!("the chunk"),
+        }
+        assert!(rx.is_end_stream());
+        assert!(matches!(rx.poll_frame(cx), Poll::Ready(None)));
+
+        let (tx, mut rx) = channel(None);
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        tx.end(Some(trailers));
+        assert!(!rx.is_end_stream(), "the trailers are still to be read");
+        assert!(matches!(rx.poll_frame(cx), Poll::Ready(Some(Ok(f))) if f.is_trailers()));
+        assert!(rx.is_end_stream());
+
+        let (tx, rx) = channel(Some(1));
+        assert!(!rx.is_end_stream(), "still open");
+        tx.fail("reset");
+        assert!(!rx.is_end_stream(), "failed, not ended");
     }
 }
