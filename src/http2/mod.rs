@@ -25,8 +25,8 @@ pub(crate) fn forbidden_field(name: &HeaderName, value: &HeaderValue) -> bool {
     CONNECTION_SPECIFIC.contains(name) || (name == header::TE && value != "trailers")
 }
 
-/// A message's `content-length`: every value the same number of digits only (a field
-/// repeated with one value is one length, RFC 9110 §8.6), or none. A request or
+/// A message's `content-length`, or none: each value must be digits only, and a field
+/// repeated must repeat the same number (then it is one length, RFC 9110 §8.6). A request or
 /// response with any other is malformed (RFC 9113 §8.1.1). The native HTTP/2 server
 /// and client both read it here.
 pub(crate) fn content_length(headers: &HeaderMap) -> Result<Option<u64>, &'static str> {
