@@ -1,7 +1,8 @@
 //! The end-to-end bench's backend: answers every request with `200 OK` and a 100-byte
 //! body, over HTTP/1.1 (keep-alive) and HTTP/2 cleartext (prior knowledge) on one port;
 //! a gRPC call (`content-type: application/grpc`) gets one 100-byte message and the
-//! trailer `grpc-status: 0`.
+//! trailer `grpc-status: 0`. A request body is read before the answer; a query
+//! `?bytes=N` asks for a body of `N` bytes instead (at most 64 KiB).
 //!
 //! ```text
 //! cargo run --release --example bench_backend -- --listen 127.0.0.1:0 --threads 1
@@ -19,6 +20,7 @@ use std::future::Ready;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body_util::combinators::WithTrailers;
 use http_body_util::{BodyExt, Either, Full};
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -36,6 +38,9 @@ struct Args {
 }
 
 static BODY: [u8; 100] = [b'x'; 100];
+
+/// The bodies `?bytes=N` asks for: a prefix of this.
+static LARGE: [u8; 65_536] = [b'x'; 65_536];
 
 /// A gRPC answer: one message of [`BODY`] behind its 5-byte prefix.
 static GRPC_BODY: [u8; 105] = {
@@ -68,10 +73,25 @@ async fn answer(request: Request<Incoming>) -> Result<Response<Answer>, Infallib
             .body(Either::Right(body))
             .expect("valid response"));
     }
+    let body = match requested_bytes(request.uri().query()) {
+        Some(n) => &LARGE[..n.min(LARGE.len())],
+        None => &BODY[..],
+    };
+    if !request.body().is_end_stream() {
+        let _ = request.into_body().collect().await;
+    }
     Ok(Response::builder()
         .header("content-type", "text/plain")
-        .body(Either::Left(Full::new(Bytes::from_static(&BODY))))
+        .body(Either::Left(Full::new(Bytes::from_static(body))))
         .expect("valid response"))
+}
+
+/// `N` of a query holding `bytes=N`.
+fn requested_bytes(query: Option<&str>) -> Option<usize> {
+    query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("bytes="))
+        .and_then(|n| n.parse().ok())
 }
 
 fn main() -> std::io::Result<()> {

@@ -10,13 +10,15 @@
 //!
 //! With `--grpc` (HTTP/2 only) each request is a gRPC unary call: a `POST` of one
 //! length-prefixed 10-byte message, `content-type: application/grpc`; it succeeds when
-//! the response ends with the trailer `grpc-status: 0`.
+//! the response ends with the trailer `grpc-status: 0`. With `--body N` each request is a
+//! `POST` of `N` bytes (with `Content-Length`) instead of a `GET`.
 //!
 //! Prints `MEASURE start` and `MEASURE end` on stdout as the window opens and closes
 //! (the e2e bench samples the proxy's counters then), and at the end one line
 //! `LOADGEN requests=N errors=E duration_s=D rps=R p50_us=.. p90_us=.. p99_us=.. p999_us=..`.
 //! Only 127.0.0.1 / localhost targets are accepted.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,12 +26,18 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Parser;
 use hdrhistogram::Histogram;
+use http::uri::Authority;
 use http::{Request, Uri};
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 struct Args {
     /// Target URL (http://127.0.0.1:PORT/path).
     #[arg(long)]
@@ -43,6 +51,9 @@ struct Args {
     /// gRPC unary calls instead of `GET`s (with `--http 2`).
     #[arg(long)]
     grpc: bool,
+    /// `POST` a body of this many bytes instead of a `GET` (0: `GET`).
+    #[arg(long, default_value_t = 0)]
+    body: usize,
     /// Requests in flight per HTTP/2 connection.
     #[arg(long, default_value_t = 1)]
     streams: usize,
@@ -55,6 +66,13 @@ struct Args {
     /// Runtime worker threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// TLS (an `https://` URL) trusting the certificates in this PEM file; ALPN offers
+    /// `h2` with `--http 2`, `http/1.1` otherwise.
+    #[arg(long, value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
+    /// The TLS client made from `--tls-ca`.
+    #[arg(skip)]
+    tls: Option<TlsConnector>,
 }
 
 const WARMUP: u8 = 0;
@@ -81,6 +99,17 @@ fn main() {
     );
     assert!(args.http == 1 || args.http == 2, "--http is 1 or 2");
     assert!(!args.grpc || args.http == 2, "--grpc needs --http 2");
+    assert!(!args.grpc || args.body == 0, "--grpc sends its own body");
+    assert_eq!(
+        args.url.scheme_str() == Some("https"),
+        args.tls_ca.is_some(),
+        "an https:// URL goes with --tls-ca"
+    );
+    let mut args = args;
+    args.tls = args
+        .tls_ca
+        .as_deref()
+        .map(|ca| tls_connector(ca, args.http));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads.max(1))
         .enable_all()
@@ -149,104 +178,163 @@ async fn connection(args: Arc<Args>, phase: Arc<AtomicU8>, streams: usize) -> Ta
             }
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(stream);
-        if args.http == 2 {
-            let Ok((send, conn)) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(
-                TokioExecutor::new(),
-                io,
-            )
-            .await
-            else {
-                count_error(&phase, &mut tally);
-                continue;
-            };
-            tokio::spawn(conn);
-            let loops: Vec<_> = (0..streams)
-                .map(|_| {
-                    let mut send = send.clone();
-                    let (args, phase) = (args.clone(), phase.clone());
-                    tokio::spawn(async move {
-                        let mut t = Tally {
-                            latency: new_hist(),
-                            errors: 0,
-                        };
-                        while phase.load(Ordering::Relaxed) != DONE {
-                            if send.ready().await.is_err() {
-                                count_error(&phase, &mut t);
-                                break;
-                            }
-                            let request = h2_request(&args);
-                            let started = Instant::now();
-                            let ok = match send.send_request(request).await {
-                                Ok(r) if r.status().is_success() => {
-                                    match r.into_body().collect().await {
-                                        Ok(body) => !args.grpc || grpc_ok(body.trailers()),
-                                        Err(_) => false,
-                                    }
-                                }
-                                _ => false,
-                            };
-                            record(&phase, &mut t, started, ok);
-                            if !ok {
-                                break;
-                            }
-                        }
-                        t
-                    })
-                })
-                .collect();
-            for l in loops {
-                let t = l.await.expect("stream loop");
-                tally.latency.add(&t.latency).expect("same bounds");
-                tally.errors += t.errors;
-            }
-        } else {
-            let Ok((mut send, conn)) =
-                hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(io).await
-            else {
-                count_error(&phase, &mut tally);
-                continue;
-            };
-            tokio::spawn(conn);
-            let path = args
-                .url
-                .path_and_query()
-                .map(|p| p.as_str())
-                .unwrap_or("/")
-                .to_owned();
-            while phase.load(Ordering::Relaxed) != DONE {
-                if send.ready().await.is_err() {
-                    count_error(&phase, &mut tally);
-                    break;
-                }
-                let request = Request::get(path.as_str())
-                    .header("host", authority.as_str())
-                    .body(Empty::new())
-                    .expect("request");
-                let started = Instant::now();
-                let ok = match send.send_request(request).await {
-                    Ok(r) => {
-                        let ok = r.status().is_success();
-                        ok && r.into_body().collect().await.is_ok()
+        match &args.tls {
+            Some(tls) => {
+                let name = ServerName::try_from(args.url.host().unwrap_or_default().to_owned())
+                    .expect("a TLS server name");
+                match tls.connect(name, stream).await {
+                    Ok(stream) => {
+                        let io = TokioIo::new(stream);
+                        exchange(io, &args, &phase, streams, &authority, &mut tally).await
                     }
-                    Err(_) => false,
-                };
-                record(&phase, &mut tally, started, ok);
-                if !ok {
-                    break;
+                    Err(_) => count_error(&phase, &mut tally),
                 }
+            }
+            None => {
+                let io = TokioIo::new(stream);
+                exchange(io, &args, &phase, streams, &authority, &mut tally).await
             }
         }
     }
     tally
 }
 
-/// One HTTP/2 request: a `GET` of the URL, or a gRPC unary call to it.
-fn h2_request(args: &Args) -> Request<Full<Bytes>> {
-    if !args.grpc {
-        return Request::get(args.url.clone())
-            .body(Full::new(Bytes::new()))
+/// Requests on one connection (`streams` loops of them on HTTP/2) until the run ends or
+/// one fails.
+async fn exchange<T>(
+    io: TokioIo<T>,
+    args: &Arc<Args>,
+    phase: &Arc<AtomicU8>,
+    streams: usize,
+    authority: &Authority,
+    tally: &mut Tally,
+) where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    if args.http == 2 {
+        let Ok((send, conn)) =
+            hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(TokioExecutor::new(), io)
+                .await
+        else {
+            count_error(phase, tally);
+            return;
+        };
+        tokio::spawn(conn);
+        let body = Bytes::from(vec![b'x'; args.body]);
+        let loops: Vec<_> = (0..streams)
+            .map(|_| {
+                let body = body.clone();
+                let mut send = send.clone();
+                let (args, phase) = (args.clone(), phase.clone());
+                tokio::spawn(async move {
+                    let mut t = Tally {
+                        latency: new_hist(),
+                        errors: 0,
+                    };
+                    while phase.load(Ordering::Relaxed) != DONE {
+                        if send.ready().await.is_err() {
+                            count_error(&phase, &mut t);
+                            break;
+                        }
+                        let request = h2_request(&args, &body);
+                        let started = Instant::now();
+                        let ok = match send.send_request(request).await {
+                            Ok(r) if r.status().is_success() => {
+                                match r.into_body().collect().await {
+                                    Ok(body) => !args.grpc || grpc_ok(body.trailers()),
+                                    Err(_) => false,
+                                }
+                            }
+                            _ => false,
+                        };
+                        record(&phase, &mut t, started, ok);
+                        if !ok {
+                            break;
+                        }
+                    }
+                    t
+                })
+            })
+            .collect();
+        for l in loops {
+            let t = l.await.expect("stream loop");
+            tally.latency.add(&t.latency).expect("same bounds");
+            tally.errors += t.errors;
+        }
+    } else {
+        let Ok((mut send, conn)) =
+            hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await
+        else {
+            count_error(phase, tally);
+            return;
+        };
+        tokio::spawn(conn);
+        let path = args
+            .url
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .to_owned();
+        let body = Bytes::from(vec![b'x'; args.body]);
+        while phase.load(Ordering::Relaxed) != DONE {
+            if send.ready().await.is_err() {
+                count_error(phase, tally);
+                break;
+            }
+            let request = if args.body == 0 {
+                Request::get(path.as_str())
+            } else {
+                Request::post(path.as_str())
+            }
+            .header("host", authority.as_str())
+            .body(Full::new(body.clone()))
             .expect("request");
+            let started = Instant::now();
+            let ok = match send.send_request(request).await {
+                Ok(r) => {
+                    let ok = r.status().is_success();
+                    ok && r.into_body().collect().await.is_ok()
+                }
+                Err(_) => false,
+            };
+            record(phase, tally, started, ok);
+            if !ok {
+                break;
+            }
+        }
+    }
+}
+
+/// A TLS client trusting the certificates of the PEM file `ca`, offering `h2` (HTTP/2)
+/// or `http/1.1` by ALPN.
+fn tls_connector(ca: &Path, http: u8) -> TlsConnector {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).expect("read --tls-ca") {
+        roots
+            .add(cert.expect("a PEM certificate"))
+            .expect("a usable CA certificate");
+    }
+    let mut config = ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![if http == 2 {
+        b"h2".to_vec()
+    } else {
+        b"http/1.1".to_vec()
+    }];
+    TlsConnector::from(Arc::new(config))
+}
+
+/// One HTTP/2 request: a `GET` of the URL, a `POST` of `body` to it, or a gRPC unary
+/// call to it.
+fn h2_request(args: &Args, body: &Bytes) -> Request<Full<Bytes>> {
+    if !args.grpc {
+        let request = if body.is_empty() {
+            Request::get(args.url.clone())
+        } else {
+            Request::post(args.url.clone())
+        };
+        return request.body(Full::new(body.clone())).expect("request");
     }
     // One uncompressed message of 10 bytes behind gRPC's 5-byte prefix.
     static MESSAGE: [u8; 15] = [

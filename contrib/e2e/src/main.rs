@@ -23,6 +23,7 @@
 //! cargo e2e --rounds 5 --seconds 20
 //! cargo e2e --reload-only                    # p99 on 10 000 routes, steady and reloaded every 250 ms
 //! cargo e2e --pgo                            # also fuseway-pgo: built with profile-guided optimisation
+//! cargo e2e --pgo-build                      # only build that binary (the packaged build)
 //! ```
 //!
 //! (`cargo e2e` is an alias, in `.cargo/config.toml`, of `cargo run -p fuseway-e2e
@@ -105,9 +106,15 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_name = "LABELS")]
     only: Vec<String>,
     /// Also `fuseway-pgo`: the binary built with profile-guided optimisation, trained
-    /// on the benchmark's paths (needs rustup's `llvm-tools`; two more builds).
+    /// on its own traffic, not the benchmark's (needs rustup's `llvm-tools`; two more
+    /// builds).
     #[arg(long)]
     pgo: bool,
+    /// Only build the profile-guided binary (trained as for `--pgo`, without the
+    /// allocation counter) and print where it is: the packaged build
+    /// (contrib/Dockerfile).
+    #[arg(long)]
+    pgo_build: bool,
 }
 
 /// What one benchmark run does, from [`Args`].
@@ -205,6 +212,22 @@ fn main() {
         .expect("bench_backend prints `listening ADDR`");
     eprintln!("e2e: backend on {backend_addr}");
 
+    if args.pgo_build {
+        let Some(pgo) = pgo::build_pgo(
+            &workspace_root(),
+            &args.profile,
+            &dir,
+            &tmp,
+            backend_addr,
+            false,
+        ) else {
+            std::process::exit(1);
+        };
+        println!("e2e: built {}", pgo.join("fuseway").display());
+        backend.stop();
+        let _ = std::fs::remove_dir_all(&tmp);
+        return;
+    }
     if args.reload_only {
         reload_phase(&dir, &tmp, &backend, backend_addr, &settings, ticks);
         backend.stop();
@@ -243,9 +266,14 @@ fn main() {
         }
     }
     if args.pgo && wanted(Kind::FusewayPgo) {
-        if let Some(pgo) =
-            pgo::build_pgo(&workspace_root(), &args.profile, &dir, &tmp, backend_addr)
-        {
+        if let Some(pgo) = pgo::build_pgo(
+            &workspace_root(),
+            &args.profile,
+            &dir,
+            &tmp,
+            backend_addr,
+            true,
+        ) {
             for h2c_destination in [false, true] {
                 targets.push(start_fuseway(
                     &pgo,

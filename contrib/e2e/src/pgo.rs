@@ -4,10 +4,13 @@
 //! The recipe is rustc's (the rustc book, "Profile-guided Optimization"): build with
 //! `-Cprofile-generate`, run the instrumented binary under traffic, merge its raw
 //! profiles with `llvm-profdata` (rustup's `llvm-tools` component), and build again
-//! with `-Cprofile-use`. The traffic here is the benchmark's own: every path
-//! ([`Scenario::ALL`]) for a few seconds through the same two configurations the
-//! measured fuseway runs, so the figures say what PGO does for a proxy trained on the
-//! traffic it then serves (docs/BENCHMARKS.md, twenty-eighth round). Both builds pass
+//! with `-Cprofile-use`. The training is not the benchmark: its own configuration
+//! ([`training_config`]: a plain and a TLS listener, a route with transforms, one to an
+//! h2c destination, a catch-all) and its own mix of requests ([`TRAFFIC`]: `GET`s and
+//! `POST`s with bodies, small and 16 KiB responses, HTTP/1.1 and HTTP/2 clients, on TLS
+//! and not, gRPC), so the figures say what
+//! a build trained on general traffic does on the benchmark's (docs/BENCHMARKS.md,
+//! twenty-ninth round). Both builds pass
 //! `--target` (the host's) so that `RUSTFLAGS` reach only the binary and its crates, not
 //! build scripts or proc-macros, and use their own target directories (`target/pgo-train`,
 //! `target/pgo`): the plain build in `target/` is left as it is.
@@ -15,14 +18,100 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::process::{on_path, spawn};
-use crate::scenario::Scenario;
-use crate::targets::{start_fuseway, Kind};
+use crate::process::{free_port, on_path};
+use crate::targets::{spawn_fuseway_on, Kind};
 
-/// Seconds of training traffic per path.
+/// Seconds of training traffic per kind of request.
 const TRAINING_SECONDS: &str = "3";
 
-/// Build the instrumented binary, train it, build the optimised one; returns the
+/// One kind of training request, sent for [`TRAINING_SECONDS`] by the load generator.
+struct Training {
+    /// To the TLS listener (HTTP/1.1 or `h2` by ALPN) instead of the plain one.
+    tls: bool,
+    /// The client's HTTP version: 1, or 2 (h2c on the plain listener).
+    http: u8,
+    /// gRPC unary calls.
+    grpc: bool,
+    /// Which route of [`training_config`]; `bytes=N`: the backend's body size.
+    path: &'static str,
+    /// The request body's size (a `POST` when not 0).
+    body: usize,
+}
+
+const fn training(tls: bool, http: u8, grpc: bool, path: &'static str, body: usize) -> Training {
+    Training {
+        tls,
+        http,
+        grpc,
+        path,
+        body,
+    }
+}
+
+/// The training traffic, in turn.
+const TRAFFIC: [Training; 12] = [
+    training(false, 1, false, "/api/items?page=2", 0),
+    training(false, 1, false, "/api/upload", 2048),
+    training(false, 1, false, "/static/file.js?bytes=16384", 0),
+    training(false, 1, false, "/h2/items", 0),
+    training(false, 1, false, "/h2/upload", 2048),
+    training(false, 2, false, "/api/items?page=2", 0),
+    training(false, 2, false, "/api/upload", 2048),
+    training(false, 2, false, "/h2/items?bytes=16384", 0),
+    training(false, 2, true, "/h2/echo.Echo/Call", 0),
+    training(true, 1, false, "/api/items?page=2", 0),
+    training(true, 2, false, "/static/file.js?bytes=16384", 0),
+    training(true, 2, true, "/h2/echo.Echo/Call", 0),
+];
+
+/// The configuration the instrumented binary is trained on (YARP's shape): a plain and
+/// a TLS listener; `/api/...` with its prefix removed, a request header set and a
+/// response header added, `/h2/...` to the backend as an h2c destination, and a
+/// catch-all.
+fn training_config(
+    backend: std::net::SocketAddr,
+    port: u16,
+    tls_port: u16,
+    cert: &Path,
+    key: &Path,
+) -> String {
+    let (cert, key) = (cert.display(), key.display());
+    format!(
+        r#"{{
+  "Listen": [
+    "127.0.0.1:{port}",
+    {{ "Address": "127.0.0.1:{tls_port}", "Certificate": "{cert}", "Key": "{key}" }}
+  ],
+  "Routes": {{
+    "api": {{
+      "ClusterId": "backend",
+      "Match": {{ "Path": "/api/{{**rest}}" }},
+      "Transforms": [
+        {{ "PathRemovePrefix": "/api" }},
+        {{ "RequestHeader": "X-Trained", "Set": "1" }},
+        {{ "ResponseHeader": "X-Served-By", "Set": "fuseway" }}
+      ]
+    }},
+    "h2": {{
+      "ClusterId": "h2c",
+      "Match": {{ "Path": "/h2/{{**rest}}" }},
+      "Transforms": [ {{ "PathRemovePrefix": "/h2" }} ]
+    }},
+    "site": {{ "ClusterId": "backend", "Match": {{ "Path": "/{{**catchall}}" }} }}
+  }},
+  "Clusters": {{
+    "backend": {{ "Destinations": {{ "a": {{ "Address": "http://{backend}" }} }} }},
+    "h2c": {{
+      "Destinations": {{ "a": {{ "Address": "http://{backend}" }} }},
+      "HttpRequest": {{ "Version": "2", "VersionPolicy": "RequestVersionExact" }}
+    }}
+  }}
+}}"#
+    )
+}
+
+/// Build the instrumented binary, train it, build the optimised one (both with the
+/// allocation counter if `count_allocs`, as the measured plain build); returns the
 /// directory holding the optimised `fuseway`, or `None` (with a message) where
 /// `llvm-profdata` is not installed.
 pub(crate) fn build_pgo(
@@ -31,6 +120,7 @@ pub(crate) fn build_pgo(
     examples: &Path,
     tmp: &Path,
     backend: std::net::SocketAddr,
+    count_allocs: bool,
 ) -> Option<PathBuf> {
     let host = rustc_host();
     let Some(profdata) = llvm_profdata(&host) else {
@@ -51,20 +141,37 @@ pub(crate) fn build_pgo(
         &host,
         "pgo-train",
         &format!("-Cprofile-generate={}", raw.display()),
+        count_allocs,
     );
-    eprintln!("e2e: training the instrumented fuseway on every path");
-    for h2c_destination in [false, true] {
-        let mut target = start_fuseway(&trainee, tmp, backend, Kind::Fuseway, h2c_destination);
-        for scenario in Scenario::ALL {
-            if let Some(port) = target.port(scenario) {
-                train(examples, port, scenario);
-            }
-        }
-        // The profile is written when the process exits.
-        if let Some(p) = &mut target.process {
-            p.stop();
-        }
+    eprintln!("e2e: training the instrumented fuseway");
+    let (cert, key) = (tmp.join("training-cert.pem"), tmp.join("training-key.pem"));
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])
+        .expect("a self-signed certificate");
+    std::fs::write(&cert, certified.cert.pem()).expect("write the certificate");
+    std::fs::write(&key, certified.signing_key.serialize_pem()).expect("write the key");
+    let config = tmp.join("fuseway-training.json");
+    let (port, tls_port) = (free_port(), free_port());
+    std::fs::write(
+        &config,
+        training_config(backend, port, tls_port, &cert, &key),
+    )
+    .expect("write the training config");
+    let (mut trainee, _) =
+        spawn_fuseway_on(&trainee, &config, &[port, tls_port], Kind::Fuseway, &[]);
+    for t in TRAFFIC {
+        let mut loadgen = if t.tls {
+            let url = format!("https://127.0.0.1:{tls_port}{}", t.path);
+            let mut loadgen = crate::run::loadgen_to(examples, &url, t.http, t.grpc);
+            loadgen.arg("--tls-ca").arg(&cert);
+            loadgen
+        } else {
+            let url = format!("http://127.0.0.1:{port}{}", t.path);
+            crate::run::loadgen_to(examples, &url, t.http, t.grpc)
+        };
+        train(&mut loadgen, &t);
     }
+    // The profile is written when the process exits.
+    trainee.stop();
     let merged = target_dir.join("pgo-train").join("fuseway.profdata");
     let status = Command::new(&profdata)
         .arg("merge")
@@ -80,20 +187,32 @@ pub(crate) fn build_pgo(
         &host,
         "pgo",
         &format!("-Cprofile-use={}", merged.display()),
+        count_allocs,
     ))
 }
 
-/// `cargo build` of the binary (as the plain build: `--features count-allocs`) for
+/// `cargo build` of the binary (with `--features count-allocs` if `count_allocs`) for
 /// `host` into `target/<dir>` with `rustflags`; returns the binary's directory.
-fn build_with(root: &Path, profile: &str, host: &str, dir: &str, rustflags: &str) -> PathBuf {
+fn build_with(
+    root: &Path,
+    profile: &str,
+    host: &str,
+    dir: &str,
+    rustflags: &str,
+    count_allocs: bool,
+) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let target_dir = crate::target_dir(root).join(dir);
     eprintln!(
         "e2e: building fuseway with {rustflags} into {}",
         target_dir.display()
     );
-    let status = Command::new(cargo)
-        .args(["build", "--profile", profile, "--features", "count-allocs"])
+    let mut cargo = Command::new(cargo);
+    cargo.args(["build", "--profile", profile]);
+    if count_allocs {
+        cargo.args(["--features", "count-allocs"]);
+    }
+    let status = cargo
         .args(["--bin", "fuseway", "--target", host])
         .arg("--target-dir")
         .arg(&target_dir)
@@ -105,18 +224,24 @@ fn build_with(root: &Path, profile: &str, host: &str, dir: &str, rustflags: &str
     target_dir.join(host).join(crate::profile_dir(profile))
 }
 
-/// One path's training traffic: the load generator for [`TRAINING_SECONDS`].
-fn train(examples: &Path, port: u16, scenario: Scenario) {
-    let mut loadgen = spawn(
-        "loadgen",
-        crate::run::loadgen(examples, port, scenario)
-            .args(["--warmup", "0", "--duration", TRAINING_SECONDS])
-            .stdout(Stdio::null()),
-    );
-    let status = loadgen.child.wait().expect("wait for loadgen");
+/// One kind of training request: `loadgen` (the load generator on its URL) for
+/// [`TRAINING_SECONDS`]; every request must succeed.
+fn train(loadgen: &mut Command, t: &Training) {
+    let out = loadgen
+        .args(["--body", &t.body.to_string()])
+        .args(["--warmup", "0", "--duration", TRAINING_SECONDS])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run loadgen");
+    let report = String::from_utf8_lossy(&out.stdout);
     assert!(
-        status.success(),
-        "e2e: the training load failed ({scenario:?})"
+        out.status.success() && report.contains(" errors=0 "),
+        "e2e: the training load failed ({}, HTTP/{}, TLS {}, gRPC {}, body {}): {report}",
+        t.path,
+        t.http,
+        t.tls,
+        t.grpc,
+        t.body
     );
 }
 

@@ -43,13 +43,24 @@ pub(crate) fn snapshot_allocs(target: &Target) -> Option<(u64, u64)> {
 /// The load generator (in `dir`'s examples) sending `scenario`'s requests to `port`;
 /// connections, warm-up and duration are the caller's.
 pub(crate) fn loadgen(dir: &Path, port: u16, scenario: Scenario) -> Command {
+    loadgen_to(
+        dir,
+        &format!("http://127.0.0.1:{port}/bench/path?q=1"),
+        scenario.client_http(),
+        scenario.grpc(),
+    )
+}
+
+/// The load generator on `url`, its client speaking HTTP/`http` (1 or 2), sending gRPC
+/// calls if `grpc`.
+pub(crate) fn loadgen_to(dir: &Path, url: &str, http: u8, grpc: bool) -> Command {
     let mut loadgen = Command::new(dir.join("examples").join("loadgen"));
-    if scenario.grpc() {
+    if grpc {
         loadgen.arg("--grpc");
     }
     loadgen
-        .args(["--url", &format!("http://127.0.0.1:{port}/bench/path?q=1")])
-        .args(["--http", &scenario.client_http().to_string()]);
+        .args(["--url", url])
+        .args(["--http", &http.to_string()]);
     loadgen
 }
 

@@ -148,6 +148,22 @@ pub(crate) fn spawn_fuseway(
     kind: Kind,
     args: &[&str],
 ) -> (Process, mpsc::Receiver<(u64, u64)>) {
+    let listen = format!("127.0.0.1:{port}");
+    let args: Vec<&str> = ["--listen", &listen]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    spawn_fuseway_on(dir, config, &[port], kind, &args)
+}
+
+/// [`spawn_fuseway`] listening where `config` (or `args`) says, on 127.0.0.1 at `ports`.
+pub(crate) fn spawn_fuseway_on(
+    dir: &Path,
+    config: &Path,
+    ports: &[u16],
+    kind: Kind,
+    args: &[&str],
+) -> (Process, mpsc::Receiver<(u64, u64)>) {
     let engine = if kind == Kind::FusewayHyper {
         "hyper"
     } else {
@@ -158,7 +174,6 @@ pub(crate) fn spawn_fuseway(
         Command::new(dir.join("fuseway"))
             .arg("--config")
             .arg(config)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--http1-engine", engine, "--http2-engine", engine])
             .args([
                 "--access-log",
@@ -185,10 +200,12 @@ pub(crate) fn spawn_fuseway(
             }
         }
     });
-    assert!(
-        listening(SocketAddr::from(([127, 0, 0, 1], port)), &mut process),
-        "e2e: fuseway is not listening on 127.0.0.1:{port}"
-    );
+    for &port in ports {
+        assert!(
+            listening(SocketAddr::from(([127, 0, 0, 1], port)), &mut process),
+            "e2e: fuseway is not listening on 127.0.0.1:{port}"
+        );
+    }
     (process, rx)
 }
 
