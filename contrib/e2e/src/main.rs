@@ -21,6 +21,7 @@
 //! cargo e2e                                  # 3 rounds x (5 s warm-up + 10 s) per target and protocol
 //! cargo e2e --quick --profile dev            # 1 round x (1 s + 2 s), debug build: a smoke test (CI)
 //! cargo e2e --rounds 5 --seconds 20
+//! cargo e2e --paths 1.1>1.1 --only fuseway,nginx   # one path, two proxies (and the direct baseline)
 //! cargo e2e --reload-only                    # p99 on 10 000 routes, steady and reloaded every 250 ms
 //! cargo e2e --pgo                            # also fuseway-pgo: built with profile-guided optimisation
 //! cargo e2e --pgo-build                      # only build that binary (the packaged build)
@@ -105,6 +106,10 @@ struct Args {
     /// `fuseway,fuseway-alog,nginx` ...); the backend's own row is always measured.
     #[arg(long, value_delimiter = ',', value_name = "LABELS")]
     only: Vec<String>,
+    /// Only these paths (comma-separated labels as the tables print them: `1.1>1.1`,
+    /// `h2c>1.1`, `1.1>h2c`, `h2c>h2c`, `grpc`).
+    #[arg(long, value_delimiter = ',', value_name = "LABELS")]
+    paths: Vec<String>,
     /// Also `fuseway-pgo`: the binary built with profile-guided optimisation, trained
     /// on its own traffic, not the benchmark's (needs rustup's `llvm-tools`; two more
     /// builds).
@@ -325,7 +330,10 @@ fn main() {
     );
 
     let mut runs = Vec::new();
-    for scenario in Scenario::ALL {
+    let paths = Scenario::ALL
+        .into_iter()
+        .filter(|s| args.paths.is_empty() || args.paths.iter().any(|l| l == s.label()));
+    for scenario in paths {
         for _ in 0..settings.rounds {
             for t in &targets {
                 let Some(port) = t.port(scenario) else {
