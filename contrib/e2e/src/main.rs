@@ -159,16 +159,24 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// `cargo build` of the binary and the examples the run starts, in `profile`; returns
-/// the directory they are in (`target/release`, `target/debug` ...).
-fn build(root: &Path, profile: &str) -> PathBuf {
+/// `cargo build` of the examples the run starts and (if `binary`) the binary, in
+/// `profile`; returns the directory they are in (`target/release`, `target/debug` ...).
+fn build(root: &Path, profile: &str, binary: bool) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!(
-        "e2e: building fuseway (--features count-allocs) and the bench examples, profile {profile}"
+        "e2e: building {}the bench examples, profile {profile}",
+        if binary {
+            "fuseway (--features count-allocs) and "
+        } else {
+            ""
+        }
     );
-    let status = Command::new(cargo)
-        .args(["build", "--profile", profile, "--features", "count-allocs"])
-        .args(["--bin", "fuseway"])
+    let mut cargo = Command::new(cargo);
+    cargo.args(["build", "--profile", profile, "--features", "count-allocs"]);
+    if binary {
+        cargo.args(["--bin", "fuseway"]);
+    }
+    let status = cargo
         .args(["--example", "bench_backend", "--example", "loadgen"])
         .args(["--example", "bare_proxy"])
         .current_dir(root)
@@ -200,7 +208,8 @@ fn main() {
     // The idle phase holds thousands of sockets here and in each proxy (which inherit
     // the limit).
     raise_fd_limit(settings.idle as u64 * 3 + 4096);
-    let dir = build(&workspace_root(), &args.profile);
+    // `--pgo-build` builds its own binaries.
+    let dir = build(&workspace_root(), &args.profile, !args.pgo_build);
     let tmp = std::env::temp_dir().join(format!("fuseway-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("temp dir");
     let ticks = clock_ticks();

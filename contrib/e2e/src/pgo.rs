@@ -8,11 +8,10 @@
 //! ([`training_config`]: a plain and a TLS listener, a route with transforms, one to an
 //! h2c destination, a catch-all) and its own mix of requests ([`TRAFFIC`]: `GET`s and
 //! `POST`s with bodies, small and 16 KiB responses, HTTP/1.1 and HTTP/2 clients, on TLS
-//! and not, gRPC), so the figures say what
-//! a build trained on general traffic does on the benchmark's (docs/BENCHMARKS.md,
-//! twenty-ninth round). Both builds pass
-//! `--target` (the host's) so that `RUSTFLAGS` reach only the binary and its crates, not
-//! build scripts or proc-macros, and use their own target directories (`target/pgo-train`,
+//! and not, gRPC), so the figures say what a build trained on general traffic does on
+//! the benchmark's (docs/BENCHMARKS.md, twenty-ninth round). Both builds pass `--target`
+//! (the host's) so that `RUSTFLAGS` reach only the binary and its crates, not build
+//! scripts or proc-macros, and use their own target directories (`target/pgo-train`,
 //! `target/pgo`): the plain build in `target/` is left as it is.
 
 use std::path::{Path, PathBuf};
@@ -159,15 +158,16 @@ pub(crate) fn build_pgo(
     let (mut trainee, _) =
         spawn_fuseway_on(&trainee, &config, &[port, tls_port], Kind::Fuseway, &[]);
     for t in TRAFFIC {
-        let mut loadgen = if t.tls {
-            let url = format!("https://127.0.0.1:{tls_port}{}", t.path);
-            let mut loadgen = crate::run::loadgen_to(examples, &url, t.http, t.grpc);
-            loadgen.arg("--tls-ca").arg(&cert);
-            loadgen
+        let (scheme, port) = if t.tls {
+            ("https", tls_port)
         } else {
-            let url = format!("http://127.0.0.1:{port}{}", t.path);
-            crate::run::loadgen_to(examples, &url, t.http, t.grpc)
+            ("http", port)
         };
+        let url = format!("{scheme}://127.0.0.1:{port}{}", t.path);
+        let mut loadgen = crate::run::loadgen_to(examples, &url, t.http, t.grpc);
+        if t.tls {
+            loadgen.arg("--tls-ca").arg(&cert);
+        }
         train(&mut loadgen, &t);
     }
     // The profile is written when the process exits.
