@@ -91,7 +91,7 @@ fn new_hist() -> Hist {
 }
 
 fn main() {
-    let args = Args::parse();
+    let mut args = Args::parse();
     let host = args.url.host().unwrap_or_default();
     assert!(
         host == "127.0.0.1" || host == "localhost" || host == "[::1]",
@@ -105,7 +105,6 @@ fn main() {
         args.tls_ca.is_some(),
         "an https:// URL goes with --tls-ca"
     );
-    let mut args = args;
     args.tls = args
         .tls_ca
         .as_deref()
