@@ -5,7 +5,8 @@
 //! (built with `--features count-allocs`) and a load generator, each its own process on
 //! 127.0.0.1, 32 connections, over five paths ([`Scenario`]): HTTP/1.1 and h2c clients
 //! to an HTTP/1.1 destination, the same to an h2c destination, and gRPC unary calls
-//! (h2c on both sides). Each path alternates rounds over the targets that serve it:
+//! (h2c on both sides). Each path alternates rounds over the targets that serve it,
+//! each round starting one target further on (round 2 runs the second target first):
 //! direct -> fuseway -> fuseway-hyper (the binary with `--http1-engine hyper
 //! --http2-engine hyper`) -> hyper-legacy -> hyper-pool -> hyper-pinned [-> nginx ->
 //! haproxy, when installed]; to h2c destinations fuseway (a second process, configured
@@ -343,11 +344,16 @@ fn main() {
         .into_iter()
         .filter(|s| args.paths.is_empty() || args.paths.iter().any(|l| l == s.label()));
     for scenario in paths {
-        for _ in 0..settings.rounds {
-            for t in &targets {
-                let Some(port) = t.port(scenario) else {
-                    continue;
-                };
+        let serving: Vec<_> = targets
+            .iter()
+            .filter_map(|t| Some((t, t.port(scenario)?)))
+            .collect();
+        for round in 0..settings.rounds {
+            // Each round starts one target further on: no target always runs in the
+            // same slot (after the same neighbour, at the same point of the host's
+            // cycles), which a fixed order would fold into its figures.
+            let start = round % serving.len().max(1);
+            for &(t, port) in serving[start..].iter().chain(&serving[..start]) {
                 runs.push(run_once(
                     &dir, t, port, &backend, scenario, &settings, ticks,
                 ));

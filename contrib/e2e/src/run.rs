@@ -254,17 +254,25 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
             let cpu_of = |k| median(of(k).filter_map(|r| r.proxy_cpu_us).collect());
             let user_of = |k| median(of(k).filter_map(|r| r.proxy_user_us).collect());
             let rps_of = |k| median(of(k).map(|r| r.rps).collect());
+            let p99_of = |k| median(of(k).map(|r| r.p99 as f64).collect());
             for &k in kinds {
                 if k == Kind::Direct || k <= subject || of(k).next().is_none() {
                     continue;
                 }
+                // Paired by round (each round runs every target once): in how many
+                // rounds the subject's p99 was at most the other's.
+                let pairs = of(subject).zip(of(k));
+                let rounds = pairs.clone().count();
+                let level = pairs.filter(|(a, b)| a.p99 <= b.p99).count();
                 println!(
-                    "       {}/{}: rps {:.2}, proxy CPU per request {:.2} (user {:.2})",
+                    "       {}/{}: rps {:.2}, proxy CPU per request {:.2} (user {:.2}), \
+                     p99 {:.2} (at most its in {level} of {rounds} rounds)",
                     subject.label(),
                     k.label(),
                     rps_of(subject) / rps_of(k),
                     cpu_of(subject) / cpu_of(k),
-                    user_of(subject) / user_of(k)
+                    user_of(subject) / user_of(k),
+                    p99_of(subject) / p99_of(k),
                 );
             }
         }
