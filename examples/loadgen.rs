@@ -210,6 +210,7 @@ async fn exchange<T>(
 ) where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    let body = Bytes::from(vec![b'x'; args.body]);
     if args.http == 2 {
         let Ok((send, conn)) =
             hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(TokioExecutor::new(), io)
@@ -219,7 +220,6 @@ async fn exchange<T>(
             return;
         };
         tokio::spawn(conn);
-        let body = Bytes::from(vec![b'x'; args.body]);
         let loops: Vec<_> = (0..streams)
             .map(|_| {
                 let body = body.clone();
@@ -274,20 +274,16 @@ async fn exchange<T>(
             .map(|p| p.as_str())
             .unwrap_or("/")
             .to_owned();
-        let body = Bytes::from(vec![b'x'; args.body]);
         while phase.load(Ordering::Relaxed) != DONE {
             if send.ready().await.is_err() {
                 count_error(phase, tally);
                 break;
             }
-            let request = if args.body == 0 {
-                Request::get(path.as_str())
-            } else {
-                Request::post(path.as_str())
-            }
-            .header("host", authority.as_str())
-            .body(Full::new(body.clone()))
-            .expect("request");
+            let request = get_or_post(&body)
+                .uri(path.as_str())
+                .header("host", authority.as_str())
+                .body(Full::new(body.clone()))
+                .expect("request");
             let started = Instant::now();
             let ok = match send.send_request(request).await {
                 Ok(r) => {
@@ -324,16 +320,24 @@ fn tls_connector(ca: &Path, http: u8) -> TlsConnector {
     TlsConnector::from(Arc::new(config))
 }
 
+/// A request without its URI: a `GET`, or a `POST` when the run sends a `body`.
+fn get_or_post(body: &Bytes) -> http::request::Builder {
+    let method = if body.is_empty() {
+        http::Method::GET
+    } else {
+        http::Method::POST
+    };
+    Request::builder().method(method)
+}
+
 /// One HTTP/2 request: a `GET` of the URL, a `POST` of `body` to it, or a gRPC unary
 /// call to it.
 fn h2_request(args: &Args, body: &Bytes) -> Request<Full<Bytes>> {
     if !args.grpc {
-        let request = if body.is_empty() {
-            Request::get(args.url.clone())
-        } else {
-            Request::post(args.url.clone())
-        };
-        return request.body(Full::new(body.clone())).expect("request");
+        return get_or_post(body)
+            .uri(args.url.clone())
+            .body(Full::new(body.clone()))
+            .expect("request");
     }
     // One uncompressed message of 10 bytes behind gRPC's 5-byte prefix.
     static MESSAGE: [u8; 15] = [
