@@ -4,23 +4,38 @@
 use super::*;
 use crate::forwarding::headers::Added;
 
-/// An idle HTTP/1.1 connection in its pool, and since when it waits.
+/// An idle HTTP/1.1 connection in its pool, and when it expires.
 pub(super) struct Idle<B> {
     pub(super) connection: Pin<Box<dyn H1Slot<B>>>,
-    pub(super) since: Instant,
+    /// When it will have been idle for the pool's idle timeout (none: a timeout too
+    /// long to reach). Kept as a time rather than as the start of the wait, so that
+    /// taking it back is a comparison, not a subtraction.
+    pub(super) expires: Option<Instant>,
 }
 
 impl<B> Idle<B> {
-    /// It has been idle for `timeout` at `now`.
-    pub(super) fn expired_at(&self, now: Instant, timeout: Duration) -> bool {
-        now.saturating_duration_since(self.since) >= timeout
+    /// `connection`, idle from `now` for at most `timeout`.
+    pub(super) fn new(
+        connection: Pin<Box<dyn H1Slot<B>>>,
+        now: Instant,
+        timeout: Duration,
+    ) -> Self {
+        Idle {
+            connection,
+            expires: now.checked_add(timeout),
+        }
+    }
+
+    /// It has been idle for its timeout at `now`.
+    pub(super) fn expired_at(&self, now: Instant) -> bool {
+        self.expires.is_some_and(|expires| expires <= now)
     }
 }
 
-/// Close the connections of `idle` (oldest first) that have been idle for `timeout` at
-/// `now`. Nothing expired (the common case) costs one comparison.
-pub(super) fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant, timeout: Duration) {
-    let expired = |i: &Idle<B>| i.expired_at(now, timeout);
+/// Close the connections of `idle` (oldest first) that have been idle for their timeout
+/// at `now`. Nothing expired (the common case) costs one comparison.
+pub(super) fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant) {
+    let expired = |i: &Idle<B>| i.expired_at(now);
     if idle.first().is_some_and(expired) {
         let expired = idle.partition_point(expired);
         idle.drain(..expired);
@@ -93,7 +108,7 @@ impl<B: SendBody> Pool<B> {
     pub(super) fn take_idle(&self) -> Option<Pin<Box<dyn H1Slot<B>>>> {
         let mut idle = self.idle.lock().expect("pool lock");
         let fresh = idle.pop()?;
-        if !fresh.expired_at(crate::clock::now(), self.keep.idle_timeout) {
+        if !fresh.expired_at(crate::clock::now()) {
             self.stats.set_idle(idle.len());
             self.stats.reuse();
             return Some(fresh.connection);
@@ -107,12 +122,9 @@ impl<B: SendBody> Pool<B> {
     pub(super) fn put_idle(&self, connection: Pin<Box<dyn H1Slot<B>>>) {
         let now = crate::clock::now();
         let mut idle = self.idle.lock().expect("pool lock");
-        drop_expired(&mut idle, now, self.keep.idle_timeout);
+        drop_expired(&mut idle, now);
         if idle.len() < self.keep.max_idle {
-            idle.push(Idle {
-                connection,
-                since: now,
-            });
+            idle.push(Idle::new(connection, now, self.keep.idle_timeout));
         }
         self.stats.set_idle(idle.len());
         drop(idle);

@@ -536,7 +536,7 @@ fn sweep<B>(pools: &mut HashMap<Key, Arc<Pool<B>>, FxBuild>) {
     let now = Instant::now();
     pools.retain(|_, pool| {
         let mut idle = pool.idle.lock().expect("pool lock");
-        drop_expired(&mut idle, now, pool.keep.idle_timeout);
+        drop_expired(&mut idle, now);
         pool.stats.set_idle(idle.len());
         let shared = pool.h2.lock().expect("pool lock").is_live();
         // Exchanges in flight hold it weakly: one that ends after this finds no pool

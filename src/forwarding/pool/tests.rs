@@ -170,17 +170,18 @@ async fn idle_connections_past_the_timeout_are_closed_oldest_first() {
     let second = Duration::from_secs(1);
     let mut idle: Vec<Idle<Empty<Bytes>>> = [t0, t0, t0 + 60 * second]
         .into_iter()
-        .map(|since| Idle {
-            connection: slot(),
-            since,
-        })
+        .map(|since| Idle::new(slot(), since, IDLE_TIMEOUT))
         .collect();
-    drop_expired(&mut idle, t0 + IDLE_TIMEOUT - second, IDLE_TIMEOUT);
+    drop_expired(&mut idle, t0 + IDLE_TIMEOUT - second);
     assert_eq!(idle.len(), 3, "nothing has been idle for the timeout yet");
-    drop_expired(&mut idle, t0 + IDLE_TIMEOUT, IDLE_TIMEOUT);
+    drop_expired(&mut idle, t0 + IDLE_TIMEOUT);
     assert_eq!(idle.len(), 1, "the two oldest are closed");
-    assert_eq!(idle[0].since, t0 + 60 * second, "the youngest is kept");
-    drop_expired(&mut idle, t0 + 60 * second + IDLE_TIMEOUT, IDLE_TIMEOUT);
+    assert_eq!(
+        idle[0].expires,
+        Some(t0 + 60 * second + IDLE_TIMEOUT),
+        "the youngest is kept"
+    );
+    drop_expired(&mut idle, t0 + 60 * second + IDLE_TIMEOUT);
     assert!(idle.is_empty());
 }
 
