@@ -1,7 +1,7 @@
 //! The in-flight slots a listener lends its connections: the pipeline's future, then
 //! the response body, kept out of the connections' own futures.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::cell::RefCell;
 
 use super::*;
@@ -35,24 +35,25 @@ pub(crate) struct Slots<F, B> {
 pub(super) type Slot<F, B> = Pin<Box<InFlight<F, B>>>;
 
 thread_local! {
-    /// This thread's free slots: one list per slot type (a `Vec<T>`; a thread serves
-    /// one or two kinds of connection, HTTP/1.1 and HTTP/2).
-    static FREE: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
+    /// This thread's free slots: one list per slot type (a `Vec<T>`, found by its
+    /// `TypeId`; a thread serves one or two kinds of connection, HTTP/1.1 and HTTP/2).
+    static FREE: RefCell<Vec<(TypeId, Box<dyn Any>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Call `f` with this thread's free list of `T`s (none while the thread's locals are
 /// being destroyed).
 fn with_free<T: 'static, R>(f: impl FnOnce(&mut Vec<T>) -> R) -> Option<R> {
+    let id = TypeId::of::<Vec<T>>();
     FREE.try_with(|lists| {
         let mut lists = lists.borrow_mut();
-        let at = match lists.iter().position(|l| l.is::<Vec<T>>()) {
+        let at = match lists.iter().position(|(list, _)| *list == id) {
             Some(at) => at,
             None => {
-                lists.push(Box::new(Vec::<T>::new()));
+                lists.push((id, Box::new(Vec::<T>::new())));
                 lists.len() - 1
             }
         };
-        lists[at].downcast_mut::<Vec<T>>().map(f)
+        lists[at].1.downcast_mut::<Vec<T>>().map(f)
     })
     .ok()
     .flatten()
@@ -90,6 +91,8 @@ impl<F: 'static, B: 'static> Slots<F, B> {
         })
     }
 
+    // Out of line: `Lent::get`, which calls it once a message, inlines the rest.
+    #[inline(never)]
     pub(super) fn take(&self) -> Slot<F, B> {
         take_free().unwrap_or_else(|| Box::pin(InFlight::Idle))
     }
@@ -115,6 +118,7 @@ pub(super) struct Lent<'a, F: 'static, B: 'static> {
 
 impl<F: 'static, B: 'static> Lent<'_, F, B> {
     /// The slot, taken from the pool if the connection has none.
+    #[inline]
     pub(super) fn get(&mut self) -> Pin<&mut InFlight<F, B>> {
         self.slot.get_or_insert_with(|| self.slots.take()).as_mut()
     }
