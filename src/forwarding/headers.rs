@@ -28,6 +28,7 @@ static HOP_BY_HOP: [HeaderName; 17] = [
 
 /// Whether any hop-by-hop header is present. Most messages carry none: one pass over
 /// the names present is far cheaper than a hashed look-up for each of the 17.
+#[inline]
 fn has_hop_by_hop(headers: &HeaderMap) -> bool {
     headers.keys().any(is_hop_by_hop)
 }
@@ -36,6 +37,7 @@ fn has_hop_by_hop(headers: &HeaderMap) -> bool {
 /// `X-Forwarded-Prefix` and `Forwarded`, a route's `RequestHeaderRemove`) find nothing:
 /// in a map of a few fields one pass over the names present says so for less than the
 /// hashed look-up `HeaderMap::remove` makes.
+#[inline]
 pub(crate) fn remove_field(headers: &mut HeaderMap, name: &HeaderName) {
     if may_have(headers, name) {
         headers.remove(name);
@@ -45,6 +47,7 @@ pub(crate) fn remove_field(headers: &mut HeaderMap, name: &HeaderName) {
 /// Whether `headers` may have `name`: `false` says it has not. For a look-up that
 /// mostly finds nothing (a `traceparent`, a header about to be removed): in a map of a
 /// few fields, one pass over the names present answers for less than a hashed look-up.
+#[inline]
 pub(crate) fn may_have(headers: &HeaderMap, name: &HeaderName) -> bool {
     headers.keys_len() > SCANNED || headers.keys().any(|present| present == name)
 }
@@ -96,6 +99,7 @@ impl Added {
 
 /// Whether `name` is in [`HOP_BY_HOP`] (a `match` on the name: a length switch and a
 /// compare, not 17 comparisons).
+#[inline]
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),

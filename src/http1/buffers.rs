@@ -103,10 +103,15 @@ impl Heads {
 
 /// A read buffer with room for a read: `buf` itself when it has room, else a pooled
 /// or new one (keeping `buf`'s bytes).
+#[inline(always)]
 pub(crate) fn ready_to_read(buf: &mut BytesMut) {
-    if buf.capacity() - buf.len() >= 1024 {
-        return;
+    if buf.capacity() - buf.len() < 1024 {
+        give_room(buf);
     }
+}
+
+#[inline(never)]
+fn give_room(buf: &mut BytesMut) {
     if buf.capacity() == 0 {
         if let Some(pooled) = READ.with(|p| p.borrow_mut().pop()) {
             *buf = pooled;
@@ -118,6 +123,7 @@ pub(crate) fn ready_to_read(buf: &mut BytesMut) {
 
 /// Read from `io` into `buf` (given room first, see [`ready_to_read`]): the bytes read,
 /// 0 at the end of the stream.
+#[inline]
 pub(crate) fn poll_read<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut BytesMut,
@@ -130,6 +136,7 @@ pub(crate) fn poll_read<R: AsyncRead + Unpin>(
 /// Give an empty read buffer back to the pool (leaving `buf` without memory) if nothing
 /// else shares its memory. One still shared (a body chunk on its way) stays where it
 /// is: once the views are gone, its memory is reused in place.
+#[inline]
 pub(crate) fn release_read(buf: &mut BytesMut) {
     if !buf.is_empty() || buf.capacity() == 0 || !buf.try_reclaim(READ_SIZE) {
         return;
@@ -145,6 +152,7 @@ pub(crate) fn release_read(buf: &mut BytesMut) {
 
 /// A write buffer for a response head: `buf` itself when it has memory, else a pooled
 /// one.
+#[inline]
 pub(crate) fn ready_to_write(buf: &mut Vec<u8>) {
     if buf.capacity() == 0 {
         if let Some(pooled) = WRITE.with(|p| p.borrow_mut().pop()) {
@@ -154,6 +162,7 @@ pub(crate) fn ready_to_write(buf: &mut Vec<u8>) {
 }
 
 /// Give a flushed (empty) write buffer back to the pool.
+#[inline]
 pub(crate) fn release_write(buf: &mut Vec<u8>) {
     if !buf.is_empty() || buf.capacity() == 0 {
         return;

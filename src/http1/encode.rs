@@ -120,6 +120,7 @@ fn write_content_length(dst: &mut Vec<u8>, n: u64) {
 }
 
 /// One field line (`name: value` CRLF), of a head or of a trailer section.
+#[inline(always)]
 pub(crate) fn write_field(dst: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
     dst.extend_from_slice(name.as_str().as_bytes());
     dst.extend_from_slice(b": ");

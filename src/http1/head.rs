@@ -198,6 +198,7 @@ fn span(buf: &[u8], part: &[u8]) -> Span {
 /// Where the header fields httparse found lie in `buf`, into `spans`: taken before the
 /// head is split off the buffer (the parsed slices borrow it). Filled in place: the
 /// array is too large to be returned by value for free.
+#[inline]
 fn spans_of(buf: &[u8], found: &[httparse::Header<'_>], spans: &mut Spans) {
     spans.extend(
         found

@@ -196,7 +196,23 @@ impl<B: SendBody> Link<B> {
 
     /// Wait until the exchange has a connection: taken from the pool after a wait at
     /// its limit (`reused` then says so), or opened.
+    #[inline(always)]
     pub(super) fn poll_open(
+        &mut self,
+        pool: &Weak<Pool<B>>,
+        reused: &mut bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), BoxError>> {
+        // Most exchanges start on an idle connection: a test, not a call.
+        if matches!(self, Link::Waiting { .. } | Link::Connecting(_)) {
+            self.poll_opening(pool, reused, cx)
+        } else {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[inline(never)]
+    fn poll_opening(
         &mut self,
         pool: &Weak<Pool<B>>,
         reused: &mut bool,

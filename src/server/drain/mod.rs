@@ -349,13 +349,19 @@ impl Signal {
 
     /// Whether shutdown has started. The first call registers the task's waker (it is
     /// woken when shutdown starts); later ones read a flag.
+    #[inline(always)]
     pub(crate) fn poll_draining(&mut self, cx: &mut Context<'_>) -> bool {
         if !self.registered {
-            self.registered = true;
-            let mut table = self.shared.lock();
-            set_waker(table.slot(self.slot), cx);
+            self.register(cx);
         }
         self.shared.draining.load(Ordering::Acquire)
+    }
+
+    #[inline(never)]
+    fn register(&mut self, cx: &mut Context<'_>) {
+        self.registered = true;
+        let mut table = self.shared.lock();
+        set_waker(table.slot(self.slot), cx);
     }
 
     /// Whether shutdown has started, without registering for it.
