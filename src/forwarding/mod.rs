@@ -451,7 +451,7 @@ pub(crate) fn outgoing<B: 'static>(
     }
     *request.method_mut() = method;
     *request.uri_mut() = outgoing_uri;
-    *request.headers_mut() = headers;
+    crate::http1::buffers::put_map(request.headers_mut(), headers);
     *request.version_mut() = match version {
         UpstreamVersion::Http2 => Version::HTTP_2,
         _ => Version::HTTP_11,

@@ -165,7 +165,7 @@ pub(crate) fn parse_request(
     *request.method_mut() = method;
     *request.uri_mut() = uri;
     *request.version_mut() = version;
-    *request.headers_mut() = headers;
+    super::buffers::put_map(request.headers_mut(), headers);
     Ok(Some(RequestHead {
         request,
         body,
@@ -400,7 +400,7 @@ pub(crate) fn parse_response(
     let mut response = Response::new(());
     *response.status_mut() = status;
     *response.version_mut() = version;
-    *response.headers_mut() = headers;
+    super::buffers::put_map(response.headers_mut(), headers);
     Ok(Some(ResponseHead {
         response,
         body,

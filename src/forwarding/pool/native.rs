@@ -196,7 +196,9 @@ impl<B: SendBody> Inner<B> {
             added,
             framing,
         );
-        buffers::Heads::Requests.release(std::mem::take(&mut parts.headers));
+        // Moved out of `parts`, which then drops field by field: no empty map left
+        // behind to drop.
+        buffers::Heads::Requests.release(parts.headers);
         self.replay = framing == RequestFraming::Empty && parts.method.is_idempotent();
         self.out.keep(self.replay);
         self.to_head = parts.method == Method::HEAD;
