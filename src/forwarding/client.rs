@@ -115,6 +115,14 @@ pub(crate) fn count_open(io: &mut Io, open: OpenConnection) {
     tcp.1 = Some(open);
 }
 
+impl TcpConnection {
+    /// The TCP stream itself: the native HTTP/1.1 client reads and writes it without
+    /// hyper's I/O traits in between.
+    pub(crate) fn stream_mut(&mut self) -> &mut TcpStream {
+        self.0.inner_mut()
+    }
+}
+
 impl Connection for TcpConnection {
     fn connected(&self) -> Connected {
         // `HttpConnector`'s connections: not proxied, no ALPN; only the `HttpInfo` left out.
