@@ -31,11 +31,12 @@ pub(crate) fn write_response_head(
     framing: Framing,
     connection: Connection,
 ) {
-    dst.extend_from_slice(b"HTTP/1.1 ");
-    dst.extend_from_slice(status.as_str().as_bytes());
-    dst.push(b' ');
-    dst.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    dst.extend_from_slice(b"\r\n");
+    if status == StatusCode::OK {
+        // Most responses: the line as one copy.
+        dst.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        write_status_line(dst, status);
+    }
     let keep_length = framing == Framing::Bodiless
         && !(status.is_informational() || status == StatusCode::NO_CONTENT);
     for (name, value) in headers {
@@ -50,9 +51,7 @@ pub(crate) fn write_response_head(
         Framing::UntilClose | Framing::Bodiless => {}
     }
     if !headers.contains_key(header::DATE) {
-        dst.extend_from_slice(b"date: ");
-        with_date(|date| dst.extend_from_slice(date));
-        dst.extend_from_slice(b"\r\n");
+        with_date_field(|field| dst.extend_from_slice(field));
     }
     match connection {
         Connection::Close if !headers.contains_key(header::CONNECTION) => {
@@ -61,6 +60,16 @@ pub(crate) fn write_response_head(
         Connection::KeepAlive => dst.extend_from_slice(b"connection: keep-alive\r\n"),
         _ => {}
     }
+    dst.extend_from_slice(b"\r\n");
+}
+
+/// The status line of `status` (any but `200`).
+#[inline(never)]
+fn write_status_line(dst: &mut Vec<u8>, status: StatusCode) {
+    dst.extend_from_slice(b"HTTP/1.1 ");
+    dst.extend_from_slice(status.as_str().as_bytes());
+    dst.push(b' ');
+    dst.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     dst.extend_from_slice(b"\r\n");
 }
 
@@ -170,12 +179,21 @@ pub(crate) fn chunk_header(len: usize, buf: &mut [u8; 18]) -> &[u8] {
 }
 
 thread_local! {
-    /// The `Date` value of the current second, formatted once per second per thread.
-    static DATE: RefCell<(u64, [u8; 29])> = const { RefCell::new((u64::MAX, [0; 29])) };
+    /// The `Date` field line of the current second (`date: ` IMF-fixdate CRLF),
+    /// formatted once per second per thread.
+    static DATE: RefCell<(u64, [u8; DATE_FIELD])> = const { RefCell::new((u64::MAX, [0; DATE_FIELD])) };
 }
+
+/// Length of a `Date` field line: `date: `, the 29 bytes of an IMF-fixdate, CRLF.
+const DATE_FIELD: usize = 6 + 29 + 2;
 
 /// Call `f` with the current `Date` value (IMF-fixdate).
 pub(crate) fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
+    with_date_field(|field| f(&field[6..DATE_FIELD - 2]))
+}
+
+/// Call `f` with the current `Date` field line (`date: ` value CRLF).
+fn with_date_field<R>(f: impl FnOnce(&[u8]) -> R) -> R {
     let now = SystemTime::now();
     let second = now
         .duration_since(UNIX_EPOCH)
@@ -185,9 +203,9 @@ pub(crate) fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
         let mut cached = cell.borrow_mut();
         if cached.0 != second {
             use std::io::Write;
-            let mut buf = [0u8; 29];
-            let _ = write!(&mut buf[..], "{}", httpdate::HttpDate::from(now));
-            *cached = (second, buf);
+            let mut line = [0u8; DATE_FIELD];
+            let _ = write!(&mut line[..], "date: {}\r\n", httpdate::HttpDate::from(now));
+            *cached = (second, line);
         }
         f(&cached.1)
     })

@@ -313,8 +313,17 @@ fn response_heads_carry_the_framing_we_chose() {
         Connection::Default,
     );
     let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("HTTP/1.1 204 No Content\r\n"), "{text}");
     assert!(!text.contains("content-length"), "{text}");
     assert!(!text.contains("connection"), "{text}");
+    // The value alone (what HTTP/2 sends) is an IMF-fixdate, and so is the line's.
+    let date = with_date(|value| String::from_utf8(value.to_vec()).unwrap());
+    assert_eq!(date.len(), 29, "{date}");
+    assert!(httpdate::parse_http_date(&date).is_ok(), "{date}");
+    let at = text.find("\r\ndate: ").expect("a date field") + 8;
+    let written = &text[at..at + 29];
+    assert!(httpdate::parse_http_date(written).is_ok(), "{text}");
+    assert_eq!(&text[at + 29..at + 31], "\r\n", "{text}");
 
     let mut digits = [0u8; 20];
     assert_eq!(decimal(0, &mut digits), b"0");
