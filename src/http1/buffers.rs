@@ -105,8 +105,7 @@ impl Heads {
 /// `mem::take` left (http builds a message only around a map of its own): that map is
 /// forgotten rather than dropped. One with no capacity owns no memory
 /// (`HeaderMap::new` does not allocate), so nothing leaks, and its drop glue (~60
-/// instructions, a message's head costs two of them) is not run. A map with capacity
-/// is dropped as usual.
+/// instructions) is not run. A map with capacity is dropped as usual.
 #[inline]
 pub(crate) fn put_map(slot: &mut HeaderMap, map: HeaderMap) {
     let old = std::mem::replace(slot, map);
@@ -150,7 +149,6 @@ pub(crate) fn poll_read<R: AsyncRead + Unpin>(
 /// Give an empty read buffer back to the pool (leaving `buf` without memory) if nothing
 /// else shares its memory. One still shared (a body chunk on its way) stays where it
 /// is: once the views are gone, its memory is reused in place.
-#[inline]
 pub(crate) fn release_read(buf: &mut BytesMut) {
     if !buf.is_empty() || buf.capacity() == 0 || !buf.try_reclaim(READ_SIZE) {
         return;
@@ -166,7 +164,6 @@ pub(crate) fn release_read(buf: &mut BytesMut) {
 
 /// A write buffer for a response head: `buf` itself when it has memory, else a pooled
 /// one.
-#[inline]
 pub(crate) fn ready_to_write(buf: &mut Vec<u8>) {
     if buf.capacity() == 0 {
         if let Some(pooled) = WRITE.with(|p| p.borrow_mut().pop()) {
@@ -176,7 +173,6 @@ pub(crate) fn ready_to_write(buf: &mut Vec<u8>) {
 }
 
 /// Give a flushed (empty) write buffer back to the pool.
-#[inline]
 pub(crate) fn release_write(buf: &mut Vec<u8>) {
     if !buf.is_empty() || buf.capacity() == 0 {
         return;
