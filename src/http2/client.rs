@@ -221,7 +221,7 @@ impl Inner {
     /// Whether stream `id` was never opened (RFC 9113 §5.1: only HEADERS and PRIORITY
     /// may name such a stream, and a server opens none, push being off).
     fn idle(&self, id: u32) -> bool {
-        id % 2 == 0 || id >= self.next_id
+        id.is_multiple_of(2) || id >= self.next_id
     }
 
     fn closed_for_new(&self) -> bool {
@@ -1003,7 +1003,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
             }
             return Ok(());
         }
-        if payload.len() % 6 != 0 {
+        if !payload.len().is_multiple_of(6) {
             return Err(Error::new(
                 Reason::FRAME_SIZE_ERROR,
                 "a bad SETTINGS length",

@@ -50,7 +50,7 @@ impl Candidates {
             }
         } else {
             let mut words = vec![u64::MAX; n.div_ceil(64)].into_boxed_slice();
-            if n % 64 != 0 {
+            if !n.is_multiple_of(64) {
                 *words.last_mut().expect("n > 128") = (1u64 << (n % 64)) - 1;
             }
             Candidates {

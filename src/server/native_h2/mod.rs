@@ -550,7 +550,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 Err(E(Reason::FRAME_SIZE_ERROR, "SETTINGS ACK with a payload"))
             };
         }
-        if payload.len() % 6 != 0 {
+        if !payload.len().is_multiple_of(6) {
             return Err(E(
                 Reason::FRAME_SIZE_ERROR,
                 "SETTINGS not in 6-byte settings",
@@ -740,7 +740,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             // knew are ignored (RFC 9113 §5.1), once decoded (above) for the table.
             return Ok(());
         }
-        if id % 2 == 0 {
+        if id.is_multiple_of(2) {
             return Err(ConnError(
                 Reason::PROTOCOL_ERROR,
                 "a client stream with an even number",
