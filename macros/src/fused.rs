@@ -268,6 +268,8 @@ pub(crate) fn expand(input: &FusedInput) -> TokenStream {
         let unwind: Vec<TokenStream> = (0..k).rev().map(on_response).collect();
         let answered = quote! {
             ::core::result::Result::Err(mut __answer) => {
+                // Forwarding is the path laid out straight; an early answer is not.
+                ::std::hint::cold_path();
                 let __response = &mut __answer;
                 #(#unwind)*
                 return #fw::pipeline::FusedFuture::answered(__answer);

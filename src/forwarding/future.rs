@@ -150,6 +150,7 @@ impl Future for ResponseFuture {
                         (false, Some(ref client))
                             if client.is_extended_connect() && response.status().is_success() =>
                         {
+                            std::hint::cold_path();
                             ForwardError::new(
                                 ForwardErrorKind::Request,
                                 "the destination accepted an extended CONNECT without switching protocols",
@@ -172,11 +173,13 @@ impl Future for ResponseFuture {
                                 guard,
                             );
                             if let Some(trailers) = trailers {
+                                std::hint::cold_path();
                                 body.set_trailer_transforms(trailers);
                             }
                             return Poll::Ready(Ok(respond(parts, body, context, destination)));
                         }
                         (true, Some(client)) => {
+                            std::hint::cold_path();
                             let upstream = hyper::upgrade::on(&mut response);
                             let (mut parts, _) = response.into_parts();
                             client.response_head(&mut parts);
@@ -193,13 +196,19 @@ impl Future for ResponseFuture {
                             let body = ProxyBody::upgraded(handoff);
                             return Poll::Ready(Ok(respond(parts, body, context, destination)));
                         }
-                        (true, None) => ForwardError::new(
-                            ForwardErrorKind::Request,
-                            "the destination switched protocols on a request that asked for no upgrade",
-                        ),
+                        (true, None) => {
+                            std::hint::cold_path();
+                            ForwardError::new(
+                                ForwardErrorKind::Request,
+                                "the destination switched protocols on a request that asked for no upgrade",
+                            )
+                        }
                     }
                 }
-                Poll::Ready(Err(e)) => ForwardError::new(classify(&*e), e),
+                Poll::Ready(Err(e)) => {
+                    std::hint::cold_path();
+                    ForwardError::new(classify(&*e), e)
+                }
                 Poll::Pending => loop {
                     if upstream
                         .as_mut()
@@ -208,6 +217,7 @@ impl Future for ResponseFuture {
                     {
                         return Poll::Pending;
                     }
+                    std::hint::cold_path();
                     // The body moved since the deadline was set: the activity timeout
                     // restarts from its last movement (never past the route's `Timeout`).
                     let route_deadline =
@@ -222,7 +232,10 @@ impl Future for ResponseFuture {
                     }
                 },
             },
-            State::Failed(e) => e.take().expect("polled after completion"),
+            State::Failed(e) => {
+                std::hint::cold_path();
+                e.take().expect("polled after completion")
+            }
             State::Done => panic!("forwarding::ResponseFuture polled after completion"),
         };
         // Release the counters before anyone looks at the outcome.

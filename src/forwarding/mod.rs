@@ -282,6 +282,7 @@ where
             version,
             &mut added,
         ) {
+            std::hint::cold_path();
             drop(pool);
             return ResponseFuture::failed(e, request.context, destination);
         }

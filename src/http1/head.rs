@@ -122,6 +122,7 @@ pub(crate) fn parse_request(
     let len = match parsed.parse_with_uninit_headers(buf, &mut uninit) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
+            std::hint::cold_path();
             return match request_line_len(buf) {
                 None if buf.len() > limits.max_request_line() => Err(ParseError::UriTooLong),
                 Some(line) if line > limits.max_request_line() => Err(ParseError::UriTooLong),
@@ -129,13 +130,20 @@ pub(crate) fn parse_request(
                 _ => Ok(None),
             };
         }
-        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadTooLarge),
-        Err(e) => return Err(ParseError::Bad(parse_error_reason(e))),
+        Err(e) => {
+            std::hint::cold_path();
+            return Err(match e {
+                httparse::Error::TooManyHeaders => ParseError::HeadTooLarge,
+                e => ParseError::Bad(parse_error_reason(e)),
+            });
+        }
     };
     if len > limits.max_head() {
+        std::hint::cold_path();
         return Err(ParseError::HeadTooLarge);
     }
     if request_line_len(buf).is_some_and(|line| line > limits.max_request_line()) {
+        std::hint::cold_path();
         return Err(ParseError::UriTooLong);
     }
     let (Some(method), Some(path), Some(minor)) = (parsed.method, parsed.path, parsed.version)
@@ -148,9 +156,19 @@ pub(crate) fn parse_request(
     let mut spans = Spans::new();
     spans_of(buf, parsed.headers, &mut spans);
     let (head, headers, checks) = split_head(buf, len, &spans, FORWARDING_ROOM, new_headers)?;
-    let uri = target_uri(&method, head.slice(target.0..target.0 + target.1))?;
-    let body = checks.framing(version)?;
+    // Refusals drop what was read so far: out of the way of the head that parses.
+    let (uri, body) = match (
+        target_uri(&method, head.slice(target.0..target.0 + target.1)),
+        checks.framing(version),
+    ) {
+        (Ok(uri), Ok(body)) => (uri, body),
+        (Err(e), _) | (_, Err(e)) => {
+            std::hint::cold_path();
+            return Err(e);
+        }
+    };
     if version == Version::HTTP_11 && checks.hosts != 1 {
+        std::hint::cold_path();
         return Err(ParseError::Bad(if checks.hosts == 0 {
             "no Host header"
         } else {

@@ -81,18 +81,12 @@ impl<B: 'static> InPlace<http::Request<B>> for Telemetry {
         &self,
         request: &mut http::Request<B>,
     ) -> Result<Started, ProxyResponse> {
-        let span = tracing::debug_span!(
-            target: "fuseway::telemetry",
-            "request",
-            method = %request.method(),
-            path = request.uri().path(),
-            route = Empty,
-            cluster = Empty,
-            destination = Empty,
-            status = Empty,
-            duration_ms = Empty,
-            error = Empty,
-        );
+        // The span is built out of line: the level check is all most requests run.
+        let span = if tracing::level_enabled!(tracing::Level::DEBUG) {
+            request_span(request)
+        } else {
+            tracing::Span::none()
+        };
         let ids = span::enabled().then(|| {
             use crate::forwarding::trace_context::{OwnSpan, SpanIds};
             request.extensions_mut().insert(OwnSpan);
@@ -108,6 +102,24 @@ impl<B: 'static> InPlace<http::Request<B>> for Telemetry {
         };
         Ok(started)
     }
+}
+
+/// The `request` span of `request` (`Span::none()` where no subscriber wants it).
+#[cold]
+#[inline(never)]
+fn request_span<B>(request: &http::Request<B>) -> tracing::Span {
+    tracing::debug_span!(
+        target: "fuseway::telemetry",
+        "request",
+        method = %request.method(),
+        path = request.uri().path(),
+        route = Empty,
+        cluster = Empty,
+        destination = Empty,
+        status = Empty,
+        duration_ms = Empty,
+        error = Empty,
+    )
 }
 
 impl<B: 'static> Stage<http::Request<B>> for Telemetry {

@@ -478,6 +478,7 @@ impl<B: SendBody> Exchange for Native<B> {
             if this.reused && !this.checked {
                 armed = this.still_open(cx);
                 if !armed && this.relink(false) {
+                    std::hint::cold_path();
                     continue;
                 }
             }
@@ -487,10 +488,12 @@ impl<B: SendBody> Exchange for Native<B> {
                     Poll::Ready(Ok(())) => this.sent = true,
                     Poll::Pending => {}
                     Poll::Ready(Err(SendError::Body(e))) => {
+                        std::hint::cold_path();
                         this.broken = true;
                         return Poll::Ready(Err(e));
                     }
                     Poll::Ready(Err(SendError::Io(e))) => {
+                        std::hint::cold_path();
                         if closed(&e) && this.relink(this.out.wrote()) {
                             continue;
                         }
@@ -503,6 +506,7 @@ impl<B: SendBody> Exchange for Native<B> {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(head)) => head,
                 Poll::Ready(Err(None)) => {
+                    std::hint::cold_path();
                     if this.relink(this.out.wrote()) {
                         continue;
                     }
@@ -512,6 +516,7 @@ impl<B: SendBody> Exchange for Native<B> {
                     ));
                 }
                 Poll::Ready(Err(Some(e))) => {
+                    std::hint::cold_path();
                     this.broken = true;
                     return Poll::Ready(Err(e));
                 }
@@ -555,6 +560,7 @@ impl<B: SendBody> Exchange for Native<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut self.project().inner;
         if this.broken && matches!(this.recv, Recv::Body(_)) {
+            std::hint::cold_path();
             // See `poll_connection`.
             this.recv = Recv::Done;
             return Poll::Ready(Some(Err("sending the request body failed".into())));
@@ -569,6 +575,7 @@ impl<B: SendBody> Exchange for Native<B> {
             let decoded = match decoder.decode(&mut conn.read_buf, MAX_RESPONSE_HEAD) {
                 Ok(Decoded::NeedMore) => match ready!(conn.poll_read_more(cx)) {
                     Ok(0) => {
+                        std::hint::cold_path();
                         // Whatever is read past a close-delimited body is not another
                         // response: the connection ends with it.
                         this.keep_alive = false;
@@ -576,6 +583,7 @@ impl<B: SendBody> Exchange for Native<B> {
                     }
                     Ok(_) => continue,
                     Err(e) => Err(crate::http1::DecodeError(if closed(&e) {
+                        std::hint::cold_path();
                         "the destination closed the connection within the response body"
                     } else {
                         "reading the response body failed"

@@ -177,16 +177,24 @@ impl<I: Io> Conn<I> {
                 }) {
                     Ok(Some(head)) => return Poll::Ready(Waited::Head(head)),
                     Ok(None) => {}
-                    Err(e) => return Poll::Ready(Waited::Refused(e)),
+                    Err(e) => {
+                        std::hint::cold_path();
+                        return Poll::Ready(Waited::Refused(e));
+                    }
                 }
             } else if draining {
+                std::hint::cold_path();
                 return Poll::Ready(Waited::Closed);
             }
             if self.read_eof {
+                std::hint::cold_path();
                 return Poll::Ready(Waited::Closed);
             }
             match self.poll_read_more(cx) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Waited::Closed),
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                    std::hint::cold_path();
+                    return Poll::Ready(Waited::Closed);
+                }
                 Poll::Ready(Ok(_)) => continue,
                 Poll::Pending => {
                     // Nothing in hand: wait without a buffer.
@@ -205,6 +213,7 @@ impl<I: Io> Conn<I> {
                         Wait::Parking | Wait::Counting => None,
                     };
                     ready!(drain.poll_deadline(cx, restart));
+                    std::hint::cold_path();
                     if *wait == Wait::Parking {
                         if self.read_buf.is_empty() {
                             return Poll::Ready(Waited::Park);
@@ -332,13 +341,15 @@ impl<I: Io> Conn<I> {
                     // the response (and so the exchange) now, not when the
                     // destination speaks again.
                     if self.peer_closed(cx) {
+                        std::hint::cold_path();
                         return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
                     }
                     return Poll::Pending;
                 }
                 Poll::Ready(None) => self.finish_body(sending, None)?,
                 Poll::Ready(Some(Err(e))) => {
-                    return Poll::Ready(Err(io::Error::other(format!("response body: {e}"))))
+                    std::hint::cold_path();
+                    return Poll::Ready(Err(io::Error::other(format!("response body: {e}"))));
                 }
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
@@ -348,6 +359,7 @@ impl<I: Io> Conn<I> {
                         }
                     }
                     Err(frame) => {
+                        std::hint::cold_path();
                         let trailers = frame.into_trailers().ok();
                         self.finish_body(sending, trailers)?;
                     }
@@ -363,14 +375,16 @@ impl<I: Io> Conn<I> {
         let len = data.len();
         match sending.framing {
             Framing::Bodiless => return Ok(()),
-            Framing::Length(ref mut left) => {
-                *left = left.checked_sub(len as u64).ok_or_else(|| {
-                    io::Error::new(
+            Framing::Length(ref mut left) => match left.checked_sub(len as u64) {
+                Some(rest) => *left = rest,
+                None => {
+                    std::hint::cold_path();
+                    return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "response body longer than its Content-Length",
-                    )
-                })?;
-            }
+                    ));
+                }
+            },
             Framing::Chunked | Framing::UntilClose => {}
         }
         self.out
@@ -385,10 +399,13 @@ impl<I: Io> Conn<I> {
     ) -> io::Result<()> {
         sending.done = true;
         match sending.framing {
-            Framing::Length(left) if left != 0 => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "response body shorter than its Content-Length",
-            )),
+            Framing::Length(left) if left != 0 => {
+                std::hint::cold_path();
+                Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "response body shorter than its Content-Length",
+                ))
+            }
             Framing::Chunked => {
                 let trailers = trailers.filter(|_| sending.trailers);
                 self.out.push_last_chunk(trailers.as_ref());

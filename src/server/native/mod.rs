@@ -157,14 +157,17 @@ where
                         Waited::Head(head) => head,
                         Waited::Closed => return,
                         Waited::Park => {
+                            std::hint::cold_path();
                             park(conn.io, info, &slots, drain, timeout() - PARK_AFTER);
                             return;
                         }
                         Waited::TimedOut => {
+                            std::hint::cold_path();
                             tracing::debug!(remote = %info.remote, "no request head within the header read timeout; closing");
                             return;
                         }
                         Waited::Refused(error) => {
+                            std::hint::cold_path();
                             tracing::debug!(remote = %info.remote, reason = error.reason(), status = error.status().as_u16(), "refused a request head");
                             conn.queue_error(error.status());
                             // Answered after the loop: no head is held while it is written.
@@ -190,6 +193,7 @@ where
                 // watched for the client's going away.
                 let (mut sending, keep_alive, upgrading) = {
                     let started = if !called {
+                        std::hint::cold_path();
                         let draining = drain.is_draining();
                         let response = internal_error();
                         Some(Ok(begin_response(
@@ -209,12 +213,17 @@ where
                             // each step it is handed up through is a copy of it (~400 bytes).
                             let response = match polled {
                                 Ok(Poll::Ready(Ok(response))) => response,
-                                Ok(Poll::Ready(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+                                Ok(Poll::Ready(Err(e))) => {
+                                    std::hint::cold_path();
+                                    return Poll::Ready(Some(Err(e.into())));
+                                }
                                 Ok(Poll::Pending) if conn.peer_closed(cx) => {
-                                    return Poll::Ready(None)
+                                    std::hint::cold_path();
+                                    return Poll::Ready(None);
                                 }
                                 Ok(Poll::Pending) => return Poll::Pending,
                                 Err(panic) => {
+                                    std::hint::cold_path();
                                     log_panic(&panic);
                                     internal_error()
                                 }
@@ -229,10 +238,12 @@ where
                     match started {
                         Some(Ok(started)) => started,
                         Some(Err::<_, BoxError>(e)) => {
+                            std::hint::cold_path();
                             tracing::debug!(error = %e, remote = %info.remote, "the service failed; closing the connection");
                             return;
                         }
                         None => {
+                            std::hint::cold_path();
                             tracing::debug!(remote = %info.remote, "the client closed its connection before the response; request cancelled");
                             return;
                         }
@@ -246,10 +257,12 @@ where
                 // The body is dropped here (an upgrade's hands the exchange to the tunnel).
                 lent.release();
                 if let Err(e) = written {
+                    std::hint::cold_path();
                     tracing::debug!(error = %e, remote = %info.remote, "the response could not be sent; closing");
                     return;
                 }
                 if upgrading {
+                    std::hint::cold_path();
                     let tx = message.upgrade.expect("upgrading");
                     if let Some(channel) = &conn.channel {
                         channel.close();
@@ -263,6 +276,7 @@ where
                 keep_alive
             };
             if !keep_alive {
+                std::hint::cold_path();
                 let _ = poll_fn(|cx| Pin::new(&mut conn.io).poll_shutdown(cx)).await;
                 return;
             }
@@ -270,6 +284,7 @@ where
             // so that the next request can be read; a shutdown closes the connection
             // instead of waiting for a client that is slow to send it.
             if conn.body.is_some() {
+                std::hint::cold_path();
                 let mut starts = true;
                 let discarded = poll_fn(|cx| {
                     if drain.poll_draining(cx) {
