@@ -260,13 +260,23 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
                     continue;
                 }
                 // Paired by round (each round runs every target once): in how many
-                // rounds the subject's p99 was at most the other's.
+                // rounds the subject's figure was at most the other's. On a noisy
+                // machine a ratio of medians near 1 says little without it.
                 let pairs = of(subject).zip(of(k));
                 let rounds = pairs.clone().count();
-                let level = pairs.filter(|(a, b)| a.p99 <= b.p99).count();
+                let at_most = |f: &dyn Fn(&Run) -> Option<f64>| {
+                    pairs
+                        .clone()
+                        .filter(|(a, b)| matches!((f(a), f(b)), (Some(x), Some(y)) if x <= y))
+                        .count()
+                };
+                let cpu_level = at_most(&|r| r.proxy_cpu_us);
+                let user_level = at_most(&|r| r.proxy_user_us);
+                let p99_level = at_most(&|r| Some(r.p99 as f64));
                 println!(
                     "       {}/{}: rps {:.2}, proxy CPU per request {:.2} (user {:.2}), \
-                     p99 {:.2} (at most its in {level} of {rounds} rounds)",
+                     p99 {:.2}; at most its in {cpu_level} (CPU), {user_level} (user), \
+                     {p99_level} (p99) of {rounds} rounds",
                     subject.label(),
                     k.label(),
                     rps_of(subject) / rps_of(k),
