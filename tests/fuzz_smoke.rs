@@ -117,6 +117,16 @@ fn regression_headers_crash_dd9aa44f() {
     let _ = targets::headers(&mut Unstructured::new(data));
 }
 
+/// cargo-fuzz, `http2_responses`: trailers after a `304` (whose `content-length: 99`
+/// describes no content), which the native client read and h2 refused.
+#[test]
+fn regression_http2_responses_crash_2560f0bb() {
+    let data: &[u8] = &[
+        255, 255, 255, 255, 152, 255, 255, 152, 18, 255, 255, 0, 10, 10, 45, 159, 18,
+    ];
+    targets::http2_responses(&mut Unstructured::new(data)).expect("a whole input");
+}
+
 #[test]
 fn fuzz_http1_engines() {
     run("http1_engines", structured(targets::http1_engines));

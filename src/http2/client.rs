@@ -144,6 +144,9 @@ struct Slot {
     consumed: u32,
     /// What is left of the response's `content-length`.
     expect: Option<u64>,
+    /// The response is a `204` or a `304`, which ends with its header section: no
+    /// content and no trailers may follow (RFC 9110 §15.3.5, §15.4.5).
+    ends_with_head: bool,
 }
 
 impl Slot {
@@ -1228,6 +1231,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                         } else {
                             expect.ok().flatten()
                         };
+                        slot.ends_with_head =
+                            status == StatusCode::NOT_MODIFIED || status == StatusCode::NO_CONTENT;
                         let mut response = Response::new(());
                         *response.status_mut() = status;
                         *response.version_mut() = Version::HTTP_2;
@@ -1241,6 +1246,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
             }
         } else if !end_stream || status.is_some() || malformed.is_some() {
             Some(stream_error(slot, "bad trailers"))
+        } else if slot.ends_with_head {
+            Some(stream_error(slot, "trailers after a 204 or 304"))
         } else if slot.expect.is_some_and(|n| n > 0) {
             Some(stream_error(slot, "less data than the content-length"))
         } else {
@@ -1544,6 +1551,36 @@ mod tests {
         }
         assert_eq!(body_error(&mut no_content).await, Reason::PROTOCOL_ERROR);
         assert_eq!(body_error(&mut trailed).await, Reason::PROTOCOL_ERROR);
+    }
+
+    /// A `204` or `304` ends with its header section (RFC 9110 §15.3.5, §15.4.5):
+    /// trailers after one fail its stream. Its `content-length` describes no content
+    /// (RFC 9113 §8.1.1): a `304` ending on an empty DATA frame, a `99` in its
+    /// `content-length`, is whole (h2 refuses it; the `http2_responses` fuzz target
+    /// found both).
+    #[tokio::test]
+    async fn no_trailers_after_a_304_whose_length_is_no_content() {
+        let (sender, mut peer) = connect(&[]).await;
+        let mut trailed = open(&sender, &get("/1")).await;
+        let mut ended = open(&sender, &get("/3")).await;
+        let mut out = Vec::new();
+        let length = [("content-length", "99")];
+        head(&mut out, 1, StatusCode::NOT_MODIFIED, &length);
+        let flags = flag::END_HEADERS | flag::END_STREAM;
+        frame::write(&mut out, kind::HEADERS, flags, 1, &[]);
+        head(&mut out, 3, StatusCode::NOT_MODIFIED, &length);
+        frame::write(&mut out, kind::DATA, flag::END_STREAM, 3, &[]);
+        peer.write_all(&out).await.unwrap();
+        for stream in [&mut trailed, &mut ended] {
+            let response = response_head(stream).await.unwrap();
+            assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
+        }
+        assert_eq!(body_error(&mut trailed).await, Reason::PROTOCOL_ERROR);
+        let mut body = Vec::new();
+        while let Some(data) = within("the body", poll_fn(|cx| ended.poll_data(cx))).await {
+            body.extend_from_slice(&data.expect("a whole body"));
+        }
+        assert!(body.is_empty());
     }
 
     #[tokio::test]
