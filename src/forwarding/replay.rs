@@ -33,15 +33,14 @@ pub struct ReceivedResponse {
 }
 
 /// Send a `method` request (no body) with `engine`'s client to a destination that
-/// answers `input` and closes: the response the client read, or `None` when it
-/// refused the head (or timed out, after a few seconds).
+/// answers `input` and closes: the response the client read, or why it read none (it
+/// refused the head, or timed out after a few seconds).
 pub async fn replay_response(
     engine: Http1Engine,
     method: Method,
     input: &[u8],
-) -> Option<ReceivedResponse> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ok()?;
-    let authority = Authority::try_from(listener.local_addr().ok()?.to_string()).ok()?;
+) -> Result<ReceivedResponse, String> {
+    let (listener, authority) = destination().await?;
     let input = input.to_vec();
     let destination = tokio::spawn(async move {
         let Ok((mut socket, _)) = listener.accept().await else {
@@ -69,16 +68,15 @@ pub async fn replay_response(
 /// Send a `method` request (no body) with `engine`'s HTTP/2 client (h2c) to a
 /// destination that reads the connection preface, sends `settings` (its SETTINGS, or
 /// whatever bytes), reads frames up to the request's HEADERS (answering PINGs), then
-/// answers `answer` and closes: the response the client read, or `None` when it read none (or timed
-/// out, after a few seconds).
+/// answers `answer` and closes: the response the client read, or why it read none (or
+/// timed out, after a few seconds).
 pub async fn replay_h2_response(
     engine: Http2Engine,
     method: Method,
     settings: &[u8],
     answer: &[u8],
-) -> Option<ReceivedResponse> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ok()?;
-    let authority = Authority::try_from(listener.local_addr().ok()?.to_string()).ok()?;
+) -> Result<ReceivedResponse, String> {
+    let (listener, authority) = destination().await?;
     let (settings, answer) = (settings.to_vec(), answer.to_vec());
     let destination = tokio::spawn(async move {
         let Ok((mut socket, _)) = listener.accept().await else {
@@ -123,14 +121,24 @@ pub async fn replay_h2_response(
     received
 }
 
+/// A listener on 127.0.0.1 for the destination, and its address as an authority.
+async fn destination() -> Result<(tokio::net::TcpListener, Authority), String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("no listener: {e}"))?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    let authority = Authority::try_from(address.to_string()).map_err(|e| e.to_string())?;
+    Ok((listener, authority))
+}
+
 /// Send a `method` request through `pools` to `authority` on `version`, and read the
-/// response whole (within a few seconds).
+/// response whole (within a few seconds): the response, or why there is none.
 async fn read_response(
     pools: &Pools<Empty<Bytes>>,
     version: UpstreamVersion,
     authority: &Authority,
     method: Method,
-) -> Option<ReceivedResponse> {
+) -> Result<ReceivedResponse, String> {
     let uri = match version {
         UpstreamVersion::Http1 => "/".to_owned(),
         _ => format!("http://{authority}/"),
@@ -140,7 +148,7 @@ async fn read_response(
         .uri(uri)
         .header(http::header::HOST, "destination")
         .body(Empty::new())
-        .ok()?;
+        .map_err(|e| e.to_string())?;
     let target = pool::Target {
         scheme: &Scheme::HTTP,
         authority,
@@ -157,7 +165,7 @@ async fn read_response(
     let read = async {
         let response = std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx))
             .await
-            .ok()?;
+            .map_err(|e| format!("no response: {e}"))?;
         let (parts, mut body) = response.into_parts();
         let mut data = Vec::new();
         let mut trailers = None;
@@ -172,7 +180,7 @@ async fn read_response(
                 },
             }
         };
-        Some(ReceivedResponse {
+        Ok(ReceivedResponse {
             status: parts.status,
             version: parts.version,
             headers: parts.headers,
@@ -182,6 +190,5 @@ async fn read_response(
     };
     tokio::time::timeout(Duration::from_secs(5), read)
         .await
-        .ok()
-        .flatten()
+        .unwrap_or_else(|_| Err("no response within 5 s".to_owned()))
 }

@@ -1331,7 +1331,7 @@ pub fn http1_responses(u: &mut Unstructured) -> Result<()> {
     // Both exchanges are real ones over 127.0.0.1: a refusal is replayed once more
     // before it counts, so that a busy machine (a connection not made, a timeout) is
     // not taken for a difference.
-    if native.is_some() && hyper.is_none() {
+    if native.is_ok() && hyper.is_err() {
         hyper = RUNTIME
             .with(|rt| rt.block_on(replay_response(Http1Engine::Hyper, method.clone(), &input)));
     }
@@ -1346,7 +1346,7 @@ pub fn http1_responses(u: &mut Unstructured) -> Result<()> {
         headers
     };
     match (&native, &hyper) {
-        (Some(n), Some(h)) => {
+        (Ok(n), Ok(h)) => {
             assert_eq!(
                 (n.status, n.version, fields(&n.headers)),
                 (h.status, h.version, fields(&h.headers)),
@@ -1362,8 +1362,8 @@ pub fn http1_responses(u: &mut Unstructured) -> Result<()> {
                 );
             }
         }
-        (Some(n), None) => panic!(
-            "the native client accepted what hyper refused: {method} {:?} -> {n:?}",
+        (Ok(n), Err(why)) => panic!(
+            "the native client accepted what hyper refused ({why}): {method} {:?} -> {n:?}",
             shown()
         ),
         _ => {}
@@ -1763,8 +1763,8 @@ pub fn http2_responses(u: &mut Unstructured) -> Result<()> {
             )
         })
     });
-    let whole = |r: &Option<fuseway::testing::ReceivedResponse>| {
-        r.as_ref().is_some_and(|r| r.body.is_some())
+    let whole = |r: &Result<fuseway::testing::ReceivedResponse, String>| {
+        r.as_ref().is_ok_and(|r| r.body.is_some())
     };
     // A refusal is replayed once more before it counts (see `http1_responses`).
     if whole(&native) && !whole(&h2) {
@@ -1780,7 +1780,7 @@ pub fn http2_responses(u: &mut Unstructured) -> Result<()> {
     // A `304`'s `content-length` describes no content (RFC 9113 §8.1.1): h2 refuses
     // one that ends on an empty DATA frame unless the length is 0; the native client
     // reads it whole (and empty).
-    let no_content_length = native.as_ref().is_some_and(|n| {
+    let no_content_length = native.as_ref().is_ok_and(|n| {
         n.status == http::StatusCode::NOT_MODIFIED
             && n.body.as_ref().is_some_and(|b| b.is_empty())
             && n.trailers.is_none()
@@ -1788,7 +1788,7 @@ pub fn http2_responses(u: &mut Unstructured) -> Result<()> {
                 .get(http::header::CONTENT_LENGTH)
                 .is_some_and(|v| v != "0")
     });
-    if let (Some(n), Some(h)) = (&native, &h2) {
+    if let (Ok(n), Ok(h)) = (&native, &h2) {
         if n.body.is_some() && h.body.is_some() {
             assert_eq!(
                 n, h,
@@ -1798,7 +1798,8 @@ pub fn http2_responses(u: &mut Unstructured) -> Result<()> {
     }
     assert!(
         !whole(&native) || whole(&h2) || no_content_length,
-        "the native client read whole what h2 refused: {method} {settings:02x?} {answer:02x?} -> {native:?}"
+        "the native client read whole what h2 refused ({:?}): {method} {settings:02x?} {answer:02x?} -> {native:?}",
+        h2.as_ref().err()
     );
     Ok(())
 }
