@@ -1556,8 +1556,8 @@ mod tests {
     /// A `204` or `304` ends with its header section (RFC 9110 §15.3.5, §15.4.5):
     /// trailers after one fail its stream. Its `content-length` describes no content
     /// (RFC 9113 §8.1.1): a `304` ending on an empty DATA frame, a `99` in its
-    /// `content-length`, is whole (h2 refuses it; the `http2_responses` fuzz target
-    /// found both).
+    /// `content-length`, is whole (h2 refuses it). The `http2_responses` fuzz target
+    /// found the first: an empty trailer block after a `304`.
     #[tokio::test]
     async fn no_trailers_after_a_304_whose_length_is_no_content() {
         let (sender, mut peer) = connect(&[]).await;
