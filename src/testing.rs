@@ -18,7 +18,9 @@ use std::task::{Context, Poll};
 
 use http::{HeaderMap, Response, StatusCode};
 
-pub use crate::forwarding::replay::{replay_h2_response, replay_response, ReceivedResponse};
+pub use crate::forwarding::replay::{
+    replay_h2_response, replay_response, NoResponse, ReceivedResponse,
+};
 pub use crate::server::replay::{replay, replay_h2, Received, Replayed};
 
 use crate::body::ProxyBody;

@@ -32,6 +32,25 @@ pub struct ReceivedResponse {
     pub trailers: Option<HeaderMap>,
 }
 
+/// Why a replay read no response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoResponse {
+    /// The destination could not be set up (no listener on 127.0.0.1, e.g. the
+    /// machine's ports ran out): no verdict on the client.
+    NoDestination(String),
+    /// The client read none: it refused the head, or none came within a few seconds.
+    Refused(String),
+}
+
+impl std::fmt::Display for NoResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoResponse::NoDestination(why) => write!(f, "no destination: {why}"),
+            NoResponse::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Send a `method` request (no body) with `engine`'s client to a destination that
 /// answers `input` and closes: the response the client read, or why it read none (it
 /// refused the head, or timed out after a few seconds).
@@ -39,7 +58,7 @@ pub async fn replay_response(
     engine: Http1Engine,
     method: Method,
     input: &[u8],
-) -> Result<ReceivedResponse, String> {
+) -> Result<ReceivedResponse, NoResponse> {
     let (listener, authority) = destination().await?;
     let input = input.to_vec();
     let destination = tokio::spawn(async move {
@@ -75,7 +94,7 @@ pub async fn replay_h2_response(
     method: Method,
     settings: &[u8],
     answer: &[u8],
-) -> Result<ReceivedResponse, String> {
+) -> Result<ReceivedResponse, NoResponse> {
     let (listener, authority) = destination().await?;
     let (settings, answer) = (settings.to_vec(), answer.to_vec());
     let destination = tokio::spawn(async move {
@@ -122,12 +141,13 @@ pub async fn replay_h2_response(
 }
 
 /// A listener on 127.0.0.1 for the destination, and its address as an authority.
-async fn destination() -> Result<(tokio::net::TcpListener, Authority), String> {
+async fn destination() -> Result<(tokio::net::TcpListener, Authority), NoResponse> {
+    let unset = |e: &dyn std::fmt::Display| NoResponse::NoDestination(e.to_string());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .map_err(|e| format!("no listener: {e}"))?;
-    let address = listener.local_addr().map_err(|e| e.to_string())?;
-    let authority = Authority::try_from(address.to_string()).map_err(|e| e.to_string())?;
+        .map_err(|e| unset(&e))?;
+    let address = listener.local_addr().map_err(|e| unset(&e))?;
+    let authority = Authority::try_from(address.to_string()).map_err(|e| unset(&e))?;
     Ok((listener, authority))
 }
 
@@ -138,7 +158,7 @@ async fn read_response(
     version: UpstreamVersion,
     authority: &Authority,
     method: Method,
-) -> Result<ReceivedResponse, String> {
+) -> Result<ReceivedResponse, NoResponse> {
     let uri = match version {
         UpstreamVersion::Http1 => "/".to_owned(),
         _ => format!("http://{authority}/"),
@@ -148,7 +168,7 @@ async fn read_response(
         .uri(uri)
         .header(http::header::HOST, "destination")
         .body(Empty::new())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| NoResponse::NoDestination(e.to_string()))?;
     let target = pool::Target {
         scheme: &Scheme::HTTP,
         authority,
@@ -165,7 +185,7 @@ async fn read_response(
     let read = async {
         let response = std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx))
             .await
-            .map_err(|e| format!("no response: {e}"))?;
+            .map_err(|e| NoResponse::Refused(format!("no response: {e}")))?;
         let (parts, mut body) = response.into_parts();
         let mut data = Vec::new();
         let mut trailers = None;
@@ -190,5 +210,5 @@ async fn read_response(
     };
     tokio::time::timeout(Duration::from_secs(5), read)
         .await
-        .unwrap_or_else(|_| Err("no response within 5 s".to_owned()))
+        .unwrap_or_else(|_| Err(NoResponse::Refused("no response within 5 s".to_owned())))
 }
