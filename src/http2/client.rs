@@ -1208,9 +1208,10 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                     }
                 }
                 (None, Some(status)) => {
-                    let no_body = slot.head_request
-                        || status == StatusCode::NOT_MODIFIED
-                        || status == StatusCode::NO_CONTENT;
+                    // RFC 9110 §15.3.5, §15.4.5: no content and no trailers.
+                    let ends_with_head =
+                        status == StatusCode::NOT_MODIFIED || status == StatusCode::NO_CONTENT;
+                    let no_body = slot.head_request || ends_with_head;
                     let expect = super::content_length(&headers);
                     if let Err(what) = expect {
                         Some(stream_error(slot, what))
@@ -1231,8 +1232,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                         } else {
                             expect.ok().flatten()
                         };
-                        slot.ends_with_head =
-                            status == StatusCode::NOT_MODIFIED || status == StatusCode::NO_CONTENT;
+                        slot.ends_with_head = ends_with_head;
                         let mut response = Response::new(());
                         *response.status_mut() = status;
                         *response.version_mut() = Version::HTTP_2;
