@@ -35,8 +35,8 @@ pub struct ReceivedResponse {
 /// Why a replay read no response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NoResponse {
-    /// The destination could not be set up (no listener on 127.0.0.1, e.g. the
-    /// machine's ports ran out): no verdict on the client.
+    /// The exchange could not be set up (no listener on 127.0.0.1 for the destination,
+    /// e.g. the machine's ports ran out, or no request): no verdict on the client.
     NoDestination(String),
     /// The client read none: it refused the head, or none came within a few seconds.
     Refused(String),
@@ -45,7 +45,7 @@ pub enum NoResponse {
 impl std::fmt::Display for NoResponse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            NoResponse::NoDestination(why) => write!(f, "no destination: {why}"),
+            NoResponse::NoDestination(why) => write!(f, "no exchange set up: {why}"),
             NoResponse::Refused(why) => f.write_str(why),
         }
     }

@@ -1307,13 +1307,21 @@ fn response_input(u: &mut Unstructured) -> Result<Vec<u8>> {
     messages(u, STATUS_LINES, RESPONSE_FIELDS, 2, 4)
 }
 
+/// Whether either replay could not set up its exchange (no listener on 127.0.0.1: the
+/// machine's ports ran out): then the pair says nothing about the clients.
+fn no_verdict<T>(replays: [&std::result::Result<T, fuseway::testing::NoResponse>; 2]) -> bool {
+    replays
+        .iter()
+        .any(|r| matches!(r, Err(fuseway::testing::NoResponse::NoDestination(_))))
+}
+
 /// The same destination bytes through the native client and hyper's: a response both
 /// read has the same status, version and fields, and the same body and trailers where
 /// both read it whole; the native client reads no head and no whole body that hyper
 /// refuses (it is the stricter of the two; the README lists where they differ).
 pub fn http1_responses(u: &mut Unstructured) -> Result<()> {
     use fuseway::server::Http1Engine;
-    use fuseway::testing::{replay_response, NoResponse};
+    use fuseway::testing::replay_response;
     let method = if u.ratio(1, 6)? {
         Method::HEAD
     } else {
@@ -1335,11 +1343,7 @@ pub fn http1_responses(u: &mut Unstructured) -> Result<()> {
         hyper = RUNTIME
             .with(|rt| rt.block_on(replay_response(Http1Engine::Hyper, method.clone(), &input)));
     }
-    // No destination (the machine's ports ran out): no verdict.
-    if [&native, &hyper]
-        .iter()
-        .any(|r| matches!(r, Err(NoResponse::NoDestination(_))))
-    {
+    if no_verdict([&native, &hyper]) {
         return Ok(());
     }
     let shown = || String::from_utf8_lossy(&input).into_owned();
@@ -1784,11 +1788,7 @@ pub fn http2_responses(u: &mut Unstructured) -> Result<()> {
             ))
         });
     }
-    // No destination (the machine's ports ran out): no verdict.
-    if [&native, &h2]
-        .iter()
-        .any(|r| matches!(r, Err(NoResponse::NoDestination(_))))
-    {
+    if no_verdict([&native, &h2]) {
         return Ok(());
     }
     // A `304`'s `content-length` describes no content (RFC 9113 §8.1.1): h2 refuses
