@@ -321,6 +321,78 @@ async fn what_rfc_9112_refuses_is_refused_and_never_forwarded() {
     assert!(raw.matches("HTTP/1.1 ").count() <= 1, "{raw}");
 }
 
+/// A keep-alive client that sends each request only once it has read the answer to the
+/// one before, and a destination slow to answer: each wait for the next request head
+/// follows a wait (for the destination) in which the connection watched its client
+/// for going away. The native engine then checks the socket's readiness instead of
+/// reading it again (`read_client`); were the task not registered for it, the next
+/// request would sit unread until the header read timeout closed the connection —
+/// one second here, short enough that the connection never parks (where another
+/// poller would find the request).
+#[tokio::test]
+async fn a_client_waiting_for_each_answer_gets_every_one() {
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (a, r) = (arrived.clone(), release.clone());
+    let slow = backend(move |req: Request<Incoming>| {
+        let (a, r) = (a.clone(), r.clone());
+        async move {
+            a.notify_one();
+            r.notified().await;
+            Response::new(full(req.uri().path().to_owned()))
+        }
+    })
+    .await;
+    for kind in [Http1Engine::Native, Http1Engine::Hyper] {
+        let p = start(
+            &CONFIG.replace("BACKEND", &slow.url()),
+            engine(kind).header_read_timeout(std::time::Duration::from_secs(1)),
+        )
+        .await;
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        for i in 0..4 {
+            let path = format!("/r{i}");
+            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            within("the request to reach the destination", arrived.notified()).await;
+            release.notify_one();
+            let raw = within("the answer", read_response(&mut s)).await;
+            let answer = &answers(&raw, false)[0];
+            assert_eq!(answer.body, path.as_bytes(), "{kind:?}");
+        }
+    }
+}
+
+/// Read one response with a `Content-Length` from `s`.
+async fn read_response(s: &mut TcpStream) -> Vec<u8> {
+    let mut raw = Vec::new();
+    loop {
+        let mut chunk = [0u8; 1024];
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&raw));
+        raw.extend_from_slice(&chunk[..n]);
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut fields);
+        if let Ok(httparse::Status::Complete(len)) = response.parse(&raw) {
+            let length = response
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .map(|h| {
+                    std::str::from_utf8(h.value)
+                        .unwrap()
+                        .parse::<usize>()
+                        .unwrap()
+                })
+                .expect("content-length");
+            if raw.len() >= len + length {
+                return raw;
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn shutdown_closes_idle_connections_and_ends_in_flight_ones_with_close() {
     let arrived = Arc::new(tokio::sync::Notify::new());

@@ -53,6 +53,10 @@ pub(super) struct Conn<I> {
     pub(super) read_eof: bool,
     /// The request body could not be read: the connection closes after the response.
     pub(super) body_failed: bool,
+    /// The task is registered for the client's socket becoming readable: a read found
+    /// it not ready (registering the task's waker) and none has read it since. See
+    /// [`read_client`].
+    pub(super) read_armed: bool,
 }
 
 impl<I: Io> Conn<I> {
@@ -159,7 +163,7 @@ impl<I: Io> Conn<I> {
     }
 
     pub(super) fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        buffers::poll_read(&mut self.io, &mut self.read_buf, cx)
+        read_client(&mut self.io, &mut self.read_buf, &mut self.read_armed, cx)
     }
 
     pub(super) fn poll_head(
@@ -288,7 +292,7 @@ impl<I: Io> Conn<I> {
                 Ok(Decoded::Trailers(trailers)) => state.put_end(Some(trailers)),
                 Ok(Decoded::End) => state.put_end(None),
                 Ok(Decoded::NeedMore) => {
-                    match buffers::poll_read(&mut self.io, &mut self.read_buf, cx) {
+                    match read_client(&mut self.io, &mut self.read_buf, &mut self.read_armed, cx) {
                         Poll::Ready(Ok(0)) => {
                             self.read_eof = true;
                             match decoder.closed() {
@@ -454,7 +458,7 @@ impl<I: Io> Conn<I> {
                     return Poll::Ready(true);
                 }
                 Ok(Decoded::NeedMore) => {
-                    match buffers::poll_read(&mut self.io, &mut self.read_buf, cx) {
+                    match read_client(&mut self.io, &mut self.read_buf, &mut self.read_armed, cx) {
                         Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(false),
                         Poll::Ready(Ok(_)) => {}
                         Poll::Pending => {
@@ -482,4 +486,44 @@ impl<I: Io> Conn<I> {
             Connection::Close,
         );
     }
+}
+
+/// Read the client's socket into `buf`, as [`buffers::poll_read`] — or, when `armed`
+/// and the socket is still not ready, pending without a read.
+///
+/// While the task is registered for the socket's readiness and the socket is not
+/// ready, a read would only register the same waker again: tokio takes a socket's
+/// waker only when it marks the socket ready, and only a read clears that mark. So the
+/// wait for the next request head after a response (the task registered while the
+/// destination answered, watching for the client's going away) checks the mark instead
+/// of reading: no read buffer taken from the pool and given back, no lock on the
+/// socket's wakers. Plain TCP sockets only (tokio's readiness is theirs). Every read of
+/// the client's socket goes through here, so that `armed` stays true to it.
+pub(super) fn read_client<I: Io>(
+    io: &mut I,
+    buf: &mut BytesMut,
+    armed: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if *armed && not_ready(io) {
+        return Poll::Pending;
+    }
+    let polled = buffers::poll_read(io, buf, cx);
+    // Registered only if the read waited for the socket: one refused by tokio's
+    // cooperative budget (none left) registered nothing with it.
+    *armed = polled.is_pending()
+        && (io as &dyn Any).is::<TcpStream>()
+        && tokio::task::coop::has_budget_remaining();
+    polled
+}
+
+/// Whether `io` is a TCP socket tokio has not marked readable since it was last read
+/// (a check of the mark: no system call, no lock).
+fn not_ready<I: Io>(io: &I) -> bool {
+    (io as &dyn Any)
+        .downcast_ref::<TcpStream>()
+        .is_some_and(|tcp| {
+            tcp.try_io(tokio::io::Interest::READABLE, || Ok(()))
+                .is_err()
+        })
 }

@@ -117,6 +117,7 @@ where
         continue_pending: false,
         read_eof: false,
         body_failed: false,
+        read_armed: false,
     };
     // Kept as milliseconds (at least one): it lives in the connection's future for its
     // whole life.

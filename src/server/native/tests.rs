@@ -47,3 +47,53 @@ fn the_connection_future_size() {
         assert!(parked <= 64, "{parked} bytes");
     }
 }
+
+/// `read_client` counts the task registered for the socket's readiness only when a
+/// read found the socket not ready: not when tokio's cooperative budget refused the
+/// read (nothing was registered with the socket then), and not once a read took bytes.
+#[tokio::test]
+async fn a_read_is_armed_only_when_the_socket_was_not_ready() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut io, _) = listener.accept().await.unwrap();
+    let mut buf = BytesMut::new();
+    let mut armed = false;
+    // Nothing sent: not ready, so registered.
+    poll_fn(|cx| {
+        assert!(conn::read_client(&mut io, &mut buf, &mut armed, cx).is_pending());
+        Poll::Ready(())
+    })
+    .await;
+    assert!(armed);
+    // Bytes sent: the task is woken and reads them; no longer registered.
+    tokio::io::AsyncWriteExt::write_all(&mut peer, b"GET")
+        .await
+        .unwrap();
+    let n = poll_fn(|cx| conn::read_client(&mut io, &mut buf, &mut armed, cx)).await;
+    assert_eq!(n.unwrap(), 3);
+    assert!(!armed);
+    // More bytes waiting, but the task's budget spent (on a channel's ready
+    // messages): the read is refused before it looks at the socket.
+    tokio::io::AsyncWriteExt::write_all(&mut peer, b" /")
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..1000 {
+        tx.send(i).unwrap();
+    }
+    // The runtime has seen them arrive (the socket marked ready).
+    io.readable().await.unwrap();
+    armed = true;
+    poll_fn(|cx| {
+        while rx.poll_recv(cx).is_ready() {}
+        assert!(conn::read_client(&mut io, &mut buf, &mut armed, cx).is_pending());
+        Poll::Ready(())
+    })
+    .await;
+    assert!(!armed, "a read the budget refused registered nothing");
+    let n = poll_fn(|cx| conn::read_client(&mut io, &mut buf, &mut armed, cx)).await;
+    assert_eq!(n.unwrap(), 2);
+    assert_eq!(&buf[..], b"GET /");
+}
