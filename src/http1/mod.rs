@@ -27,7 +27,7 @@ pub(crate) use head::{
     parse_length, parse_request, parse_response, BodyLength, Limits, ParseError, RequestHead,
     ResponseBodyLength, ResponseHead, MAX_HEADERS,
 };
-pub(crate) use write::Outgoing;
+pub(crate) use write::{poll_write_vectored, Outgoing};
 
 /// Decode a chunked body fed in pieces ending at `cuts`, then closed (for the fuzz
 /// targets: `fuseway::__private::decode_chunked`).

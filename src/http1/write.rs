@@ -2,12 +2,14 @@
 //! takes it: a buffer (heads, chunk-size lines, small bodies copied behind them), then
 //! a large data frame written from where it is, then its tail (a chunk's CRLF).
 
+use std::any::Any;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes};
 use tokio::io::AsyncWrite;
+use tokio::net::TcpStream;
 
 /// Data frames up to this size are copied behind what is buffered (one write); larger
 /// ones are written from where they are.
@@ -102,7 +104,7 @@ impl Outgoing {
     }
 
     /// Write everything queued to `io`, then flush it.
-    pub(crate) fn poll_write<I: AsyncWrite + Unpin>(
+    pub(crate) fn poll_write<I: AsyncWrite + Unpin + 'static>(
         &mut self,
         io: &mut I,
         cx: &mut Context<'_>,
@@ -119,7 +121,7 @@ impl Outgoing {
                 IoSlice::new(&self.data),
                 IoSlice::new(tail),
             ];
-            let n = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices))?;
+            let n = ready!(poll_write_vectored(&mut *io, cx, &slices))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -138,5 +140,74 @@ impl Outgoing {
             self.written = 0;
         }
         Pin::new(io).poll_flush(cx)
+    }
+}
+
+/// `io.poll_write_vectored(cx, slices)`, but on a plain TCP socket tokio has marked
+/// writable, the write itself (`TcpStream::try_write_vectored`): tokio's poll around it
+/// would spend the task's cooperative budget and check the mark again, ~60 instructions
+/// on every write. Only a socket that is not writable is polled (registering the task).
+/// Reads still spend the budget, so a task that keeps finding work still yields.
+pub(crate) fn poll_write_vectored<I: AsyncWrite + Unpin + 'static>(
+    io: &mut I,
+    cx: &mut Context<'_>,
+    slices: &[IoSlice<'_>],
+) -> Poll<io::Result<usize>> {
+    if let Some(tcp) = (io as &mut dyn Any).downcast_mut::<TcpStream>() {
+        match tcp.try_write_vectored(slices) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            written => return Poll::Ready(written),
+        }
+    }
+    Pin::new(io).poll_write_vectored(cx, slices)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+    use std::time::Duration;
+    use tokio::io::AsyncReadExt;
+
+    /// A waker that says when it was woken.
+    struct Woken(tokio::sync::Notify);
+
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.notify_one();
+        }
+    }
+
+    /// A plain TCP socket is written without tokio's poll while it takes bytes; once
+    /// full, the write registers the task, which is woken when the peer reads.
+    #[tokio::test]
+    async fn a_full_socket_wakes_the_writer_when_drained() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut io, _) = listener.accept().await.unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        let slices = [IoSlice::new(&chunk)];
+        let woken = Arc::new(Woken(tokio::sync::Notify::new()));
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        // Fill the socket: writes succeed until the kernel's buffers are full.
+        let mut sent = 0usize;
+        while let Poll::Ready(written) = poll_write_vectored(&mut io, &mut cx, &slices) {
+            sent += written.unwrap();
+        }
+        assert!(sent > 0);
+        let mut got = vec![0u8; sent];
+        tokio::time::timeout(Duration::from_secs(10), peer.read_exact(&mut got))
+            .await
+            .expect("the bytes sent")
+            .unwrap();
+        assert!(got.iter().all(|&b| b == 7));
+        tokio::time::timeout(Duration::from_secs(10), woken.0.notified())
+            .await
+            .expect("the writer woken once the socket drained");
+        assert!(poll_write_vectored(&mut io, &mut cx, &slices).is_ready());
     }
 }

@@ -125,7 +125,7 @@ impl AsyncWrite for Stream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Plain(tcp) => Pin::new(tcp.stream_mut()).poll_write_vectored(cx, bufs),
+            Stream::Plain(tcp) => crate::http1::poll_write_vectored(tcp.stream_mut(), cx, bufs),
             Stream::Tls(tls) => Pin::new(&mut **tls).poll_write_vectored(cx, bufs),
         }
     }
