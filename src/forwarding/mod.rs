@@ -353,7 +353,7 @@ pub(crate) fn outgoing<B: 'static>(
         // Cloned, not taken out: the destination's `Host` then replaces the client's
         // where it lies (see below), which costs a third of removing one field and
         // adding another, and leaves the fields in the client's order.
-        .or_else(|| headers.get(header::HOST).cloned());
+        .or_else(|| headers::get_few(&headers, &header::HOST).cloned());
     let conn = ConnectionInfo::of(request);
     let normalized = path::normalize(uri.path());
 
@@ -442,9 +442,7 @@ pub(crate) fn outgoing<B: 'static>(
             }
         };
         match host {
-            Some(h) => {
-                headers.insert(header::HOST, h);
-            }
+            Some(h) => headers::set_few(&mut headers, header::HOST, h),
             None => {
                 headers.remove(header::HOST);
             }

@@ -39,10 +39,15 @@ pub(crate) fn write_response_head(
     }
     let keep_length = framing == Framing::Bodiless
         && !(status.is_informational() || status == StatusCode::NO_CONTENT);
+    // Whether the response has `Date` and `Connection`, seen on the way (a hashed
+    // look-up each would cost more than the whole pass).
+    let (mut date, mut connection_field) = (false, false);
     for (name, value) in headers {
         if (*name == header::CONTENT_LENGTH && !keep_length) || *name == header::TRANSFER_ENCODING {
             continue;
         }
+        date |= *name == header::DATE;
+        connection_field |= *name == header::CONNECTION;
         write_field(dst, name, value);
     }
     match framing {
@@ -50,13 +55,11 @@ pub(crate) fn write_response_head(
         Framing::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::UntilClose | Framing::Bodiless => {}
     }
-    if !headers.contains_key(header::DATE) {
+    if !date {
         with_date_field(|field| dst.extend_from_slice(field));
     }
     match connection {
-        Connection::Close if !headers.contains_key(header::CONNECTION) => {
-            dst.extend_from_slice(b"connection: close\r\n")
-        }
+        Connection::Close if !connection_field => dst.extend_from_slice(b"connection: close\r\n"),
         Connection::KeepAlive => dst.extend_from_slice(b"connection: keep-alive\r\n"),
         _ => {}
     }

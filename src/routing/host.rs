@@ -166,8 +166,7 @@ impl RequestHost {
         let (host, port) = if let Some(authority) = uri.authority() {
             (authority.host().as_bytes(), authority.port_u16())
         } else {
-            match headers
-                .get(http::header::HOST)
+            match crate::forwarding::headers::get_few(headers, &http::header::HOST)
                 .and_then(|v| parse_host_header(v.as_bytes()))
             {
                 Some(hp) => hp,

@@ -37,8 +37,7 @@ impl<B: 'static> ByRef<Request<B>> for Routing {
     fn on_request_by_ref(&self, request: &Request<B>) -> Result<(RouteContext, ()), ProxyResponse> {
         // Two `Host` lines name two hosts, and which one counts is ambiguous
         // (RFC 9112 section 3.2: 400).
-        let mut hosts = request.headers().get_all(http::header::HOST).iter();
-        if hosts.next().is_some() && hosts.next().is_some() {
+        if crate::forwarding::headers::repeated(request.headers(), &http::header::HOST) {
             return Err(ProxyResponse::status(StatusCode::BAD_REQUEST));
         }
         let snapshot = self.state.snapshot();
