@@ -72,13 +72,11 @@ pub(crate) fn get_few<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&
     headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
 }
 
-/// Whether `headers` has more than one value of `name` (see [`get_few`]).
+/// Whether `headers` has more than one value of `name`: looked up only in a map where
+/// some name has more than one (most have none).
 #[inline]
 pub(crate) fn repeated(headers: &HeaderMap, name: &HeaderName) -> bool {
-    if headers.keys_len() > SCANNED {
-        return headers.get_all(name).iter().nth(1).is_some();
-    }
-    headers.iter().filter(|(n, _)| *n == name).nth(1).is_some()
+    headers.len() != headers.keys_len() && headers.get_all(name).iter().nth(1).is_some()
 }
 
 /// `headers.insert(name, value)`: where `headers` holds one value of `name`, that value
