@@ -214,16 +214,20 @@ pub(crate) fn prepare_request(headers: &mut HeaderMap, version: Version) {
 mod tests {
     use super::*;
 
+    /// A map of `fields` distinct fields, `x-field-0` ...
+    fn map_of(fields: usize) -> HeaderMap {
+        (0..fields)
+            .map(|i| {
+                let name = HeaderName::from_bytes(format!("x-field-{i}").as_bytes()).unwrap();
+                (name, HeaderValue::from_static("v"))
+            })
+            .collect()
+    }
+
     #[test]
     fn remove_field_removes_every_value_in_small_and_large_maps() {
         for fields in [2, SCANNED + 4] {
-            let mut headers = HeaderMap::new();
-            for i in 0..fields {
-                headers.insert(
-                    HeaderName::from_bytes(format!("x-field-{i}").as_bytes()).unwrap(),
-                    HeaderValue::from_static("v"),
-                );
-            }
+            let mut headers = map_of(fields);
             headers.append("x-gone", HeaderValue::from_static("1"));
             headers.append("x-gone", HeaderValue::from_static("2"));
             remove_field(&mut headers, &HeaderName::from_static("x-absent"));
@@ -243,13 +247,7 @@ mod tests {
     fn the_few_field_look_ups_answer_as_the_map_does() {
         let host = |v: &'static str| HeaderValue::from_static(v);
         for fields in [2, SCANNED + 4] {
-            let mut headers = HeaderMap::new();
-            for i in 0..fields {
-                headers.insert(
-                    HeaderName::from_bytes(format!("x-field-{i}").as_bytes()).unwrap(),
-                    HeaderValue::from_static("v"),
-                );
-            }
+            let mut headers = map_of(fields);
             assert_eq!(get_few(&headers, &header::HOST), None, "{fields}");
             assert!(!repeated(&headers, &header::HOST));
             set_few(&mut headers, header::HOST, host("new"));
