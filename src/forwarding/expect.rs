@@ -96,7 +96,7 @@ where
     if request.body().is_end_stream() {
         return None;
     }
-    let expects = super::headers::get_rare(request.headers(), &header::EXPECT)
+    let expects = super::headers::get_few(request.headers(), &header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if !expects {
         return None;

@@ -18,7 +18,7 @@ static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// Rewrite the request's trace context for the hop to the destination (unless the
 /// request carries [`OwnSpan`]: its `traceparent` names the proxy's span already).
 pub(crate) fn propagate(headers: &mut HeaderMap) {
-    let Some(incoming) = super::headers::get_rare(headers, &TRACEPARENT) else {
+    let Some(incoming) = super::headers::get_few(headers, &TRACEPARENT) else {
         return;
     };
     match child(incoming.as_bytes(), span_id()) {

@@ -138,7 +138,7 @@ impl<B> InPlace<Routed<B>> for Limits {
         if let Some(max) = limits.max_request_body_size {
             // Most requests (`GET`s) declare no length: one pass over a few names says so.
             let headers = routed.request.headers();
-            let declared = crate::forwarding::headers::get_rare(headers, &CONTENT_LENGTH)
+            let declared = crate::forwarding::headers::get_few(headers, &CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse::<u64>().ok());
             if declared.is_some_and(|len| len > max) {

@@ -67,10 +67,10 @@ impl Arrival {
     ) -> Self {
         static X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
         let headers = request.headers();
-        let get_rare = crate::forwarding::headers::get_rare;
-        let request_id = match get_rare(headers, &X_REQUEST_ID) {
+        let get_few = crate::forwarding::headers::get_few;
+        let request_id = match get_few(headers, &X_REQUEST_ID) {
             Some(id) => RequestId::Header(id.clone()),
-            None => match get_rare(headers, &TRACEPARENT).filter(|t| trace_id(t).is_some()) {
+            None => match get_few(headers, &TRACEPARENT).filter(|t| trace_id(t).is_some()) {
                 Some(traceparent) => RequestId::Trace(traceparent.clone()),
                 None => RequestId::generate(),
             },
