@@ -651,7 +651,7 @@ impl<B: SendBody> Exchange for Native<B> {
         };
         // The timer keeps the waker of the task that polled it last, as the socket's
         // registration does: letting it go is a poll of the timer (~110 instructions
-        // and three atomic operations a request), while keeping it costs at most one
+        // and a few atomic operations a request), while keeping it costs at most one
         // spurious wake of that task should the timer fire before the connection's
         // next request, and keeps a finished task's memory until then.
         pool.put_idle(self);
