@@ -90,8 +90,8 @@ impl ConnectionInfo {
     pub(crate) fn enter(self) -> CurrentConnection {
         CURRENT_CONNECTION.with(|c| {
             let previous = match c.get() {
-                None => CurrentConnection::None,
-                Some(previous) => CurrentConnection::Some(previous),
+                None => CurrentConnection::NoneBefore,
+                Some(previous) => CurrentConnection::Before(previous),
             };
             c.set(Some(self));
             previous
@@ -101,15 +101,17 @@ impl ConnectionInfo {
 
 /// Restores the previously current connection on drop; see [`ConnectionInfo::enter`].
 pub(crate) enum CurrentConnection {
-    None,
-    Some(ConnectionInfo),
+    /// No connection was current.
+    NoneBefore,
+    /// This one was.
+    Before(ConnectionInfo),
 }
 
 impl Drop for CurrentConnection {
     fn drop(&mut self) {
         CURRENT_CONNECTION.with(|c| match self {
-            CurrentConnection::None => c.set(None),
-            CurrentConnection::Some(previous) => c.set(Some(*previous)),
+            CurrentConnection::NoneBefore => c.set(None),
+            CurrentConnection::Before(previous) => c.set(Some(*previous)),
         });
     }
 }
