@@ -168,3 +168,14 @@ impl std::io::Write for SharedBuffer {
         Ok(())
     }
 }
+
+/// A connected pair of TCP sockets through `listener`: (the connecting side, the
+/// accepted side). For the crate's own unit tests of socket handling.
+#[cfg(test)]
+pub(crate) async fn tcp_pair(
+    listener: &tokio::net::TcpListener,
+) -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+    let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+    let (client, accepted) = tokio::join!(client, listener.accept());
+    (client.unwrap(), accepted.unwrap().0)
+}

@@ -184,10 +184,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_socket_wakes_the_writer_when_drained() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (mut io, _) = listener.accept().await.unwrap();
+        let (mut peer, mut io) = crate::testing::tcp_pair(&listener).await;
         let chunk = vec![7u8; 64 * 1024];
         let slices = [IoSlice::new(&chunk)];
         let woken = Arc::new(Woken(tokio::sync::Notify::new()));

@@ -349,18 +349,12 @@ mod tests {
     use super::*;
     use crate::server::chunked::CHUNK;
     use crate::server::drain::Drain;
+    use crate::testing::tcp_pair;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::mpsc;
 
     const LIMIT: Duration = Duration::from_secs(10);
-
-    /// A connected pair: (client side, server side).
-    async fn pair(listener: &TcpListener) -> (TcpStream, TcpStream) {
-        let client = TcpStream::connect(listener.local_addr().unwrap());
-        let (client, accepted) = tokio::join!(client, listener.accept());
-        (client.unwrap(), accepted.unwrap().0)
-    }
 
     /// A lot whose task sends each resumed record (with what was left of its
     /// deadline) to the returned receiver.
@@ -388,7 +382,7 @@ mod tests {
         // More than a chunk of the table.
         let mut clients = Vec::new();
         for _ in 0..CHUNK + 10 {
-            let (client, server) = pair(&listener).await;
+            let (client, server) = tcp_pair(&listener).await;
             let remote = server.peer_addr().unwrap();
             lot.park(server, remote, None, Duration::from_secs(30));
             clients.push((client, remote));
@@ -419,7 +413,7 @@ mod tests {
         assert_eq!(lot.parked(), (CHUNK + 10) / 2);
 
         // A short deadline: closed by the lot, never resumed.
-        let (mut client, server) = pair(&listener).await;
+        let (mut client, server) = tcp_pair(&listener).await;
         let remote = server.peer_addr().unwrap();
         lot.park(server, remote, None, Duration::from_millis(50));
         closed(&mut client).await;
@@ -431,7 +425,7 @@ mod tests {
         for (client, _) in clients.iter_mut().skip(1).step_by(2) {
             closed(client).await;
         }
-        let (mut client, server) = pair(&listener).await;
+        let (mut client, server) = tcp_pair(&listener).await;
         let remote = server.peer_addr().unwrap();
         lot.park(server, remote, None, Duration::from_secs(30));
         closed(&mut client).await;
@@ -443,7 +437,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let drain = Drain::new(Duration::from_secs(1));
         let (lot, mut resumed) = lot(&drain);
-        let (client, server) = pair(&listener).await;
+        let (client, server) = tcp_pair(&listener).await;
         let remote = server.peer_addr().unwrap();
         lot.park(server, remote, None, Duration::from_secs(30));
         drop(client);

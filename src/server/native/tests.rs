@@ -54,10 +54,7 @@ fn the_connection_future_size() {
 #[tokio::test]
 async fn a_read_is_armed_only_when_the_socket_was_not_ready() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let mut peer = TcpStream::connect(listener.local_addr().unwrap())
-        .await
-        .unwrap();
-    let (mut io, _) = listener.accept().await.unwrap();
+    let (mut peer, mut io) = crate::testing::tcp_pair(&listener).await;
     let mut buf = BytesMut::new();
     let mut armed = false;
     // Nothing sent: not ready, so registered.
