@@ -331,18 +331,7 @@ async fn what_rfc_9112_refuses_is_refused_and_never_forwarded() {
 /// poller would find the request).
 #[tokio::test]
 async fn a_client_waiting_for_each_answer_gets_every_one() {
-    let arrived = Arc::new(tokio::sync::Notify::new());
-    let release = Arc::new(tokio::sync::Notify::new());
-    let (a, r) = (arrived.clone(), release.clone());
-    let slow = backend(move |req: Request<Incoming>| {
-        let (a, r) = (a.clone(), r.clone());
-        async move {
-            a.notify_one();
-            r.notified().await;
-            Response::new(full(req.uri().path().to_owned()))
-        }
-    })
-    .await;
+    let (slow, arrived, release) = gated_backend(|req| req.uri().path().to_owned()).await;
     for kind in [Http1Engine::Native, Http1Engine::Hyper] {
         let p = start(
             &CONFIG.replace("BACKEND", &slow.url()),
@@ -362,6 +351,27 @@ async fn a_client_waiting_for_each_answer_gets_every_one() {
             assert_eq!(answer.body, path.as_bytes(), "{kind:?}");
         }
     }
+}
+
+/// A destination that holds each request until released: `arrived` (returned second)
+/// is notified as a request reaches it, `release` (third) lets one answer go, its body
+/// made by `body`.
+async fn gated_backend(
+    body: fn(&Request<Incoming>) -> String,
+) -> (Backend, Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>) {
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (a, r) = (arrived.clone(), release.clone());
+    let slow = backend(move |req: Request<Incoming>| {
+        let (a, r) = (a.clone(), r.clone());
+        async move {
+            a.notify_one();
+            r.notified().await;
+            Response::new(full(body(&req)))
+        }
+    })
+    .await;
+    (slow, arrived, release)
 }
 
 /// Read one response with a `Content-Length` from `s`.
@@ -395,18 +405,7 @@ async fn read_response(s: &mut TcpStream) -> Vec<u8> {
 
 #[tokio::test]
 async fn shutdown_closes_idle_connections_and_ends_in_flight_ones_with_close() {
-    let arrived = Arc::new(tokio::sync::Notify::new());
-    let release = Arc::new(tokio::sync::Notify::new());
-    let (a, r) = (arrived.clone(), release.clone());
-    let slow = backend(move |_req: Request<Incoming>| {
-        let (a, r) = (a.clone(), r.clone());
-        async move {
-            a.notify_one();
-            r.notified().await;
-            Response::new(full("late"))
-        }
-    })
-    .await;
+    let (slow, arrived, release) = gated_backend(|_| "late".to_owned()).await;
     let p = start(
         &CONFIG.replace("BACKEND", &slow.url()),
         engine(Http1Engine::Native),
