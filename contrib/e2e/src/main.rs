@@ -162,29 +162,56 @@ fn workspace_root() -> PathBuf {
 
 /// `cargo build` of the examples the run starts and (if `binary`) the binary, in
 /// `profile`; returns the directory they are in (`target/release`, `target/debug` ...).
+///
+/// The binary is built on its own, as a user builds it: built in one command with the
+/// examples it would take the features the dev-dependencies turn on in shared crates
+/// (tokio's `process` driver, whose orphan reaping takes a process-wide lock at each
+/// wait for events, and `test-util`, whose clock reads take a lock), and be measured
+/// with work the user's binary does not do.
 fn build(root: &Path, profile: &str, binary: bool) -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!(
-        "e2e: building {}the bench examples, profile {profile}",
-        if binary {
-            "fuseway (--features count-allocs) and "
-        } else {
-            ""
-        }
-    );
-    let mut cargo = Command::new(cargo);
-    cargo.args(["build", "--profile", profile, "--features", "count-allocs"]);
     if binary {
-        cargo.args(["--bin", "fuseway"]);
+        eprintln!("e2e: building fuseway (--features count-allocs), profile {profile}");
+        cargo_build(
+            root,
+            &[
+                "--profile",
+                profile,
+                "--features",
+                "count-allocs",
+                "--bin",
+                "fuseway",
+            ],
+        );
     }
-    let status = cargo
-        .args(["--example", "bench_backend", "--example", "loadgen"])
-        .args(["--example", "bare_proxy"])
+    eprintln!("e2e: building the bench examples, profile {profile}");
+    cargo_build(
+        root,
+        &[
+            "--profile",
+            profile,
+            "--features",
+            "count-allocs",
+            "--example",
+            "bench_backend",
+            "--example",
+            "loadgen",
+            "--example",
+            "bare_proxy",
+        ],
+    );
+    target_dir(root).join(profile_dir(profile))
+}
+
+/// `cargo build` with `args` in `root`; panics if it fails.
+fn cargo_build(root: &Path, args: &[&str]) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .arg("build")
+        .args(args)
         .current_dir(root)
         .status()
         .expect("run cargo build");
     assert!(status.success(), "e2e: cargo build failed");
-    target_dir(root).join(profile_dir(profile))
 }
 
 /// Where cargo builds: `CARGO_TARGET_DIR`, else the workspace's `target`.
