@@ -52,6 +52,7 @@ use metrics::{InFlight, TargetRef};
 #[derive(Debug, Clone)]
 pub struct Telemetry {
     metrics: Arc<Metrics>,
+    in_flight: metrics::InFlightHandle,
 }
 
 /// What [`Telemetry`] keeps while a request is in the pipeline.
@@ -68,6 +69,7 @@ impl Telemetry {
     /// Record into `state`'s metrics.
     pub fn new(state: &Arc<ProxyState>) -> Self {
         Telemetry {
+            in_flight: state.metrics().in_flight_handle(),
             metrics: state.metrics().clone(),
         }
     }
@@ -96,7 +98,7 @@ impl<B: 'static> InPlace<http::Request<B>> for Telemetry {
         let started = Started {
             start: crate::clock::now(),
             span,
-            _in_flight: self.metrics.enter(),
+            _in_flight: self.in_flight.enter(),
             access: (log || ids.is_some())
                 .then(|| access::Boxed::new(access::Arrival::of(request, log, ids))),
         };

@@ -66,11 +66,11 @@ type DestinationKey = (Arc<str>, Arc<str>);
 /// new snapshot caches are the same series as before for unchanged ids.
 pub struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Counter>,
+    requests: Family<RequestLabels, ThreadCounter>,
     durations: Family<TargetLabels, DurationHistogram>,
     errors: Family<ErrorLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
-    in_flight: ThreadGauge,
+    in_flight: Arc<ThreadGauge>,
     recent: Mutex<HashMap<DestinationKey, Arc<RecentErrors>>>,
     unrouted: Target,
     started: Instant,
@@ -108,11 +108,11 @@ impl Default for Metrics {
 impl Metrics {
     /// A registry with fuseway's metrics, all at zero.
     pub fn new() -> Self {
-        let requests = Family::<RequestLabels, Counter>::default();
+        let requests = Family::<RequestLabels, ThreadCounter>::default();
         let durations = Family::<TargetLabels, DurationHistogram>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
-        let in_flight = ThreadGauge::default();
+        let in_flight = Arc::new(ThreadGauge::default());
         let mut registry = Registry::default();
         registry.register(
             "fuseway_requests",
@@ -127,7 +127,7 @@ impl Metrics {
         registry.register(
             "fuseway_requests_in_flight",
             "Requests in the pipeline now (until their response headers are ready)",
-            in_flight.clone(),
+            ThreadGauge::clone(&in_flight),
         );
         registry.register(
             "fuseway_forward_errors",
@@ -248,8 +248,10 @@ impl Metrics {
         self.in_flight.get()
     }
 
-    pub(crate) fn enter(&self) -> InFlight {
-        self.in_flight.enter()
+    /// A handle on the in-flight gauge for one worker's pipeline: its guards count on
+    /// it, so that their reference counting stays on that worker's core.
+    pub(crate) fn in_flight_handle(&self) -> InFlightHandle {
+        InFlightHandle(Arc::new(ThreadGauge::clone(&self.in_flight)))
     }
 
     /// Record a reload done by the binary.
@@ -367,9 +369,20 @@ pub fn kind_name(kind: ForwardErrorKind) -> &'static str {
     }
 }
 
+/// See [`Metrics::in_flight_handle`] (a clone shares the handle).
+#[derive(Debug, Clone)]
+pub(crate) struct InFlightHandle(Arc<ThreadGauge>);
+
+impl InFlightHandle {
+    /// One more request in flight, until the guard is dropped.
+    pub(crate) fn enter(&self) -> InFlight {
+        self.0.enter()
+    }
+}
+
 /// Decrements the in-flight gauge when dropped.
 #[derive(Debug)]
-pub(crate) struct InFlight(ThreadGauge);
+pub(crate) struct InFlight(Arc<ThreadGauge>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -449,7 +462,7 @@ impl RouteTelemetry {
 #[derive(Debug)]
 pub(crate) struct Target {
     labels: TargetLabels,
-    statuses: [OnceLock<(u16, Counter)>; STATUS_SLOTS],
+    statuses: [OnceLock<(u16, ThreadCounter)>; STATUS_SLOTS],
     duration: DurationHistogram,
     recent: Option<Arc<RecentErrors>>,
 }
@@ -479,7 +492,7 @@ impl Target {
 
     /// Count a request of `status` (or only create its series when `!inc`): a lookup in
     /// the slots, filled on first use; the family (a lock) only when they are full.
-    fn count(&self, family: &Family<RequestLabels, Counter>, status: u16, inc: bool) {
+    fn count(&self, family: &Family<RequestLabels, ThreadCounter>, status: u16, inc: bool) {
         let start = usize::from(status) % STATUS_SLOTS;
         for i in 0..STATUS_SLOTS {
             let slot = &self.statuses[(start + i) % STATUS_SLOTS];
@@ -540,4 +553,4 @@ mod types;
 
 pub use collectors::health_name;
 use collectors::{ConfigSources, ProcessMetrics, SnapshotGauges};
-use types::{DurationHistogram, ThreadGauge};
+use types::{DurationHistogram, ThreadCounter, ThreadGauge};

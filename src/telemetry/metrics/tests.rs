@@ -51,8 +51,49 @@ fn recent_errors_age_out() {
 }
 
 #[test]
+fn thread_counters_and_histograms_sum_their_threads_also_past_the_own_slots() {
+    let counter = ThreadCounter::default();
+    let histogram = DurationHistogram::default();
+    // More threads than own slots: the last ones share one with atomic additions.
+    let threads = THREAD_SLOTS + 8;
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                for _ in 0..1_000 {
+                    counter.inc();
+                    histogram.observe(Duration::from_micros(50));
+                }
+                histogram.observe(Duration::from_secs(100));
+            });
+        }
+    });
+    assert_eq!(counter.get(), threads as u64 * 1_000);
+    let counts = histogram.counts();
+    assert_eq!(counts[0], threads as u64 * 1_000, "50 µs: the first bucket");
+    assert_eq!(
+        counts[DURATION_BUCKETS.len()],
+        threads as u64,
+        "past the last bound"
+    );
+    assert_eq!(counts.iter().sum::<u64>(), threads as u64 * 1_001);
+    let mut text = String::new();
+    let mut registry = Registry::default();
+    registry.register("c", "c", counter.clone());
+    registry.register("h", "h", histogram.clone());
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains(&format!("c_total {}", threads * 1_000)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("h_count {}", threads * 1_001)),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_thread_gauge_sums_its_threads_also_past_the_own_slots_and_across_threads() {
-    let gauge = ThreadGauge::default();
+    let gauge = Arc::new(ThreadGauge::default());
     // More threads than own slots: the last ones share one with atomic additions.
     // Each adds 1 000 and hands half of its guards to another thread to drop.
     let threads = THREAD_SLOTS + 8;

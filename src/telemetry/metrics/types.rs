@@ -15,12 +15,13 @@ pub(super) const DURATION_BUCKET_NANOS: [u64; DURATION_BUCKETS.len()] = {
 };
 
 /// The request durations of one target, a Prometheus histogram over
-/// [`DURATION_BUCKETS`]: an observation is two relaxed atomic additions, no lock
-/// (prometheus-client's `Histogram` locks a mutex per observation, on every request).
-/// A scrape reads the buckets one by one, so while requests complete it may see a
-/// count and a sum a few requests apart — as every lock-free histogram does.
+/// [`DURATION_BUCKETS`]: an observation is two plain additions to this thread's
+/// counts ([`PerThread`]), no lock (prometheus-client's `Histogram` locks a mutex per
+/// observation, on every request). A scrape reads the buckets one by one, so while
+/// requests complete it may see a count and a sum a few requests apart — as every
+/// lock-free histogram does.
 #[derive(Debug, Clone, Default)]
-pub(super) struct DurationHistogram(Arc<DurationCounts>);
+pub(super) struct DurationHistogram(Arc<PerThread<DurationCounts>>);
 
 #[derive(Debug, Default)]
 pub(super) struct DurationCounts {
@@ -38,15 +39,27 @@ impl DurationHistogram {
             .iter()
             .position(|&bound| nanos <= bound)
             .unwrap_or(DURATION_BUCKETS.len());
-        self.0.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        self.0.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+        let (counts, shared) = self.0.mine();
+        add(&counts.buckets[bucket], 1, shared);
+        add(&counts.sum_nanos, nanos, shared);
     }
-}
 
-impl DurationHistogram {
     /// The observations per bucket now (the last: above the last bound).
     pub(super) fn counts(&self) -> [u64; DURATION_BUCKETS.len() + 1] {
-        std::array::from_fn(|i| self.0.buckets[i].load(Ordering::Relaxed))
+        let mut counts = [0; DURATION_BUCKETS.len() + 1];
+        for mine in self.0.each() {
+            for (sum, bucket) in counts.iter_mut().zip(&mine.buckets) {
+                *sum += bucket.load(Ordering::Relaxed);
+            }
+        }
+        counts
+    }
+
+    fn sum_nanos(&self) -> u64 {
+        self.0
+            .each()
+            .map(|mine| mine.sum_nanos.load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
     }
 }
 
@@ -57,14 +70,14 @@ impl TypedMetric for DurationHistogram {
 impl EncodeMetric for DurationHistogram {
     fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
         let mut buckets = [(f64::INFINITY, 0); DURATION_BUCKETS.len() + 1];
-        for (i, (bound, count)) in buckets.iter_mut().enumerate() {
+        for (i, ((bound, count), n)) in buckets.iter_mut().zip(self.counts()).enumerate() {
             if let Some(b) = DURATION_BUCKETS.get(i) {
                 *bound = *b;
             }
-            *count = self.0.buckets[i].load(Ordering::Relaxed);
+            *count = n;
         }
         let count = buckets.iter().map(|(_, c)| c).sum();
-        let sum = self.0.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let sum = self.sum_nanos() as f64 / 1e9;
         encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
     }
 
@@ -119,10 +132,12 @@ impl ThreadGauge {
         }
     }
 
-    /// One more, until the guard is dropped.
-    pub(super) fn enter(&self) -> InFlight {
+    /// One more, until the guard is dropped. The guard holds `self`: a handle a worker
+    /// has to itself ([`InFlightHandle`]) keeps its reference count off the cache lines
+    /// other workers write.
+    pub(super) fn enter(self: &Arc<Self>) -> InFlight {
         self.add(1);
-        InFlight(self.clone())
+        InFlight(Arc::clone(self))
     }
 
     pub(super) fn get(&self) -> i64 {
@@ -144,5 +159,82 @@ impl EncodeMetric for ThreadGauge {
 
     fn metric_type(&self) -> MetricType {
         Self::TYPE
+    }
+}
+
+/// A counter each thread counts in a value of its own ([`PerThread`]); a scrape sums
+/// them. It replaces prometheus-client's `Counter` (one atomic shared by every thread)
+/// where every request counts.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ThreadCounter(Arc<PerThread<AtomicU64>>);
+
+impl ThreadCounter {
+    pub(super) fn inc(&self) {
+        let (count, shared) = self.0.mine();
+        add(count, 1, shared);
+    }
+
+    pub(super) fn get(&self) -> u64 {
+        self.0
+            .each()
+            .map(|count| count.load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+}
+
+impl TypedMetric for ThreadCounter {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for ThreadCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&self.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// One `T` per thread slot ([`thread_slot`]), each on a cache line of its own and made
+/// at its thread's first use. Workers that count into one shared atomic pass its cache
+/// line between their cores at every request (measured with `perf record`: the locked
+/// addition to the requests counter alone was ~1.3% of the proxy's own time on two
+/// workers); with a value each they write only lines of their own. A scrape sums the
+/// values made. Threads past the own slots share the last one, with atomic additions.
+#[derive(Debug, Default)]
+pub(super) struct PerThread<T>([OnceLock<Box<Line<T>>>; THREAD_SLOTS]);
+
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Line<T>(T);
+
+impl<T: Default> PerThread<T> {
+    /// This thread's value, and whether other threads share it.
+    fn mine(&self) -> (&T, bool) {
+        let index = thread_slot();
+        (
+            &self.0[index].get_or_init(Box::default).0,
+            index == SHARED_SLOT,
+        )
+    }
+
+    /// Every thread's value made so far.
+    fn each(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().filter_map(OnceLock::get).map(|line| &line.0)
+    }
+}
+
+/// Add `n` to `cell`, a value of [`PerThread`]: a plain load and store where only this
+/// thread writes it (a locked addition costs ~8 ns even uncontended), an atomic
+/// addition where it is `shared`.
+fn add(cell: &AtomicU64, n: u64, shared: bool) {
+    if shared {
+        cell.fetch_add(n, Ordering::Relaxed);
+    } else {
+        cell.store(
+            cell.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 }
