@@ -169,36 +169,14 @@ fn workspace_root() -> PathBuf {
 /// wait for events, and `test-util`, whose clock reads take a lock), and be measured
 /// with work the user's binary does not do.
 fn build(root: &Path, profile: &str, binary: bool) -> PathBuf {
+    let common = ["--profile", profile, "--features", "count-allocs"];
     if binary {
         eprintln!("e2e: building fuseway (--features count-allocs), profile {profile}");
-        cargo_build(
-            root,
-            &[
-                "--profile",
-                profile,
-                "--features",
-                "count-allocs",
-                "--bin",
-                "fuseway",
-            ],
-        );
+        cargo_build(root, &[&common[..], &["--bin", "fuseway"]].concat());
     }
     eprintln!("e2e: building the bench examples, profile {profile}");
-    cargo_build(
-        root,
-        &[
-            "--profile",
-            profile,
-            "--features",
-            "count-allocs",
-            "--example",
-            "bench_backend",
-            "--example",
-            "loadgen",
-            "--example",
-            "bare_proxy",
-        ],
-    );
+    let examples = ["bench_backend", "loadgen", "bare_proxy"].map(|e| ["--example", e]);
+    cargo_build(root, &[&common[..], examples.as_flattened()].concat());
     target_dir(root).join(profile_dir(profile))
 }
 
