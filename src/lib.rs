@@ -93,6 +93,7 @@ mod http1;
 mod http2;
 mod kept;
 pub mod limits;
+mod per_thread;
 pub mod pipeline;
 pub mod policy;
 pub mod providers;

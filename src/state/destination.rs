@@ -3,6 +3,8 @@
 use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::per_thread::Count;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use http::uri::{Authority, Scheme};
@@ -17,7 +19,9 @@ use crate::config::{ConfigError, DestinationConfig};
 pub struct DestinationState {
     cluster_id: Arc<str>,
     id: Arc<str>,
-    concurrent: AtomicUsize,
+    /// Requests in flight, counted per thread (see `per_thread`): every worker counts
+    /// its exchanges here.
+    concurrent: Count,
     /// What stages keep per destination (passive and active health, ...).
     data: DataSet,
     /// The connection pool of this destination while its cluster limits connections
@@ -33,7 +37,7 @@ impl DestinationState {
         DestinationState {
             cluster_id,
             id,
-            concurrent: AtomicUsize::new(0),
+            concurrent: Count::default(),
             data,
             shared_pool: Mutex::new(None),
         }
@@ -79,9 +83,10 @@ impl DestinationState {
         &self.cluster_id
     }
 
-    /// Requests being forwarded to this destination right now (bodies included).
+    /// Requests being forwarded to this destination right now (bodies included): a sum
+    /// over the threads that forward, each read once.
     pub fn concurrent_requests(&self) -> usize {
-        self.concurrent.load(Ordering::Relaxed)
+        self.concurrent.get()
     }
 
     /// Count one more request until the guard is dropped.
@@ -95,19 +100,20 @@ impl DestinationState {
     /// Count one more request, given back by [`leave`](Self::leave): for a holder that
     /// keeps the state's `Arc` anyway (the exchange), so no second one is cloned.
     pub(crate) fn enter_unguarded(&self) {
-        self.concurrent.fetch_add(1, Ordering::Relaxed);
+        self.concurrent.enter();
     }
 
     /// Give back a unit counted by [`enter_unguarded`](Self::enter_unguarded).
     pub(crate) fn leave(&self) {
-        self.concurrent.fetch_sub(1, Ordering::Relaxed);
+        self.concurrent.leave();
     }
 }
 
 /// Runtime state of one cluster that outlives configuration reloads.
 #[derive(Debug, Default)]
 pub struct ClusterState {
-    concurrent: AtomicUsize,
+    /// Requests in flight, counted per thread (see `per_thread`).
+    concurrent: Count,
     /// What stages keep per cluster (the balancer's position, the unhealthy count ...).
     data: DataSet,
 }
@@ -117,7 +123,7 @@ impl ClusterState {
     /// `Compilers::new_cluster_state`).
     pub(crate) fn new(data: DataSet) -> Self {
         ClusterState {
-            concurrent: AtomicUsize::new(0),
+            concurrent: Count::default(),
             data,
         }
     }
@@ -128,14 +134,15 @@ impl ClusterState {
         self.data.get::<T>()
     }
 
-    /// Requests being forwarded to this cluster right now.
+    /// Requests being forwarded to this cluster right now (a sum over the threads that
+    /// forward).
     pub fn concurrent_requests(&self) -> usize {
-        self.concurrent.load(Ordering::Relaxed)
+        self.concurrent.get()
     }
 
     /// Count one more request until the guard is dropped.
     pub fn enter(self: &Arc<Self>) -> ConcurrencyGuard {
-        self.concurrent.fetch_add(1, Ordering::Relaxed);
+        self.concurrent.enter();
         ConcurrencyGuard {
             counter: Counter::Cluster(self.clone()),
         }
@@ -170,9 +177,7 @@ impl Drop for ConcurrencyGuard {
     fn drop(&mut self) {
         match &self.counter {
             Counter::Destination(d) => d.leave(),
-            Counter::Cluster(c) => {
-                c.concurrent.fetch_sub(1, Ordering::Relaxed);
-            }
+            Counter::Cluster(c) => c.concurrent.leave(),
             Counter::Other(count) => {
                 count.fetch_sub(1, Ordering::Relaxed);
             }

@@ -1,5 +1,5 @@
-use super::types::THREAD_SLOTS;
 use super::*;
+use crate::per_thread::SLOTS as THREAD_SLOTS;
 
 #[test]
 fn duration_histogram_buckets_sum_and_text() {

@@ -2,6 +2,7 @@
 //! both without a lock on the request path.
 
 use super::*;
+use crate::per_thread::{self, add, PerThread};
 
 /// [`DURATION_BUCKETS`] in nanoseconds.
 pub(super) const DURATION_BUCKET_NANOS: [u64; DURATION_BUCKETS.len()] = {
@@ -89,39 +90,21 @@ impl EncodeMetric for DurationHistogram {
 /// A gauge each thread moves in a slot of its own: a change is a plain load and store
 /// (only its thread writes a slot), not a locked read-modify-write, which costs ~8 ns
 /// even uncontended here, and more when threads share the cache line. A scrape sums
-/// the slots. Threads past the first [`THREAD_SLOTS`] - 1 share the last slot, with
+/// the slots. Threads past the first [`per_thread::SLOTS`] - 1 share the last slot, with
 /// atomic additions. A change may be undone on another thread (a future moved between
 /// threads): the sum is still right.
 #[derive(Debug, Clone, Default)]
-pub(super) struct ThreadGauge(Arc<[Slot; THREAD_SLOTS]>);
+pub(super) struct ThreadGauge(Arc<[Slot; per_thread::SLOTS]>);
 
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub(super) struct Slot(AtomicI64);
 
-pub(super) const THREAD_SLOTS: usize = 32;
-pub(super) const SHARED_SLOT: usize = THREAD_SLOTS - 1;
-
-/// This thread's slot in every [`ThreadGauge`].
-pub(super) fn thread_slot() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    SLOT.try_with(|slot| {
-        if slot.get() == usize::MAX {
-            slot.set(NEXT.fetch_add(1, Ordering::Relaxed).min(SHARED_SLOT));
-        }
-        slot.get()
-    })
-    .unwrap_or(SHARED_SLOT)
-}
-
 impl ThreadGauge {
     pub(super) fn add(&self, delta: i64) {
-        let index = thread_slot();
+        let index = per_thread::slot();
         let slot = &self.0[index].0;
-        if index == SHARED_SLOT {
+        if index == per_thread::SHARED {
             slot.fetch_add(delta, Ordering::Relaxed);
         } else {
             // This thread is the slot's only writer.
@@ -193,48 +176,5 @@ impl EncodeMetric for ThreadCounter {
 
     fn metric_type(&self) -> MetricType {
         Self::TYPE
-    }
-}
-
-/// One `T` per thread slot ([`thread_slot`]), each on a cache line of its own and made
-/// at its thread's first use. Workers that count into one shared atomic pass its cache
-/// line between their cores at every request (measured with `perf record`: the locked
-/// addition to the requests counter alone was ~1.3% of the proxy's own time on two
-/// workers); with a value each they write only lines of their own. A scrape sums the
-/// values made. Threads past the own slots share the last one, with atomic additions.
-#[derive(Debug, Default)]
-pub(super) struct PerThread<T>([OnceLock<Box<Line<T>>>; THREAD_SLOTS]);
-
-#[derive(Debug, Default)]
-#[repr(align(64))]
-struct Line<T>(T);
-
-impl<T: Default> PerThread<T> {
-    /// This thread's value, and whether other threads share it.
-    fn mine(&self) -> (&T, bool) {
-        let index = thread_slot();
-        (
-            &self.0[index].get_or_init(Box::default).0,
-            index == SHARED_SLOT,
-        )
-    }
-
-    /// Every thread's value made so far.
-    fn each(&self) -> impl Iterator<Item = &T> {
-        self.0.iter().filter_map(OnceLock::get).map(|line| &line.0)
-    }
-}
-
-/// Add `n` to `cell`, a value of [`PerThread`]: a plain load and store where only this
-/// thread writes it (a locked addition costs ~8 ns even uncontended), an atomic
-/// addition where it is `shared`.
-fn add(cell: &AtomicU64, n: u64, shared: bool) {
-    if shared {
-        cell.fetch_add(n, Ordering::Relaxed);
-    } else {
-        cell.store(
-            cell.load(Ordering::Relaxed).wrapping_add(n),
-            Ordering::Relaxed,
-        );
     }
 }
