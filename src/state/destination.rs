@@ -3,8 +3,6 @@
 use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-use crate::per_thread::Count;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use http::uri::{Authority, Scheme};
@@ -12,6 +10,7 @@ use http::HeaderValue;
 
 use super::DataSet;
 use crate::config::{ConfigError, DestinationConfig};
+use crate::per_thread::Count;
 
 /// Runtime state of one destination that outlives configuration reloads for as long
 /// as the destination keeps its id within its cluster.

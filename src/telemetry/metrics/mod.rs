@@ -1,7 +1,7 @@
 //! The metrics registry and the per-route handles cached in each snapshot.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -385,7 +385,7 @@ pub(crate) struct InFlight(Arc<ThreadGauge>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.add(-1);
+        self.0.leave();
     }
 }
 

@@ -87,47 +87,28 @@ impl EncodeMetric for DurationHistogram {
     }
 }
 
-/// A gauge each thread moves in a slot of its own: a change is a plain load and store
-/// (only its thread writes a slot), not a locked read-modify-write, which costs ~8 ns
-/// even uncontended here, and more when threads share the cache line. A scrape sums
-/// the slots. Threads past the first [`per_thread::SLOTS`] - 1 share the last slot, with
-/// atomic additions. A change may be undone on another thread (a future moved between
-/// threads): the sum is still right.
+/// The in-flight gauge: a [`per_thread::Count`], each thread moving a value of its own
+/// (a change may be undone on another thread, a future moved between threads: the sum
+/// is still right). A scrape sums them.
 #[derive(Debug, Clone, Default)]
-pub(super) struct ThreadGauge(Arc<[Slot; per_thread::SLOTS]>);
-
-#[derive(Debug, Default)]
-#[repr(align(64))]
-pub(super) struct Slot(AtomicI64);
+pub(super) struct ThreadGauge(Arc<per_thread::Count>);
 
 impl ThreadGauge {
-    pub(super) fn add(&self, delta: i64) {
-        let index = per_thread::slot();
-        let slot = &self.0[index].0;
-        if index == per_thread::SHARED {
-            slot.fetch_add(delta, Ordering::Relaxed);
-        } else {
-            // This thread is the slot's only writer.
-            slot.store(
-                slot.load(Ordering::Relaxed).wrapping_add(delta),
-                Ordering::Relaxed,
-            );
-        }
-    }
-
     /// One more, until the guard is dropped. The guard holds `self`: a handle a worker
     /// has to itself ([`InFlightHandle`]) keeps its reference count off the cache lines
     /// other workers write.
     pub(super) fn enter(self: &Arc<Self>) -> InFlight {
-        self.add(1);
+        self.0.enter();
         InFlight(Arc::clone(self))
     }
 
+    /// One fewer (a guard dropped).
+    pub(super) fn leave(&self) {
+        self.0.leave();
+    }
+
     pub(super) fn get(&self) -> i64 {
-        self.0
-            .iter()
-            .map(|slot| slot.0.load(Ordering::Relaxed))
-            .fold(0, i64::wrapping_add)
+        i64::try_from(self.0.get()).unwrap_or(i64::MAX)
     }
 }
 
