@@ -78,6 +78,22 @@ impl<T: Default> PerThread<T> {
     }
 }
 
+impl PerThread<AtomicU64> {
+    /// Add `n` (wrapping) to this thread's value.
+    pub(crate) fn add_mine(&self, n: u64) {
+        let (value, shared) = self.mine();
+        add(value, n, shared);
+    }
+
+    /// The sum (wrapping) of every thread's value, each read once: while threads move
+    /// them, as of no single instant.
+    pub(crate) fn sum(&self) -> u64 {
+        self.each()
+            .map(|value| value.load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+}
+
 /// Add `n` (wrapping) to `cell`, a value of a [`PerThread`]: a plain load and store
 /// where only this thread writes it, an atomic addition where it is `shared`.
 pub(crate) fn add(cell: &AtomicU64, n: u64, shared: bool) {
@@ -100,26 +116,18 @@ pub(crate) struct Count(PerThread<AtomicU64>);
 impl Count {
     /// One more.
     pub(crate) fn enter(&self) {
-        let (count, shared) = self.0.mine();
-        add(count, 1, shared);
+        self.0.add_mine(1);
     }
 
     /// One fewer.
     pub(crate) fn leave(&self) {
-        let (count, shared) = self.0.mine();
-        add(count, u64::MAX, shared);
+        self.0.add_mine(u64::MAX);
     }
 
-    /// How many now (a sum of the threads' slots, each read once: while threads move
-    /// it, as of no single instant).
+    /// How many now (see [`PerThread::sum`]).
     pub(crate) fn get(&self) -> usize {
-        let sum = self
-            .0
-            .each()
-            .map(|count| count.load(Ordering::Relaxed))
-            .fold(0u64, u64::wrapping_add);
         // A negative sum (a leave read before its enter) reads as none.
-        usize::try_from(sum as i64).unwrap_or(0)
+        usize::try_from(self.0.sum() as i64).unwrap_or(0)
     }
 }
 

@@ -69,7 +69,7 @@ pub struct Metrics {
     durations: Family<TargetLabels, DurationHistogram>,
     errors: Family<ErrorLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
-    in_flight: Arc<ThreadGauge>,
+    in_flight: ThreadGauge,
     recent: Mutex<HashMap<DestinationKey, Arc<RecentErrors>>>,
     unrouted: Target,
     started: Instant,
@@ -111,7 +111,7 @@ impl Metrics {
         let durations = Family::<TargetLabels, DurationHistogram>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
-        let in_flight = Arc::new(ThreadGauge::default());
+        let in_flight = ThreadGauge::default();
         let mut registry = Registry::default();
         registry.register(
             "fuseway_requests",
@@ -126,7 +126,7 @@ impl Metrics {
         registry.register(
             "fuseway_requests_in_flight",
             "Requests in the pipeline now (until their response headers are ready)",
-            ThreadGauge::clone(&in_flight),
+            in_flight.clone(),
         );
         registry.register(
             "fuseway_forward_errors",
@@ -250,7 +250,7 @@ impl Metrics {
     /// A handle on the in-flight gauge for one worker's pipeline: its guards count on
     /// it, so that their reference counting stays on that worker's core.
     pub(crate) fn in_flight_handle(&self) -> InFlightHandle {
-        InFlightHandle(Arc::new(ThreadGauge::clone(&self.in_flight)))
+        InFlightHandle(Arc::new(self.in_flight.clone()))
     }
 
     /// Record a reload done by the binary.

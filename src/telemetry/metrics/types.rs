@@ -134,15 +134,11 @@ pub(super) struct ThreadCounter(Arc<PerThread<AtomicU64>>);
 
 impl ThreadCounter {
     pub(super) fn inc(&self) {
-        let (count, shared) = self.0.mine();
-        add(count, 1, shared);
+        self.0.add_mine(1);
     }
 
     pub(super) fn get(&self) -> u64 {
-        self.0
-            .each()
-            .map(|count| count.load(Ordering::Relaxed))
-            .fold(0, u64::wrapping_add)
+        self.0.sum()
     }
 }
 
