@@ -20,11 +20,10 @@ pub(super) fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
     crate::http1::parse_length(value.as_bytes())
 }
 
-// Returned once per request, by value on the stack: boxing the head would cost an
-// allocation per request.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum Waited {
-    Head(crate::http1::RequestHead),
+/// How a wait for a request head ended: `Head` holds what the caller's `start` made
+/// of it (see [`Conn::poll_head`]).
+pub(super) enum Waited<T> {
+    Head(T),
     Closed,
     TimedOut,
     /// Waited [`PARK_AFTER`] with nothing in hand.
@@ -166,20 +165,23 @@ impl<I: Io> Conn<I> {
         read_client(&mut self.io, &mut self.read_buf, &mut self.read_armed, cx)
     }
 
-    pub(super) fn poll_head(
+    /// Wait for the next request head and hand it to `start` where it was parsed: each
+    /// step a head (~200 bytes) is returned through is a copy of it.
+    pub(super) fn poll_head<T>(
         &mut self,
         cx: &mut Context<'_>,
         drain: &mut Signal,
         wait: &mut Wait,
         timeout: Duration,
-    ) -> Poll<Waited> {
+        start: &mut impl FnMut(&mut Self, crate::http1::RequestHead) -> T,
+    ) -> Poll<Waited<T>> {
         let draining = drain.poll_draining(cx);
         loop {
             if !self.read_buf.is_empty() {
                 match parse_request(&mut self.read_buf, &self.limits, |n| {
                     buffers::Heads::Requests.take(n)
                 }) {
-                    Ok(Some(head)) => return Poll::Ready(Waited::Head(head)),
+                    Ok(Some(head)) => return Poll::Ready(Waited::Head(start(self, head))),
                     Ok(None) => {}
                     Err(e) => {
                         std::hint::cold_path();

@@ -150,12 +150,28 @@ where
                     Wait::Starts { parks }
                 };
                 let (called, message) = {
-                    let head = match poll_fn(|cx| {
-                        conn.poll_head(cx, &mut drain, &mut wait, timeout())
+                    // The request is made and the pipeline called where its head is
+                    // parsed (see `Conn::poll_head`), with the connection current; the
+                    // pipeline's future is made where it will be polled, and a panic
+                    // answers 500 (as hyper's engine does). Only whether it was called
+                    // is kept across the wait below.
+                    let mut start = |conn: &mut Conn<I>, head| {
+                        let (request, message) = conn.start_request(head, info);
+                        let _current = info.enter();
+                        let mut slot = lent.get();
+                        let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            slot.set(InFlight::Calling {
+                                future: pipeline.call(request),
+                            })
+                        }));
+                        (called.map_err(|panic| log_panic(&panic)).is_ok(), message)
+                    };
+                    match poll_fn(|cx| {
+                        conn.poll_head(cx, &mut drain, &mut wait, timeout(), &mut start)
                     })
                     .await
                     {
-                        Waited::Head(head) => head,
+                        Waited::Head(started) => started,
                         Waited::Closed => return,
                         Waited::Park => {
                             std::hint::cold_path();
@@ -174,20 +190,7 @@ where
                             // Answered after the loop: no head is held while it is written.
                             break;
                         }
-                    };
-                    let (request, message) = conn.start_request(head, info);
-                    // The pipeline's future is made where it will be polled, with the
-                    // connection current; a panic answers 500 (as hyper's engine does).
-                    let _current = info.enter();
-                    let mut slot = lent.get();
-                    let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        slot.set(InFlight::Calling {
-                            future: pipeline.call(request),
-                        })
-                    }));
-                    // Only whether it did is kept across the wait below.
-                    let called = called.map_err(|panic| log_panic(&panic)).is_ok();
-                    (called, message)
+                    }
                 };
 
                 // The pipeline runs; meanwhile the request body is pumped and the socket
