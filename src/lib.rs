@@ -19,7 +19,8 @@
 //!   with [`ProxyService`](server::ProxyService).
 //! - **New stages**: implement [`Stage`](stage::Stage) once; it works layered and fused.
 //!   A stage that needs the time reads [`clock::now`]: one clock reading is shared by
-//!   everything that happens at the same moment (a call, a poll).
+//!   everything that happens at the same moment (a call, a poll; on the server's
+//!   workers, the polls between two waits for events).
 //!
 //! # How fusion works
 //!

@@ -362,9 +362,7 @@ impl Server {
                     Ok((tcp, tls.clone(), files.clone()))
                 })
                 .collect::<io::Result<Vec<_>>>()?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
+            let runtime = crate::clock::worker_runtime().build()?;
             let (stop, options) = (stop_rx.clone(), options.clone());
             let make_service = make_service.clone();
             let worker = move || {
