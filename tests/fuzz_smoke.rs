@@ -127,6 +127,20 @@ fn regression_http2_responses_crash_2560f0bb() {
     targets::http2_responses(&mut Unstructured::new(data)).expect("a whole input");
 }
 
+/// cargo-fuzz, `chunked` (2026-12-06): `0\r\r…\r\n\n…`, a last-chunk line with bare CRs
+/// (taken for whitespace) and a trailer section ended by a bare LF (an empty trailer
+/// map, where `0\r\n\r\n` gives none); both are refused now.
+#[test]
+fn regression_chunked_crash_ed088f10() {
+    let data: &[u8] = &[
+        49, 49, 48, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13,
+        13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 49, 13, 13, 10, 255, 10, 13, 255, 255, 255,
+        255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+        255, 255, 255, 255,
+    ];
+    targets::chunked(&mut Unstructured::new(data)).expect("a whole input");
+}
+
 #[test]
 fn fuzz_http1_engines() {
     run("http1_engines", structured(targets::http1_engines));

@@ -363,6 +363,29 @@ async fn conflicting_framing_is_never_forwarded_ambiguously() {
             ),
             false,
         ),
+        // Chunk framing with a bare CR or LF: the body fails and the connection ends
+        // (what follows is not read as a request; RFC 9112 section 7.1).
+        (
+            "bare CR in a chunk-size line",
+            format!(
+                "POST /api/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\r\n\r\n{smuggled}"
+            ),
+            false,
+        ),
+        (
+            "trailer section ended by a bare LF",
+            format!(
+                "POST /api/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\n{smuggled}"
+            ),
+            false,
+        ),
+        (
+            "trailer line ended by a bare LF",
+            format!(
+                "POST /api/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: 1\n\r\n{smuggled}"
+            ),
+            false,
+        ),
         (
             "Transfer-Encoding on HTTP/1.0",
             format!(

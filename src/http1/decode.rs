@@ -166,6 +166,9 @@ impl BodyDecoder {
                         self.state = State::Done;
                         return Ok(Decoded::End);
                     }
+                    if buf.first() == Some(&b'\n') {
+                        return Err(DecodeError("trailer line not ended by CRLF"));
+                    }
                     if buf.len() < 2 {
                         return Ok(Decoded::NeedMore);
                     }
@@ -209,7 +212,15 @@ fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, DecodeError> {
         .iter()
         .fold(0u64, |n, &d| (n << 4) | u64::from(hex(d)));
     let rest = &line[digits..];
-    let ext = rest.trim_ascii_start();
+    if rest.contains(&b'\r') {
+        return Err(DecodeError("bare CR in a chunk-size line"));
+    }
+    // BWS is spaces and tabs only (not a form feed, which `trim_ascii_start` takes).
+    let blank = rest
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    let ext = &rest[blank..];
     if !ext.is_empty()
         && (ext[0] != b';' || ext.iter().any(|&b| b != b'\t' && b.is_ascii_control()))
     {
@@ -227,7 +238,8 @@ fn hex(d: u8) -> u8 {
 }
 
 /// The trailer section at the start of `buf` (ended by an empty line), consumed when
-/// complete.
+/// complete. Its lines end with CRLF, as the chunk lines before it do: httparse takes a
+/// bare LF too, which in a chunked body is a framing a peer may read otherwise.
 fn trailers(buf: &mut BytesMut, max: usize) -> Result<Option<HeaderMap>, DecodeError> {
     let mut fields = [httparse::EMPTY_HEADER; super::head::MAX_HEADERS];
     let len = match httparse::parse_headers(buf, &mut fields) {
@@ -240,6 +252,9 @@ fn trailers(buf: &mut BytesMut, max: usize) -> Result<Option<HeaderMap>, DecodeE
     };
     if len > max {
         return Err(DecodeError("trailer section too large"));
+    }
+    if memchr::memchr_iter(b'\n', &buf[..len]).any(|lf| lf == 0 || buf[lf - 1] != b'\r') {
+        return Err(DecodeError("trailer line not ended by CRLF"));
     }
     let mut trailers = HeaderMap::new();
     for field in fields.iter().take_while(|f| !f.name.is_empty()) {

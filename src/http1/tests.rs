@@ -225,7 +225,8 @@ fn chunked_bodies_decode_whole_or_byte_by_byte() {
             other => panic!("{other:?}"),
         }
     }
-    let decoded = decode_all(BodyDecoder::chunked(), b"3\r\nabc\r\n0\r\n\r\n", true).unwrap();
+    // Spaces and tabs (BWS) may come before an extension.
+    let decoded = decode_all(BodyDecoder::chunked(), b"3 \t;e\r\nabc\r\n0\r\n\r\n", true).unwrap();
     assert_eq!(data_of(&decoded), b"abc");
     assert_eq!(decoded.last(), Some(&Decoded::End));
 }
@@ -233,14 +234,18 @@ fn chunked_bodies_decode_whole_or_byte_by_byte() {
 #[test]
 fn invalid_chunks_are_errors() {
     for input in [
-        &b"\r\nabc"[..],           // no size
-        b"g\r\n",                  // not hex
-        b"11111111111111111\r\n",  // 17 digits
-        b"3\nabc\r\n0\r\n\r\n",    // bare LF
-        b"3\r\nabcX\r\n0\r\n\r\n", // data longer than its size
-        b"3 4\r\nabc\r\n",         // junk after the size
-        b"3;a\x01b\r\nabc\r\n",    // control character in an extension
-        b"3\r\nab",                // closed mid-chunk
+        &b"\r\nabc"[..],              // no size
+        b"g\r\n",                     // not hex
+        b"11111111111111111\r\n",     // 17 digits
+        b"3\nabc\r\n0\r\n\r\n",       // bare LF
+        b"3\r\nabcX\r\n0\r\n\r\n",    // data longer than its size
+        b"3 4\r\nabc\r\n",            // junk after the size
+        b"3;a\x01b\r\nabc\r\n",       // control character in an extension
+        b"3\r\nab",                   // closed mid-chunk
+        b"0\r\r\n\r\n",               // bare CR before the size line's CRLF
+        b"3\x0c\r\nabc\r\n0\r\n\r\n", // form feed after the size (BWS is SP / HTAB)
+        b"0\r\n\nGET / HTTP/1.1\r\n", // trailer section ended by a bare LF
+        b"0\r\nX-T: 1\nA: b\r\n\r\n", // a trailer line ended by a bare LF
     ] {
         assert!(
             decode_all(BodyDecoder::chunked(), input, false).is_err(),

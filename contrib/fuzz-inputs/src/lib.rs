@@ -1246,7 +1246,8 @@ pub fn chunked(u: &mut Unstructured) -> Result<()> {
         assert_eq!(
             decode_chunked(&again, &[]),
             Ok((data, trailers)),
-            "re-encoded"
+            "re-encoded: {:?}",
+            String::from_utf8_lossy(&input)
         );
     }
     Ok(())
