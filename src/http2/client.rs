@@ -670,6 +670,7 @@ where
         writing: Vec::new(),
         written: 0,
         settled: false,
+        ack_due: true,
         eof: false,
     };
     std::future::poll_fn(|cx| driver.poll_settings(cx)).await?;
@@ -690,6 +691,8 @@ pub(crate) struct Driver<I> {
     written: usize,
     /// The destination's first SETTINGS has come.
     settled: bool,
+    /// This client's SETTINGS (its only one, in the preface) awaits its ack.
+    ack_due: bool,
     eof: bool,
 }
 
@@ -1002,6 +1005,14 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                 return Err(Error::new(
                     Reason::FRAME_SIZE_ERROR,
                     "a SETTINGS ack with a payload",
+                ));
+            }
+            // An ack of SETTINGS never sent: the peer's state is not this client's (h2
+            // and Go's client end the connection too).
+            if !std::mem::take(&mut self.ack_due) {
+                return Err(Error::new(
+                    Reason::PROTOCOL_ERROR,
+                    "a SETTINGS ack for no SETTINGS",
                 ));
             }
             return Ok(());
@@ -1599,6 +1610,21 @@ mod tests {
         peer.write_all(&out).await.unwrap();
         let response = response_head(&mut kept).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn a_second_settings_ack_ends_the_connection() {
+        let (sender, mut peer) = connect(&[]).await;
+        let mut stream = open(&sender, &get("/")).await;
+        let mut out = Vec::new();
+        // The ack of the preface's SETTINGS is due; a second one acknowledges nothing.
+        for _ in 0..2 {
+            frame::write(&mut out, kind::SETTINGS, flag::ACK, 0, &[]);
+        }
+        peer.write_all(&out).await.unwrap();
+        let error = response_head(&mut stream).await.unwrap_err();
+        assert_eq!(error.reason, Reason::PROTOCOL_ERROR);
+        assert!(sender.is_closed());
     }
 
     #[tokio::test]
