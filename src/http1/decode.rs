@@ -215,7 +215,7 @@ fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, DecodeError> {
     if rest.contains(&b'\r') {
         return Err(DecodeError("bare CR in a chunk-size line"));
     }
-    // BWS is spaces and tabs only (not a form feed, which `trim_ascii_start` takes).
+    // BWS (RFC 9110 section 5.6.3) is spaces and tabs only: a form feed is not one.
     let blank = rest
         .iter()
         .take_while(|&&b| b == b' ' || b == b'\t')
