@@ -166,9 +166,6 @@ impl BodyDecoder {
                         self.state = State::Done;
                         return Ok(Decoded::End);
                     }
-                    if buf.first() == Some(&b'\n') {
-                        return Err(DecodeError("trailer line not ended by CRLF"));
-                    }
                     if buf.len() < 2 {
                         return Ok(Decoded::NeedMore);
                     }
@@ -212,10 +209,8 @@ fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, DecodeError> {
         .iter()
         .fold(0u64, |n, &d| (n << 4) | u64::from(hex(d)));
     let rest = &line[digits..];
-    if rest.contains(&b'\r') {
-        return Err(DecodeError("bare CR in a chunk-size line"));
-    }
-    // BWS (RFC 9110 section 5.6.3) is spaces and tabs only: a form feed is not one.
+    // BWS (RFC 9110 section 5.6.3) is spaces and tabs only: a CR or a form feed is not
+    // one, and the extension rule below refuses it.
     let blank = rest
         .iter()
         .take_while(|&&b| b == b' ' || b == b'\t')

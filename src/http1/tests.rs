@@ -247,11 +247,14 @@ fn invalid_chunks_are_errors() {
         b"0\r\n\nGET / HTTP/1.1\r\n", // trailer section ended by a bare LF
         b"0\r\nX-T: 1\nA: b\r\n\r\n", // a trailer line ended by a bare LF
     ] {
-        assert!(
-            decode_all(BodyDecoder::chunked(), input, false).is_err(),
-            "{:?}",
-            String::from_utf8_lossy(input)
-        );
+        // Whole, and byte by byte (a lone LF or CR waits for what follows it).
+        for bytewise in [false, true] {
+            assert!(
+                decode_all(BodyDecoder::chunked(), input, bytewise).is_err(),
+                "{:?} (bytewise: {bytewise})",
+                String::from_utf8_lossy(input)
+            );
+        }
     }
     let long_ext = format!("3;{}\r\nabc\r\n0\r\n\r\n", "e".repeat(MAX_CHUNK_LINE));
     assert_eq!(
