@@ -1,0 +1,547 @@
+//! fuseway's HTTP/1.1 engines between other people's HTTP/1.1 code, all real programs on
+//! 127.0.0.1: nginx as the destination (static files, `HEAD`, `304`, on-the-fly gzip's
+//! chunked answers, WebDAV uploads, a keep-alive limit that closes pooled connections),
+//! curl as the client (`Expect: 100-continue`, chunked uploads, HTTP/1.0), and nginx
+//! and HAProxy as clients of fuseway (their keep-alive connections to it, streamed and
+//! buffered request bodies).
+//!
+//! nginx, HAProxy and curl are Debian's packages (`.ci/run` installs them); where one is
+//! absent its test says so on stderr and checks nothing. The proxy under test is the
+//! in-process server, so `FUSEWAY_HTTP1_ENGINE=hyper` runs the same tests on hyper's
+//! engine.
+
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{backend, h1_client, proxy, simple_config, within, TempDir};
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::process::{Child, Command};
+
+/// An installed program, or `None` with a line on stderr saying what is not checked.
+fn installed(name: &str, what: &str) -> Option<PathBuf> {
+    let found = ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
+        .into_iter()
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.exists());
+    if found.is_none() {
+        eprintln!(
+            "SKIPPED: {name} is not installed (Debian: apt-get install {name}; .ci/run does); \
+             {what} was not checked"
+        );
+    }
+    found
+}
+
+/// A port free now (nginx and HAProxy cannot be started on port 0 and tell which they
+/// took).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `len` bytes that no compressor shrinks much and no two offsets share a pattern, so a
+/// byte lost, doubled or moved shows.
+fn payload(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            // xorshift64
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// An outside server program, killed when dropped.
+struct Program {
+    name: &'static str,
+    child: Child,
+    port: u16,
+}
+
+impl Program {
+    /// Start `command` and wait until it accepts connections on `port`.
+    async fn start(name: &'static str, mut command: Command, port: u16) -> Program {
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name} could not be started: {e}"));
+        let mut program = Program { name, child, port };
+        within(&format!("{name} to accept connections"), async {
+            loop {
+                if let Some(status) = program.child.try_wait().unwrap() {
+                    panic!("{name} exited before accepting connections: {status}");
+                }
+                if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                // The program says nothing when it is ready; its port is what tells.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        program
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Still running (a crash mid-test is a failure, not a skipped check).
+    fn assert_running(&mut self) {
+        assert!(
+            self.child.try_wait().unwrap().is_none(),
+            "{} exited during the test",
+            self.name
+        );
+    }
+}
+
+/// nginx on a directory of its own (`master_process off`: one process, so that its
+/// files need no other user's permissions), with `http` holding its `http` block's
+/// directives and servers: the program.
+async fn nginx(binary: &Path, dir: &TempDir, port: u16, http: &str) -> Program {
+    let d = dir.path().display();
+    let config = format!(
+        r#"daemon off;
+master_process off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    types {{ text/plain txt; application/octet-stream bin; }}
+{http}
+}}
+"#
+    );
+    let file = dir.write("nginx.conf", &config);
+    let mut command = Command::new(binary);
+    command.arg("-c").arg(&file).arg("-p").arg(dir.path());
+    Program::start("nginx", command, port).await
+}
+
+/// `curl ARGS` (silent but for errors, bounded): its exit status must be success; its
+/// stdout and stderr.
+async fn curl(binary: &Path, args: &[&str]) -> (String, String) {
+    let out = within(
+        "curl",
+        Command::new(binary)
+            .args(["--silent", "--show-error", "--max-time", "10"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "curl {args:?}: {stderr}");
+    (stdout, stderr)
+}
+
+/// GET `url` with these headers: status, headers, body.
+async fn get(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (u16, http::HeaderMap, Bytes) {
+    let mut request = client.get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.bytes().await.unwrap())
+}
+
+#[tokio::test]
+async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
+    let Some(nginx_binary) = installed("nginx", "fuseway in front of nginx") else {
+        return;
+    };
+    let dir = TempDir::new("interop-nginx");
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(www.join("up")).unwrap();
+    let big = payload(1024 * 1024 + 7, 1);
+    std::fs::write(www.join("big.bin"), &big).unwrap();
+    let text = "fuseway relays what nginx compresses.\n".repeat(2000);
+    std::fs::write(www.join("text.txt"), &text).unwrap();
+
+    // Every third request on a connection gets `Connection: close` from nginx, so the
+    // pool meets a destination that ends its connections after an answer.
+    let port = free_port();
+    let www_path = www.display();
+    let mut nginx = nginx(
+        &nginx_binary,
+        &dir,
+        port,
+        &format!(
+            r#"    keepalive_requests 3;
+    server {{
+        listen 127.0.0.1:{port};
+        root {www_path};
+        gzip on;
+        gzip_types text/plain;
+        gzip_min_length 0;
+        location /up/ {{
+            dav_methods PUT;
+            create_full_put_path on;
+            client_max_body_size 0;
+        }}
+    }}"#
+        ),
+    )
+    .await;
+    let proxy = proxy(&simple_config(&[("nginx", &nginx.url(""))], "")).await;
+    let client = h1_client();
+
+    // A file with its length; HEAD with the same length and no body.
+    let (status, headers, body) = get(&client, &proxy.url("/big.bin"), &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-length"], big.len().to_string().as_str());
+    assert!(body == big, "the file differs ({} bytes)", body.len());
+    let head = client.head(proxy.url("/big.bin")).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(
+        head.headers()["content-length"],
+        big.len().to_string().as_str()
+    );
+    let etag = head.headers()["etag"].to_str().unwrap().to_owned();
+    assert!(head.bytes().await.unwrap().is_empty());
+
+    // A `304` (no body, whatever its fields say) leaves the pooled connection in step:
+    // the requests after it on the same connections are answered in full.
+    for _ in 0..4 {
+        let (status, _, body) =
+            get(&client, &proxy.url("/big.bin"), &[("if-none-match", &etag)]).await;
+        assert_eq!(status, 304);
+        assert!(body.is_empty());
+        let (status, _, body) = get(&client, &proxy.url("/text.txt"), &[]).await;
+        assert_eq!(status, 200);
+        assert_eq!(body, text.as_bytes());
+    }
+
+    // Compressed on the fly: nginx answers chunked; the bytes through fuseway are the
+    // bytes nginx gives a client directly.
+    let gzip = [("accept-encoding", "gzip")];
+    let (status, headers, proxied) = get(&client, &proxy.url("/text.txt"), &gzip).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-encoding"], "gzip");
+    let (_, direct_headers, direct) = get(&client, &nginx.url("/text.txt"), &gzip).await;
+    assert_eq!(direct_headers["transfer-encoding"], "chunked");
+    assert!(
+        proxied.len() < text.len() / 10,
+        "not compressed: {}",
+        proxied.len()
+    );
+    assert_eq!(proxied, direct);
+
+    // A 404 passes with nginx's own page.
+    let (status, _, body) = get(&client, &proxy.url("/absent"), &[]).await;
+    assert_eq!(status, 404);
+    assert!(String::from_utf8_lossy(&body).contains("404 Not Found"));
+
+    // Sequential requests over one client connection, each third one closing the
+    // destination connection behind it: none is lost.
+    for i in 0..10 {
+        let (status, _, body) = get(&client, &proxy.url("/text.txt"), &[]).await;
+        assert_eq!((i, status, body.len()), (i, 200, text.len()));
+    }
+
+    // Uploads, stored by nginx's WebDAV module and read back from its disk: curl's
+    // `Expect: 100-continue` (fuseway answers `100 Continue` before curl sends the body),
+    // a chunked upload, and one from an HTTP/1.0 client.
+    if let Some(curl_binary) = installed("curl", "uploads from curl through fuseway") {
+        let upload = payload(3 * 1024 * 1024 + 11, 2);
+        let source = dir.path().join("upload.bin");
+        std::fs::write(&source, &upload).unwrap();
+        let source = source.to_str().unwrap();
+
+        let (code, trace) = curl(
+            &curl_binary,
+            &[
+                "--verbose",
+                "--http1.1",
+                "--upload-file",
+                source,
+                "--header",
+                "Expect: 100-continue",
+                "--output",
+                "/dev/null",
+                "--write-out",
+                "%{http_code}",
+                &proxy.url("/up/expect.bin"),
+            ],
+        )
+        .await;
+        assert_eq!(code, "201", "{trace}");
+        assert!(trace.contains("< HTTP/1.1 100 Continue"), "{trace}");
+        assert!(std::fs::read(www.join("up/expect.bin")).unwrap() == upload);
+
+        let (code, trace) = curl(
+            &curl_binary,
+            &[
+                "--verbose",
+                "--http1.1",
+                "--upload-file",
+                source,
+                "--header",
+                "Transfer-Encoding: chunked",
+                "--output",
+                "/dev/null",
+                "--write-out",
+                "%{http_code}",
+                &proxy.url("/up/chunked.bin"),
+            ],
+        )
+        .await;
+        assert_eq!(code, "201", "{trace}");
+        assert!(trace.contains("> Transfer-Encoding: chunked"), "{trace}");
+        assert!(std::fs::read(www.join("up/chunked.bin")).unwrap() == upload);
+
+        let (code, trace) = curl(
+            &curl_binary,
+            &[
+                "--verbose",
+                "--http1.0",
+                "--upload-file",
+                source,
+                "--output",
+                "/dev/null",
+                "--write-out",
+                "%{http_code}",
+                &proxy.url("/up/http10.bin"),
+            ],
+        )
+        .await;
+        assert_eq!(code, "201", "{trace}");
+        assert!(trace.contains("> PUT /up/http10.bin HTTP/1.0"), "{trace}");
+        assert!(std::fs::read(www.join("up/http10.bin")).unwrap() == upload);
+
+        // And an HTTP/1.0 download of the large file, its end the connection's.
+        let (length, _) = curl(
+            &curl_binary,
+            &[
+                "--http1.0",
+                "--output",
+                "/dev/null",
+                "--write-out",
+                "%{size_download}",
+                &proxy.url("/big.bin"),
+            ],
+        )
+        .await;
+        assert_eq!(length, big.len().to_string());
+    }
+
+    nginx.assert_running();
+    proxy.shutdown().await;
+}
+
+/// A destination that streams each request's body back (so its answers are chunked)
+/// and says how the request's body came: `x-seen-te` and `x-seen-cl`, its
+/// `Transfer-Encoding` and `Content-Length`; and who forwarded it: `x-seen-xff`.
+async fn streaming_echo() -> common::Backend {
+    backend(|req: Request<Incoming>| async move {
+        let seen = |name: &str| {
+            req.headers()
+                .get(name)
+                .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned())
+        };
+        let response = Response::builder()
+            .header("x-seen-te", seen("transfer-encoding"))
+            .header("x-seen-cl", seen("content-length"))
+            .header("x-seen-xff", seen("x-forwarded-for"));
+        let body = req.into_body().map_err(|e| e.into()).boxed();
+        response.body(body).unwrap()
+    })
+    .await
+}
+
+/// How many TCP connections to `addr` this machine has seen lately: the distinct
+/// ports at their other end among the sockets of `/proc/net/tcp`, open or in
+/// `TIME_WAIT` (a connection closed minutes ago is still there).
+fn connections_to(addr: SocketAddr) -> usize {
+    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let mut others: Vec<u16> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().skip(1);
+            let (local, remote) = (port(fields.next()?), port(fields.next()?));
+            if local == addr.port() && remote != 0 {
+                Some(remote)
+            } else if remote == addr.port() {
+                Some(local)
+            } else {
+                None
+            }
+        })
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    others.len()
+}
+
+/// What the clients in front of fuseway (at `proxy`) send through it: sequential
+/// requests on their keep-alive connections to it, a body with its length and a
+/// chunked one, streamed both ways through a destination that echoes them.
+async fn through(front: &mut Program, proxy: SocketAddr, what: &str) {
+    let client = h1_client();
+    for i in 0..20 {
+        let body = payload(1000 + i * 97, i as u64);
+        let response = client
+            .post(front.url(&format!("/echo/{i}")))
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{what}, request {i}");
+        assert_eq!(response.headers()["x-seen-xff"], "127.0.0.1", "{what}");
+        let echoed = response.bytes().await.unwrap();
+        assert!(echoed == body, "{what}, request {i}: the body differs");
+    }
+
+    // A streamed body of unknown length: chunked from the client on.
+    let chunks: Vec<Vec<u8>> = (0..64)
+        .map(|i| payload(16 * 1024 + i, 100 + i as u64))
+        .collect();
+    let whole: Vec<u8> = chunks.concat();
+    let stream = futures_util::stream::iter(
+        chunks
+            .into_iter()
+            .map(|c| Ok::<_, std::io::Error>(Bytes::from(c))),
+    );
+    let response = client
+        .put(front.url("/echo/streamed"))
+        .body(reqwest::Body::wrap_stream(stream))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{what}");
+    let framing = (
+        response.headers()["x-seen-te"].to_str().unwrap().to_owned(),
+        response.headers()["x-seen-cl"].to_str().unwrap().to_owned(),
+    );
+    let echoed = response.bytes().await.unwrap();
+    assert!(
+        echoed == whole,
+        "{what}: the streamed body differs ({} bytes)",
+        echoed.len()
+    );
+    // However the client in front framed it to fuseway, the destination got one framing.
+    assert!(
+        (framing.0 == "chunked") != (framing.1 != "-"),
+        "{what}: the destination saw {framing:?}"
+    );
+    // 21 requests, one at a time: the client in front kept its connection to fuseway
+    // (fuseway's port is new, so every connection to it is this test's).
+    let connections = connections_to(proxy);
+    assert!(
+        (1..=2).contains(&connections),
+        "{what} opened {connections} connections to fuseway for 21 requests"
+    );
+    front.assert_running();
+}
+
+#[tokio::test]
+async fn nginx_in_front_of_fuseway_reuses_its_connections_to_it() {
+    let Some(nginx_binary) = installed("nginx", "nginx in front of fuseway") else {
+        return;
+    };
+    let echo = streaming_echo().await;
+    let proxy = proxy(&simple_config(&[("echo", &echo.url())], "")).await;
+    let dir = TempDir::new("interop-nginx-front");
+    let port = free_port();
+    // Keep-alive to fuseway, request bodies streamed as they come (chunked when the
+    // client's is), answers streamed back.
+    let mut nginx = nginx(
+        &nginx_binary,
+        &dir,
+        port,
+        &format!(
+            r#"    upstream fuseway {{
+        server {};
+        keepalive 4;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        client_max_body_size 0;
+        location / {{
+            proxy_pass http://fuseway;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_request_buffering off;
+            proxy_buffering off;
+        }}
+    }}"#,
+            proxy.addr
+        ),
+    )
+    .await;
+    through(&mut nginx, proxy.addr, "nginx").await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn haproxy_in_front_of_fuseway_reuses_its_connections_to_it() {
+    let Some(haproxy_binary) = installed("haproxy", "HAProxy in front of fuseway") else {
+        return;
+    };
+    let echo = streaming_echo().await;
+    let proxy = proxy(&simple_config(&[("echo", &echo.url())], "")).await;
+    let dir = TempDir::new("interop-haproxy");
+    let port = free_port();
+    let config = format!(
+        r#"global
+    maxconn 256
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 10s
+    timeout server 10s
+    option http-keep-alive
+    http-reuse always
+frontend front
+    bind 127.0.0.1:{port}
+    default_backend fuseway
+backend fuseway
+    server f {}
+"#,
+        proxy.addr
+    );
+    let file = dir.write("haproxy.cfg", &config);
+    let mut command = Command::new(&haproxy_binary);
+    command.arg("-db").arg("-f").arg(&file);
+    let mut haproxy = Program::start("haproxy", command, port).await;
+    through(&mut haproxy, proxy.addr, "HAProxy").await;
+    proxy.shutdown().await;
+}
