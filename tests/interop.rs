@@ -1,9 +1,10 @@
 //! fuseway's HTTP/1.1 engines between other people's HTTP/1.1 code, all real programs on
 //! 127.0.0.1: nginx as the destination (static files, `HEAD`, `304`, on-the-fly gzip's
-//! chunked answers, WebDAV uploads, a keep-alive limit that closes pooled connections),
-//! curl as the client (`Expect: 100-continue`, chunked uploads, HTTP/1.0), and nginx
-//! and HAProxy as clients of fuseway (their keep-alive connections to it, streamed and
-//! buffered request bodies).
+//! chunked answers, WebDAV uploads, a keep-alive limit that closes pooled connections,
+//! connections it closes while idle), curl as the client (`Expect: 100-continue`,
+//! chunked uploads, HTTP/1.0, keep-alive), and nginx and HAProxy as clients of fuseway
+//! (their keep-alive connections to it, streamed and buffered request bodies, a
+//! WebSocket through nginx).
 //!
 //! nginx, HAProxy and curl are Debian's packages (`.ci/run` installs them); where one is
 //! absent its test says so on stderr and checks nothing. The proxy under test is the
@@ -345,6 +346,45 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
         assert!(trace.contains("> PUT /up/http10.bin HTTP/1.0"), "{trace}");
         assert!(std::fs::read(www.join("up/http10.bin")).unwrap() == upload);
 
+        // Three requests from one curl, a POST between two GETs, over one connection
+        // to fuseway: each answer ends where curl expects it to.
+        let (codes, trace) = curl(
+            &curl_binary,
+            &[
+                "--verbose",
+                "--http1.1",
+                "--output",
+                "/dev/null",
+                "--write-out",
+                "%{http_code} ",
+                &proxy.url("/text.txt"),
+                "--next",
+                "--http1.1",
+                "--data-binary",
+                "posted",
+                "--output",
+                "/dev/null",
+                "--write-out",
+                "%{http_code} ",
+                &proxy.url("/text.txt"),
+                "--next",
+                "--http1.1",
+                "--output",
+                "/dev/null",
+                "--write-out",
+                "%{http_code}",
+                &proxy.url("/big.bin"),
+            ],
+        )
+        .await;
+        // nginx refuses a POST to a file (405), through fuseway as directly.
+        assert_eq!(codes, "200 405 200", "{trace}");
+        assert_eq!(
+            trace.matches("Re-using existing connection").count(),
+            2,
+            "{trace}"
+        );
+
         // And an HTTP/1.0 download of the large file, its end the connection's.
         let (length, _) = curl(
             &curl_binary,
@@ -409,6 +449,23 @@ fn connections_to(addr: SocketAddr) -> usize {
     others.sort_unstable();
     others.dedup();
     others.len()
+}
+
+/// The ports at the other end of the established TCP connections to `port` on this
+/// machine (`/proc/net/tcp`, state `01`).
+fn established_to(port: u16) -> Vec<u16> {
+    let field_port =
+        |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote) = (field_port(fields[1]), field_port(fields[2]));
+            (local == port && fields[3] == "01").then_some(remote)
+        })
+        .collect()
 }
 
 /// What the clients in front of fuseway (at `proxy`) send through it: sequential
@@ -543,5 +600,125 @@ backend fuseway
     command.arg("-db").arg("-f").arg(&file);
     let mut haproxy = Program::start("haproxy", command, port).await;
     through(&mut haproxy, proxy.addr, "HAProxy").await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_connection_nginx_closed_while_idle_is_not_reused() {
+    let Some(nginx_binary) = installed("nginx", "nginx closing idle connections") else {
+        return;
+    };
+    let dir = TempDir::new("interop-nginx-idle");
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("a.txt"), "after the idle close").unwrap();
+    let port = free_port();
+    let www_path = www.display();
+    // nginx ends a keep-alive connection after a second without a request; fuseway's
+    // pool keeps idle connections far longer, so it holds one nginx has closed.
+    let mut nginx = nginx(
+        &nginx_binary,
+        &dir,
+        port,
+        &format!(
+            r#"    keepalive_timeout 1s;
+    server {{
+        listen 127.0.0.1:{port};
+        root {www_path};
+    }}"#
+        ),
+    )
+    .await;
+    let proxy = proxy(&simple_config(&[("nginx", &nginx.url(""))], "")).await;
+    let client = h1_client();
+
+    let (status, _, _) = get(&client, &proxy.url("/a.txt"), &[]).await;
+    assert_eq!(status, 200);
+    let pooled = established_to(port);
+    assert_eq!(
+        pooled.len(),
+        1,
+        "fuseway's pooled connection to nginx: {pooled:?}"
+    );
+    within("nginx to close the idle connection", async {
+        // Nothing tells the test when nginx's timer fires but the socket table.
+        while !established_to(port).is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+
+    // The next request does not die on the closed connection: it is answered, over a
+    // new one.
+    for _ in 0..3 {
+        let (status, _, body) = get(&client, &proxy.url("/a.txt"), &[]).await;
+        assert_eq!(status, 200);
+        assert_eq!(body, "after the idle close");
+    }
+    let now = established_to(port);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now, pooled, "the closed connection was not the one used");
+    nginx.assert_running();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_websocket_passes_nginx_and_fuseway() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let Some(nginx_binary) = installed("nginx", "a WebSocket through nginx and fuseway") else {
+        return;
+    };
+    let (echo, mut paths) = common::ws_echo().await;
+    let proxy = proxy(&simple_config(&[("ws", &format!("http://{echo}"))], "")).await;
+    let dir = TempDir::new("interop-nginx-ws");
+    let port = free_port();
+    // The usual nginx configuration in front of a WebSocket application.
+    let mut nginx = nginx(
+        &nginx_binary,
+        &dir,
+        port,
+        &format!(
+            r#"    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://{};
+            proxy_http_version 1.1;
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection "upgrade";
+        }}
+    }}"#,
+            proxy.addr
+        ),
+    )
+    .await;
+    let (mut ws, response) = within(
+        "the WebSocket handshake through nginx and fuseway",
+        tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/chat?room=1")),
+    )
+    .await
+    .expect("the handshake");
+    assert_eq!(response.status(), 101);
+    assert_eq!(
+        within("the path", paths.recv()).await.unwrap(),
+        "/chat?room=1"
+    );
+    for i in 0..5 {
+        let text = format!("message {i}");
+        ws.send(Message::text(text.clone())).await.unwrap();
+        let echoed = within("the echo", ws.next()).await.unwrap().unwrap();
+        assert_eq!(echoed, Message::text(text));
+    }
+    let large = payload(200_000, 7);
+    ws.send(Message::binary(large.clone())).await.unwrap();
+    let echoed = within("the large echo", ws.next()).await.unwrap().unwrap();
+    assert!(echoed.into_data() == large);
+    ws.close(None).await.unwrap();
+    within("the close handshake", async {
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    nginx.assert_running();
     proxy.shutdown().await;
 }

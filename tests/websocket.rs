@@ -8,45 +8,13 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{backend, full, proxy_with, simple_config, within, Form, Proxy};
+use common::{backend, full, proxy_with, simple_config, within, ws_echo, Form, Proxy};
 use futures_util::{SinkExt, StreamExt};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 const FORMS: [Form; 2] = [Form::Fused, Form::Layered];
-
-/// A tokio-tungstenite echo server: echoes text and binary messages, answers pings
-/// (tungstenite does) and the close handshake. Reports the request path of each
-/// handshake on the returned channel.
-async fn ws_echo() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                #[allow(clippy::result_large_err)]
-                let callback =
-                    |req: &tokio_tungstenite::tungstenite::handshake::server::Request, resp| {
-                        let _ = tx.send(req.uri().to_string());
-                        Ok(resp)
-                    };
-                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(stream, callback).await else {
-                    return;
-                };
-                while let Some(Ok(msg)) = ws.next().await {
-                    if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, rx)
-}
 
 async fn ws_proxy(
     form: Form,

@@ -13,6 +13,7 @@ use fuseway::config::{parse, Format};
 use fuseway::pipeline;
 use fuseway::server::{ProxyService, Server};
 use fuseway::state::ProxyState;
+use futures_util::{SinkExt, StreamExt};
 use http::{Request, Response};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -507,4 +508,35 @@ pub fn localhost_certificates(dir: &TempDir) -> std::path::PathBuf {
     dir.write("server.pem", &server.pem());
     dir.write("server.key", &key.serialize_pem());
     dir.write("ca.pem", &ca.pem())
+}
+
+/// A tokio-tungstenite echo server: echoes text and binary messages, answers pings
+/// (tungstenite does) and the close handshake. Reports the request path of each
+/// handshake on the returned channel.
+pub async fn ws_echo() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                #[allow(clippy::result_large_err)]
+                let callback =
+                    |req: &tokio_tungstenite::tungstenite::handshake::server::Request, resp| {
+                        let _ = tx.send(req.uri().to_string());
+                        Ok(resp)
+                    };
+                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(stream, callback).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, rx)
 }
