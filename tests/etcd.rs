@@ -7,12 +7,12 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{backend, full, h1_client, within, TempDir};
+use common::{backend, free_port, full, h1_client, within, TempDir};
 use etcd_client::{Certificate, Client, ConnectOptions, PutOptions, TlsOptions};
 use http::Response;
 use tokio::process::{Child, Command};
@@ -26,15 +26,6 @@ fn etcd_binary() -> Option<PathBuf> {
         .into_iter()
         .map(PathBuf::from)
         .find(|p| p.exists())
-}
-
-/// A port free now (etcd cannot be started on port 0 and tell which it took).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A single-member etcd on 127.0.0.1, its data in a directory of its own.

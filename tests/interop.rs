@@ -15,13 +15,13 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{backend, h1_client, proxy, simple_config, within, TempDir};
+use common::{backend, free_port, h1_client, proxy, simple_config, within, TempDir};
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -40,16 +40,6 @@ fn installed(name: &str, what: &str) -> Option<PathBuf> {
         );
     }
     found
-}
-
-/// A port free now (nginx and HAProxy cannot be started on port 0 and tell which they
-/// took).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `len` bytes that no compressor shrinks much and no two offsets share a pattern, so a
@@ -147,22 +137,24 @@ http {{
     Program::start("nginx", command, port).await
 }
 
-/// `curl ARGS` (silent but for errors, bounded): its exit status must be success; its
-/// stdout and stderr.
-async fn curl(binary: &Path, args: &[&str]) -> (String, String) {
-    let out = within(
-        "curl",
-        Command::new(binary)
-            .args(["--silent", "--show-error", "--max-time", "10"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output(),
-    )
-    .await
-    .unwrap();
+/// One curl for these requests (each its arguments: what and where; its body goes to
+/// `/dev/null`), one after another on its connections: its stdout (what `--write-out`
+/// said) and its `--verbose` trace. curl must succeed.
+async fn curl(binary: &Path, requests: &[&[&str]]) -> (String, String) {
+    let mut command = Command::new(binary);
+    command.args(["--silent", "--show-error", "--verbose", "--max-time", "10"]);
+    for (i, request) in requests.iter().enumerate() {
+        if i > 0 {
+            command.arg("--next");
+        }
+        command.args(*request).args(["--output", "/dev/null"]);
+    }
+    let out = within("curl", command.stdin(Stdio::null()).output())
+        .await
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "curl {args:?}: {stderr}");
+    assert!(out.status.success(), "curl {requests:?}: {stderr}");
     (stdout, stderr)
 }
 
@@ -285,95 +277,49 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
         std::fs::write(&source, &upload).unwrap();
         let source = source.to_str().unwrap();
 
-        let (code, trace) = curl(
-            &curl_binary,
-            &[
-                "--verbose",
-                "--http1.1",
-                "--upload-file",
-                source,
-                "--header",
-                "Expect: 100-continue",
-                "--output",
-                "/dev/null",
-                "--write-out",
-                "%{http_code}",
-                &proxy.url("/up/expect.bin"),
-            ],
-        )
-        .await;
-        assert_eq!(code, "201", "{trace}");
-        assert!(trace.contains("< HTTP/1.1 100 Continue"), "{trace}");
-        assert!(std::fs::read(www.join("up/expect.bin")).unwrap() == upload);
-
-        let (code, trace) = curl(
-            &curl_binary,
-            &[
-                "--verbose",
-                "--http1.1",
-                "--upload-file",
-                source,
-                "--header",
-                "Transfer-Encoding: chunked",
-                "--output",
-                "/dev/null",
-                "--write-out",
-                "%{http_code}",
-                &proxy.url("/up/chunked.bin"),
-            ],
-        )
-        .await;
-        assert_eq!(code, "201", "{trace}");
-        assert!(trace.contains("> Transfer-Encoding: chunked"), "{trace}");
-        assert!(std::fs::read(www.join("up/chunked.bin")).unwrap() == upload);
-
-        let (code, trace) = curl(
-            &curl_binary,
-            &[
-                "--verbose",
-                "--http1.0",
-                "--upload-file",
-                source,
-                "--output",
-                "/dev/null",
-                "--write-out",
-                "%{http_code}",
-                &proxy.url("/up/http10.bin"),
-            ],
-        )
-        .await;
-        assert_eq!(code, "201", "{trace}");
-        assert!(trace.contains("> PUT /up/http10.bin HTTP/1.0"), "{trace}");
-        assert!(std::fs::read(www.join("up/http10.bin")).unwrap() == upload);
+        for (path, how, shows) in [
+            (
+                "/up/expect.bin",
+                &["--http1.1", "--header", "Expect: 100-continue"][..],
+                "< HTTP/1.1 100 Continue",
+            ),
+            (
+                "/up/chunked.bin",
+                &["--http1.1", "--header", "Transfer-Encoding: chunked"],
+                "> Transfer-Encoding: chunked",
+            ),
+            (
+                "/up/http10.bin",
+                &["--http1.0"],
+                "> PUT /up/http10.bin HTTP/1.0",
+            ),
+        ] {
+            let url = proxy.url(path);
+            let mut request = how.to_vec();
+            request.extend(["--upload-file", source, "--write-out", "%{http_code}", &url]);
+            let (code, trace) = curl(&curl_binary, &[&request]).await;
+            assert_eq!(code, "201", "{path}: {trace}");
+            assert!(trace.contains(shows), "{path}: {trace}");
+            let stored = std::fs::read(www.join(&path[1..])).unwrap();
+            assert!(stored == upload, "{path}: {} bytes stored", stored.len());
+        }
 
         // Three requests from one curl, a POST between two GETs, over one connection
         // to fuseway: each answer ends where curl expects it to.
+        let (text_url, big_url) = (proxy.url("/text.txt"), proxy.url("/big.bin"));
         let (codes, trace) = curl(
             &curl_binary,
             &[
-                "--verbose",
-                "--http1.1",
-                "--output",
-                "/dev/null",
-                "--write-out",
-                "%{http_code} ",
-                &proxy.url("/text.txt"),
-                "--next",
-                "--http1.1",
-                "--data-binary",
-                "posted",
-                "--output",
-                "/dev/null",
-                "--write-out",
-                "%{http_code} ",
-                &proxy.url("/text.txt"),
-                "--next",
-                "--http1.1",
-                "--output",
-                "/dev/null",
-                "--write-out",
-                "%{http_code}",
-                &proxy.url("/big.bin"),
+                &["--http1.1", "--write-out", "%{http_code} ", &text_url],
+                &[
+                    "--http1.1",
+                    "--data-binary",
+                    "posted",
+                    "--write-out",
+                    "%{http_code} ",
+                    &text_url,
+                ],
+                &["--http1.1", "--write-out", "%{http_code}", &big_url],
             ],
         )
         .await;
@@ -388,14 +334,7 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
         // And an HTTP/1.0 download of the large file, its end the connection's.
         let (length, _) = curl(
             &curl_binary,
-            &[
-                "--http1.0",
-                "--output",
-                "/dev/null",
-                "--write-out",
-                "%{size_download}",
-                &proxy.url("/big.bin"),
-            ],
+            &[&["--http1.0", "--write-out", "%{size_download}", &big_url]],
         )
         .await;
         assert_eq!(length, big.len().to_string());
@@ -425,18 +364,28 @@ async fn streaming_echo() -> common::Backend {
     .await
 }
 
-/// How many TCP connections to `addr` this machine has seen lately: the distinct
-/// ports at their other end among the sockets of `/proc/net/tcp`, open or in
-/// `TIME_WAIT` (a connection closed minutes ago is still there).
-fn connections_to(addr: SocketAddr) -> usize {
+/// This machine's IPv4 TCP sockets (`/proc/net/tcp`): local port, remote port, state
+/// (`01` established, `06` `TIME_WAIT` ...).
+fn tcp_sockets() -> Vec<(u16, u16, String)> {
     let port = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let mut others: Vec<u16> = table
+    table
         .lines()
         .skip(1)
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace().skip(1);
-            let (local, remote) = (port(fields.next()?), port(fields.next()?));
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (port(fields[1]), port(fields[2]), fields[3].to_owned())
+        })
+        .collect()
+}
+
+/// How many TCP connections to `addr` this machine has seen lately: the distinct ports
+/// at their other end, open or in `TIME_WAIT` (a connection closed minutes ago is still
+/// there).
+fn connections_to(addr: SocketAddr) -> usize {
+    let mut others: Vec<u16> = tcp_sockets()
+        .into_iter()
+        .filter_map(|(local, remote, _)| {
             if local == addr.port() && remote != 0 {
                 Some(remote)
             } else if remote == addr.port() {
@@ -452,19 +401,12 @@ fn connections_to(addr: SocketAddr) -> usize {
 }
 
 /// The ports at the other end of the established TCP connections to `port` on this
-/// machine (`/proc/net/tcp`, state `01`).
+/// machine.
 fn established_to(port: u16) -> Vec<u16> {
-    let field_port =
-        |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (local, remote) = (field_port(fields[1]), field_port(fields[2]));
-            (local == port && fields[3] == "01").then_some(remote)
-        })
+    tcp_sockets()
+        .into_iter()
+        .filter(|(local, _, state)| *local == port && state == "01")
+        .map(|(_, remote, _)| remote)
         .collect()
 }
 

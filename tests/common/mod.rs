@@ -412,6 +412,17 @@ pub async fn h2c_connection(
     (sender, tokio::spawn(connection))
 }
 
+/// A port free now, for an outside program (etcd, nginx, HAProxy) that cannot be
+/// started on port 0 and tell which it took. Another socket may take it before the
+/// program does; the program then fails to start, and its test says so.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A fresh directory under the system temp dir (`fuseway-WHAT-PID-N`), removed on drop.
 pub struct TempDir(std::path::PathBuf);
 
