@@ -4,12 +4,12 @@
 //! connections it closes while idle), curl as the client (`Expect: 100-continue`,
 //! chunked uploads, HTTP/1.0, keep-alive), and nginx and HAProxy as clients of fuseway
 //! (their keep-alive connections to it, streamed and buffered request bodies, a
-//! WebSocket through nginx).
+//! WebSocket through nginx), and a page with its script's requests in headless Chromium.
 //!
-//! nginx, HAProxy and curl are Debian's packages (`.ci/run` installs them); where one is
-//! absent its test says so on stderr and checks nothing. The proxy under test is the
-//! in-process server, so `FUSEWAY_HTTP1_ENGINE=hyper` runs the same tests on hyper's
-//! engine.
+//! nginx, HAProxy, curl and Chromium are Debian's packages (`.ci/run` installs them);
+//! where one is absent its test says so on stderr and checks nothing. The proxy under
+//! test is the in-process server, so `FUSEWAY_HTTP1_ENGINE=hyper` runs the same tests on
+//! hyper's engine.
 
 #![cfg(target_os = "linux")]
 
@@ -126,7 +126,7 @@ http {{
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
-    types {{ text/plain txt; application/octet-stream bin; }}
+    types {{ text/html html; text/plain txt; application/octet-stream bin; }}
 {http}
 }}
 "#
@@ -661,6 +661,104 @@ async fn a_websocket_passes_nginx_and_fuseway() {
         while let Some(Ok(_)) = ws.next().await {}
     })
     .await;
+    nginx.assert_running();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_page_and_its_requests_load_in_chromium_through_fuseway() {
+    let (Some(nginx_binary), Some(chromium)) = (
+        installed("nginx", "a page through fuseway in Chromium"),
+        common::chromium(),
+    ) else {
+        return;
+    };
+    let dir = TempDir::new("interop-chromium");
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(www.join("r")).unwrap();
+    std::fs::create_dir_all(www.join("up")).unwrap();
+    // 24 resources, fetched at once (Chromium opens up to six connections to a host),
+    // compressed by nginx as Chromium accepts; then an upload and its read-back.
+    const RESOURCES: usize = 24;
+    for n in 0..RESOURCES {
+        let text = format!("resource {n} ").repeat(200 + n);
+        std::fs::write(www.join(format!("r/{n}.txt")), text).unwrap();
+    }
+    std::fs::write(
+        www.join("index.html"),
+        format!(
+            r#"<!doctype html>
+<html><body><div id="out" data-done="no"></div>
+<script>
+const expected = n => ("resource " + n + " ").repeat(200 + n);
+(async () => {{
+  const out = document.getElementById("out");
+  try {{
+    const texts = await Promise.all(Array.from({{ length: {RESOURCES} }}, (_, n) =>
+      fetch("/r/" + n + ".txt", {{ cache: "no-store" }}).then(r => r.text())));
+    out.dataset.good = texts.filter((t, n) => t === expected(n)).length;
+    const body = "fuseway ".repeat(20000) + "end";
+    const put = await fetch("/up/page.txt", {{ method: "PUT", body }});
+    out.dataset.put = put.status;
+    const back = await (await fetch("/up/page.txt", {{ cache: "no-store" }})).text();
+    out.dataset.back = back === body ? "same" : "differs: " + back.length + " characters";
+  }} catch (e) {{
+    out.dataset.error = String(e);
+  }}
+  out.dataset.done = "yes";
+}})();
+</script></body></html>
+"#
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let www_path = www.display();
+    let mut nginx = nginx(
+        &nginx_binary,
+        &dir,
+        port,
+        &format!(
+            r#"    server {{
+        listen 127.0.0.1:{port};
+        root {www_path};
+        gzip on;
+        gzip_types text/plain;
+        location /up/ {{
+            dav_methods PUT;
+            client_max_body_size 0;
+        }}
+    }}"#
+        ),
+    )
+    .await;
+    let proxy = proxy(&simple_config(&[("nginx", &nginx.url(""))], "")).await;
+
+    let dom = common::chromium_run(
+        &chromium,
+        &["--virtual-time-budget=10000".into(), "--dump-dom".into()],
+        &proxy.url("/index.html"),
+    )
+    .await;
+    let dom = String::from_utf8_lossy(&dom);
+    let out = dom
+        .lines()
+        .find(|line| line.contains(r#"id="out""#))
+        .unwrap_or_else(|| panic!("no result in:\n{dom}"));
+    for expected in [
+        r#"data-done="yes""#.to_owned(),
+        format!(r#"data-good="{RESOURCES}""#),
+        r#"data-put="201""#.to_owned(),
+        r#"data-back="same""#.to_owned(),
+    ] {
+        assert!(out.contains(&expected), "{expected} missing: {out}");
+    }
+    let connections = connections_to(proxy.addr);
+    assert!(
+        (1..=6).contains(&connections),
+        "Chromium opened {connections} connections to fuseway for {} requests",
+        RESOURCES + 3
+    );
     nginx.assert_running();
     proxy.shutdown().await;
 }

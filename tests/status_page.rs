@@ -5,7 +5,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
@@ -85,22 +84,6 @@ async fn status_json_shows_health() {
     p.shutdown().await;
 }
 
-/// Chromium on `PATH`, or `None` after saying that the test is skipped.
-fn chromium() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        ["chromium", "chromium-browser", "google-chrome"]
-            .iter()
-            .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        eprintln!(
-            "SKIPPED: chromium is not installed (`apt-get install -y chromium`; .ci/run does)"
-        );
-    }
-    found
-}
-
 /// The `<tr>` of destination `id` in the dumped DOM.
 fn row<'a>(dom: &'a str, id: &str) -> &'a str {
     let start = dom
@@ -144,37 +127,6 @@ async fn status_page_loads_in_headless_chromium_and_shows_health() {
     );
     checker.shutdown().await;
     p.shutdown().await;
-}
-
-/// Run headless chromium on `url` with `args`: its standard output.
-async fn chromium_run(chromium: &std::path::Path, args: &[String], url: &str) -> Vec<u8> {
-    let profile = common::TempDir::new("chromium");
-    let run = tokio::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--window-size=1280,1000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(args)
-        .arg(url)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(90), run)
-        .await
-        .expect("chromium finished within 90 s")
-        .unwrap();
-    assert!(out.status.success(), "{:?}", out.status);
-    out.stdout
 }
 
 /// The number of samples the status page's data has for route `all` (0: none yet).

@@ -551,3 +551,50 @@ pub async fn ws_echo() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Stri
     });
     (addr, rx)
 }
+
+/// Chromium on `PATH`, or `None` after saying that the test is skipped.
+pub fn chromium() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        ["chromium", "chromium-browser", "google-chrome"]
+            .iter()
+            .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        eprintln!(
+            "SKIPPED: chromium is not installed (`apt-get install -y chromium`; .ci/run does)"
+        );
+    }
+    found
+}
+
+/// Run headless chromium on `url` with `args`: its standard output.
+pub async fn chromium_run(chromium: &std::path::Path, args: &[String], url: &str) -> Vec<u8> {
+    let profile = TempDir::new("chromium");
+    let run = tokio::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1280,1000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(90), run)
+        .await
+        .expect("chromium finished within 90 s")
+        .unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    out.stdout
+}
