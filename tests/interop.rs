@@ -1,6 +1,6 @@
 //! fuseway's HTTP/1.1 engines between other people's HTTP/1.1 code, all real programs on
 //! 127.0.0.1: nginx as the destination (static files, `HEAD`, `304`, on-the-fly gzip's
-//! chunked answers, WebDAV uploads, a keep-alive limit that closes pooled connections,
+//! chunked and close-delimited answers, WebDAV uploads, a keep-alive limit that closes pooled connections,
 //! connections it closes while idle), curl as the client (`Expect: 100-continue`,
 //! chunked uploads, HTTP/1.0, keep-alive), and nginx and HAProxy as clients of fuseway
 //! (their keep-alive connections to it, streamed and buffered request bodies, a
@@ -208,6 +208,10 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
             create_full_put_path on;
             client_max_body_size 0;
         }}
+        location /close/ {{
+            alias {www_path}/;
+            chunked_transfer_encoding off;
+        }}
     }}"#
         ),
     )
@@ -241,20 +245,28 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
         assert_eq!(body, text.as_bytes());
     }
 
-    // Compressed on the fly: nginx answers chunked; the bytes through fuseway are the
-    // bytes nginx gives a client directly.
+    // Compressed on the fly: nginx answers chunked, or (under `/close/`, chunked
+    // encoding off) with no length, ending the body by closing the connection; the
+    // bytes through fuseway are the bytes nginx gives a client directly.
     let gzip = [("accept-encoding", "gzip")];
-    let (status, headers, proxied) = get(&client, &proxy.url("/text.txt"), &gzip).await;
-    assert_eq!(status, 200);
-    assert_eq!(headers["content-encoding"], "gzip");
-    let (_, direct_headers, direct) = get(&client, &nginx.url("/text.txt"), &gzip).await;
-    assert_eq!(direct_headers["transfer-encoding"], "chunked");
-    assert!(
-        proxied.len() < text.len() / 10,
-        "not compressed: {}",
-        proxied.len()
-    );
-    assert_eq!(proxied, direct);
+    for (path, framing) in [("/text.txt", "chunked"), ("/close/text.txt", "close")] {
+        let (status, headers, proxied) = get(&client, &proxy.url(path), &gzip).await;
+        assert_eq!(status, 200, "{path}");
+        assert_eq!(headers["content-encoding"], "gzip", "{path}");
+        let (_, direct_headers, direct) = get(&client, &nginx.url(path), &gzip).await;
+        let direct_framing = match direct_headers.get("transfer-encoding") {
+            Some(coding) => coding.to_str().unwrap(),
+            None if direct_headers.contains_key("content-length") => "length",
+            None => "close",
+        };
+        assert_eq!(direct_framing, framing, "{path}: {direct_headers:?}");
+        assert!(
+            proxied.len() < text.len() / 10,
+            "{path}: not compressed: {}",
+            proxied.len()
+        );
+        assert_eq!(proxied, direct, "{path}");
+    }
 
     // A 404 passes with nginx's own page.
     let (status, _, body) = get(&client, &proxy.url("/absent"), &[]).await;
