@@ -1,10 +1,11 @@
 //! fuseway's HTTP/1.1 engines between other people's HTTP/1.1 code, all real programs on
 //! 127.0.0.1: nginx as the destination (static files, `HEAD`, `304`, on-the-fly gzip's
-//! chunked and close-delimited answers, WebDAV uploads, a keep-alive limit that closes pooled connections,
-//! connections it closes while idle), curl as the client (`Expect: 100-continue`,
-//! chunked uploads, HTTP/1.0, keep-alive), and nginx and HAProxy as clients of fuseway
-//! (their keep-alive connections to it, streamed and buffered request bodies, a
-//! WebSocket through nginx), and a page with its script's requests in headless Chromium.
+//! chunked and close-delimited answers, WebDAV uploads, a keep-alive limit that closes
+//! pooled connections, connections it closes while idle), curl as the client (`Expect:
+//! 100-continue`, chunked uploads, HTTP/1.0, keep-alive), nginx and HAProxy as clients
+//! of fuseway (their keep-alive connections to it, streamed and buffered request bodies,
+//! a WebSocket through nginx), and a page with its script's requests in headless
+//! Chromium.
 //!
 //! nginx, HAProxy, curl and Chromium are Debian's packages (`.ci/run` installs them);
 //! where one is absent its test says so on stderr and checks nothing. The proxy under
