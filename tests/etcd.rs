@@ -20,14 +20,6 @@ use tokio::sync::mpsc;
 
 const PREFIX: &str = "/fuseway";
 
-/// The etcd binary, when installed.
-fn etcd_binary() -> Option<PathBuf> {
-    ["/usr/bin/etcd", "/usr/local/bin/etcd"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-}
-
 /// A single-member etcd on 127.0.0.1, its data in a directory of its own.
 struct Etcd {
     binary: PathBuf,
@@ -51,13 +43,7 @@ impl Etcd {
     /// Serving clients over TLS when `tls`, with a certificate signed by a CA of its
     /// own.
     async fn start_with(tls: bool) -> Option<Etcd> {
-        let Some(binary) = etcd_binary() else {
-            eprintln!(
-                "SKIPPED: etcd is not installed (Debian: apt-get install etcd-server); \
-                 nothing was checked"
-            );
-            return None;
-        };
+        let binary = common::installed(&["etcd"], "etcd-server", "the fleet on etcd")?;
         let mut etcd = Etcd {
             binary,
             dir: TempDir::new("etcd"),

@@ -17,31 +17,16 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{backend, free_port, h1_client, proxy, simple_config, within, TempDir};
+use common::{backend, free_port, h1_client, installed, proxy, simple_config, within, TempDir};
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::process::{Child, Command};
-
-/// An installed program, or `None` with a line on stderr saying what is not checked.
-fn installed(name: &str, what: &str) -> Option<PathBuf> {
-    let found = ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
-        .into_iter()
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.exists());
-    if found.is_none() {
-        eprintln!(
-            "SKIPPED: {name} is not installed (Debian: apt-get install {name}; .ci/run does); \
-             {what} was not checked"
-        );
-    }
-    found
-}
 
 /// `len` bytes that no compressor shrinks much and no two offsets share a pattern, so a
 /// byte lost, doubled or moved shows.
@@ -177,7 +162,7 @@ async fn get(
 
 #[tokio::test]
 async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
-    let Some(nginx_binary) = installed("nginx", "fuseway in front of nginx") else {
+    let Some(nginx_binary) = installed(&["nginx"], "nginx", "fuseway in front of nginx") else {
         return;
     };
     let dir = TempDir::new("interop-nginx");
@@ -284,7 +269,7 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
     // Uploads, stored by nginx's WebDAV module and read back from its disk: curl's
     // `Expect: 100-continue` (fuseway answers `100 Continue` before curl sends the body),
     // a chunked upload, and one from an HTTP/1.0 client.
-    if let Some(curl_binary) = installed("curl", "uploads from curl through fuseway") {
+    if let Some(curl_binary) = installed(&["curl"], "curl", "uploads from curl through fuseway") {
         let upload = payload(3 * 1024 * 1024 + 11, 2);
         let source = dir.path().join("upload.bin");
         std::fs::write(&source, &upload).unwrap();
@@ -486,7 +471,7 @@ async fn through(front: &mut Program, proxy: SocketAddr, what: &str) {
 
 #[tokio::test]
 async fn nginx_in_front_of_fuseway_reuses_its_connections_to_it() {
-    let Some(nginx_binary) = installed("nginx", "nginx in front of fuseway") else {
+    let Some(nginx_binary) = installed(&["nginx"], "nginx", "nginx in front of fuseway") else {
         return;
     };
     let echo = streaming_echo().await;
@@ -525,7 +510,8 @@ async fn nginx_in_front_of_fuseway_reuses_its_connections_to_it() {
 
 #[tokio::test]
 async fn haproxy_in_front_of_fuseway_reuses_its_connections_to_it() {
-    let Some(haproxy_binary) = installed("haproxy", "HAProxy in front of fuseway") else {
+    let Some(haproxy_binary) = installed(&["haproxy"], "haproxy", "HAProxy in front of fuseway")
+    else {
         return;
     };
     let echo = streaming_echo().await;
@@ -560,7 +546,8 @@ backend fuseway
 
 #[tokio::test]
 async fn a_connection_nginx_closed_while_idle_is_not_reused() {
-    let Some(nginx_binary) = installed("nginx", "nginx closing idle connections") else {
+    let Some(nginx_binary) = installed(&["nginx"], "nginx", "nginx closing idle connections")
+    else {
         return;
     };
     let dir = TempDir::new("interop-nginx-idle");
@@ -622,7 +609,9 @@ async fn a_websocket_passes_nginx_and_fuseway() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
 
-    let Some(nginx_binary) = installed("nginx", "a WebSocket through nginx and fuseway") else {
+    let Some(nginx_binary) =
+        installed(&["nginx"], "nginx", "a WebSocket through nginx and fuseway")
+    else {
         return;
     };
     let (echo, mut paths) = common::ws_echo().await;
@@ -681,8 +670,8 @@ async fn a_websocket_passes_nginx_and_fuseway() {
 #[tokio::test]
 async fn a_page_and_its_requests_load_in_chromium_through_fuseway() {
     let (Some(nginx_binary), Some(chromium)) = (
-        installed("nginx", "a page through fuseway in Chromium"),
-        common::chromium(),
+        installed(&["nginx"], "nginx", "a page through fuseway in Chromium"),
+        common::chromium("a page through fuseway in Chromium"),
     ) else {
         return;
     };

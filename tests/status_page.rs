@@ -95,7 +95,7 @@ fn row<'a>(dom: &'a str, id: &str) -> &'a str {
 
 #[tokio::test]
 async fn status_page_loads_in_headless_chromium_and_shows_health() {
-    let Some(chromium) = chromium() else {
+    let Some(chromium) = chromium("the status page in a browser") else {
         return;
     };
     let live = echo_backend().await;
@@ -152,7 +152,7 @@ async fn get(url: &str) -> String {
 /// picture: `docs/status-page.png`).
 #[tokio::test]
 async fn status_page_charts_traffic_live_in_headless_chromium() {
-    let Some(chromium) = chromium() else {
+    let Some(chromium) = chromium("the status page's charts in a browser") else {
         return;
     };
     let live = echo_backend().await;

@@ -552,20 +552,36 @@ pub async fn ws_echo() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Stri
     (addr, rx)
 }
 
-/// Chromium on `PATH`, or `None` after saying that the test is skipped.
-pub fn chromium() -> Option<std::path::PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        ["chromium", "chromium-browser", "google-chrome"]
-            .iter()
-            .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
-            .find(|p| p.is_file())
-    });
+/// An outside program a test needs: the first of `names` on `PATH` or in the
+/// directories Debian puts daemons in (a user's `PATH` may lack them), or `None` after
+/// saying on stderr that `what` was not checked and which Debian package brings it
+/// (`.ci/run` installs each).
+pub fn installed(names: &[&str], package: &str, what: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/local/sbin"].map(Into::into))
+        .collect();
+    let found = names
+        .iter()
+        .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
+        .find(|p| p.is_file());
     if found.is_none() {
         eprintln!(
-            "SKIPPED: chromium is not installed (`apt-get install -y chromium`; .ci/run does)"
+            "SKIPPED: {} is not installed (Debian: apt-get install {package}); {what} was not \
+             checked",
+            names[0]
         );
     }
     found
+}
+
+/// Chromium, or `None` after saying that the test checking `what` is skipped.
+pub fn chromium(what: &str) -> Option<std::path::PathBuf> {
+    installed(
+        &["chromium", "chromium-browser", "google-chrome"],
+        "chromium",
+        what,
+    )
 }
 
 /// Run headless chromium on `url` with `args`: its standard output.
