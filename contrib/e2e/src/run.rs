@@ -181,6 +181,42 @@ pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
+/// The exact two-sided sign test: the chance that a fair coin gives a split at least as
+/// uneven as `k` of `n` (`n` rounds, the subject's figure below the other's in `k`).
+fn sign_test(k: usize, n: usize) -> f64 {
+    // P(X <= j) for X ~ Binomial(n, 1/2).
+    let at_most = |j: usize| {
+        let mut choose = 1.0f64;
+        let mut sum = 0.0;
+        for i in 0..=j.min(n) {
+            if i > 0 {
+                choose = choose * (n - i + 1) as f64 / i as f64;
+            }
+            sum += choose;
+        }
+        sum / 2f64.powi(n as i32)
+    };
+    let tail = at_most(k.min(n - k));
+    (2.0 * tail).min(1.0)
+}
+
+/// What the rounds say at the 5% level, the subject's figure `lower` than the other's
+/// in `lower` of them and `higher` in `higher` (ties tell nothing): `lower`,
+/// `higher`, or `level` (the rounds do not tell them apart).
+fn verdict(lower: usize, higher: usize) -> &'static str {
+    match sign_test(lower, lower + higher) {
+        p if p >= 0.05 => "level",
+        _ if lower > higher => "lower",
+        _ => "higher",
+    }
+}
+
+/// The fewest of `n` rounds that the sign test at 5% tells apart from a coin's split
+/// (at most this many, or at least `n` minus it), if any.
+fn decisive(n: usize) -> Option<usize> {
+    (0..=n / 2).rev().find(|&k| sign_test(k, n) < 0.05)
+}
+
 pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
     println!();
     println!("summary: medians over rounds (proxy CPU = user+sys of the proxy's processes over the window / requests; user = its user-mode part)");
@@ -264,15 +300,27 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
                 // machine a ratio of medians near 1 says little without it.
                 let pairs = of(subject).zip(of(k));
                 let rounds = pairs.clone().count();
-                let at_most = |f: &dyn Fn(&Run) -> Option<f64>| {
-                    pairs
-                        .clone()
-                        .filter(|(a, b)| matches!((f(a), f(b)), (Some(x), Some(y)) if x <= y))
-                        .count()
+                // Rounds with the subject's figure below the other's, the same, and above.
+                let split = |f: &dyn Fn(&Run) -> Option<f64>| {
+                    let mut counts = [0usize; 3];
+                    for (a, b) in pairs.clone() {
+                        if let (Some(x), Some(y)) = (f(a), f(b)) {
+                            counts[match x.total_cmp(&y) {
+                                std::cmp::Ordering::Less => 0,
+                                std::cmp::Ordering::Equal => 1,
+                                std::cmp::Ordering::Greater => 2,
+                            }] += 1;
+                        }
+                    }
+                    counts
                 };
-                let cpu_level = at_most(&|r| r.proxy_cpu_us);
-                let user_level = at_most(&|r| r.proxy_user_us);
-                let p99_level = at_most(&|r| Some(r.p99 as f64));
+                let (cpu, user, p99) = (
+                    split(&|r| r.proxy_cpu_us),
+                    split(&|r| r.proxy_user_us),
+                    split(&|r| Some(r.p99 as f64)),
+                );
+                let [cpu_level, user_level, p99_level] =
+                    [cpu, user, p99].map(|[lower, same, _]| lower + same);
                 println!(
                     "       {}/{}: rps {:.2}, proxy CPU per request {:.2} (user {:.2}), \
                      p99 {:.2}; at most its in {cpu_level} (CPU), {user_level} (user), \
@@ -284,7 +332,45 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
                     user_of(subject) / user_of(k),
                     p99_of(subject) / p99_of(k),
                 );
+                // Whether those counts tell the two apart, or are what a coin would give.
+                match decisive(rounds) {
+                    Some(c) => println!(
+                        "         sign test (5%; {rounds} rounds decide at {c} or fewer, or {} \
+                         or more): CPU {}, user {}, p99 {}",
+                        rounds - c,
+                        verdict(cpu[0], cpu[2]),
+                        verdict(user[0], user[2]),
+                        verdict(p99[0], p99[2]),
+                    ),
+                    None => println!(
+                        "         sign test (5%): {rounds} rounds cannot tell two targets apart \
+                         (six at least)"
+                    ),
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decisive, sign_test, verdict};
+
+    #[test]
+    fn the_sign_test_is_exact() {
+        // 12 rounds: P(X <= 2) = 79 / 4096, twice that 0.0386; P(X <= 3) twice 0.146.
+        assert!((sign_test(2, 12) - 2.0 * 79.0 / 4096.0).abs() < 1e-12);
+        assert!((sign_test(10, 12) - sign_test(2, 12)).abs() < 1e-12);
+        assert!((sign_test(3, 12) - 2.0 * 299.0 / 4096.0).abs() < 1e-12);
+        assert_eq!(sign_test(6, 12), 1.0);
+        assert_eq!(decisive(12), Some(2));
+        assert_eq!(decisive(5), None);
+        assert_eq!(decisive(6), Some(0));
+        assert_eq!(verdict(10, 2), "lower");
+        assert_eq!(verdict(2, 10), "higher");
+        assert_eq!(verdict(9, 3), "level");
+        assert_eq!(verdict(5, 0), "level");
+        // Ties are left out: 6 lower, none higher, 6 ties is 6 of 6.
+        assert_eq!(verdict(6, 0), "lower");
     }
 }
