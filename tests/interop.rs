@@ -377,11 +377,12 @@ fn tcp_sockets() -> Vec<(u16, u16, String)> {
         .collect()
 }
 
-/// How many TCP connections to `addr` this machine has seen lately: the distinct ports
-/// at their other end, open or in `TIME_WAIT` (a connection closed minutes ago is still
-/// there).
-fn connections_to(addr: SocketAddr) -> usize {
-    let mut others: Vec<u16> = tcp_sockets()
+/// The ports at the other end of the TCP connections to `addr` this machine holds,
+/// open or in `TIME_WAIT` (closed within the last minute). What a test made is what is
+/// new since a set taken before it: a port number can be given to a listener while
+/// connections an earlier socket on it made are still in `TIME_WAIT`.
+fn peers_of(addr: SocketAddr) -> std::collections::BTreeSet<u16> {
+    tcp_sockets()
         .into_iter()
         .filter_map(|(local, remote, _)| {
             if local == addr.port() && remote != 0 {
@@ -392,10 +393,7 @@ fn connections_to(addr: SocketAddr) -> usize {
                 None
             }
         })
-        .collect();
-    others.sort_unstable();
-    others.dedup();
-    others.len()
+        .collect()
 }
 
 /// The ports at the other end of the established TCP connections to `port` on this
@@ -412,6 +410,7 @@ fn established_to(port: u16) -> Vec<u16> {
 /// requests on their keep-alive connections to it, a body with its length and a
 /// chunked one, streamed both ways through a destination that echoes them.
 async fn through(front: &mut Program, proxy: SocketAddr, what: &str) {
+    let before = peers_of(proxy);
     let client = h1_client();
     for i in 0..20 {
         let body = payload(1000 + i * 97, i as u64);
@@ -459,9 +458,8 @@ async fn through(front: &mut Program, proxy: SocketAddr, what: &str) {
         (framing.0 == "chunked") != (framing.1 != "-"),
         "{what}: the destination saw {framing:?}"
     );
-    // 21 requests, one at a time: the client in front kept its connection to fuseway
-    // (fuseway's port is new, so every connection to it is this test's).
-    let connections = connections_to(proxy);
+    // 21 requests, one at a time: the client in front kept its connection to fuseway.
+    let connections = peers_of(proxy).difference(&before).count();
     assert!(
         (1..=2).contains(&connections),
         "{what} opened {connections} connections to fuseway for 21 requests"
@@ -736,6 +734,7 @@ const expected = n => ("resource " + n + " ").repeat(200 + n);
     .await;
     let proxy = proxy(&simple_config(&[("nginx", &nginx.url(""))], "")).await;
 
+    let before = peers_of(proxy.addr);
     let dom = common::chromium_run(
         &chromium,
         &["--virtual-time-budget=10000".into(), "--dump-dom".into()],
@@ -755,7 +754,7 @@ const expected = n => ("resource " + n + " ").repeat(200 + n);
     ] {
         assert!(out.contains(&expected), "{expected} missing: {out}");
     }
-    let connections = connections_to(proxy.addr);
+    let connections = peers_of(proxy.addr).difference(&before).count();
     assert!(
         (1..=6).contains(&connections),
         "Chromium opened {connections} connections to fuseway for {} requests",
