@@ -123,6 +123,56 @@ http {{
     Program::start("nginx", command, port).await
 }
 
+/// nginx serving `dir`'s `www` directory (with these further directives in its
+/// `server` block, and `http` in its `http` block), and a fuseway in front of it: both.
+async fn nginx_behind_fuseway(
+    binary: &Path,
+    dir: &TempDir,
+    http: &str,
+    server: &str,
+) -> (Program, common::Proxy) {
+    let port = free_port();
+    let www = dir.path().join("www");
+    let www = www.display();
+    let nginx = nginx(
+        binary,
+        dir,
+        port,
+        &format!(
+            "{http}\n    server {{\n        listen 127.0.0.1:{port};\n        root {www};\n{server}\n    }}"
+        ),
+    )
+    .await;
+    let proxy = proxy(&simple_config(&[("nginx", &nginx.url(""))], "")).await;
+    (nginx, proxy)
+}
+
+/// nginx in front of `proxy` (`http` in its `http` block — an `upstream` block named
+/// `fuseway` where `pass` says `http://fuseway`; `location` in the `location /` that
+/// passes to `pass` over HTTP/1.1): the program.
+async fn nginx_in_front(
+    binary: &Path,
+    dir: &TempDir,
+    http: &str,
+    pass: &str,
+    location: &str,
+) -> Program {
+    let port = free_port();
+    let config = format!(
+        r#"{http}
+    server {{
+        listen 127.0.0.1:{port};
+        client_max_body_size 0;
+        location / {{
+            proxy_pass {pass};
+            proxy_http_version 1.1;
+{location}
+        }}
+    }}"#
+    );
+    nginx(binary, dir, port, &config).await
+}
+
 /// One curl for these requests (each its arguments: what and where; its body goes to
 /// `/dev/null`), one after another on its connections: its stdout (what `--write-out`
 /// said) and its `--verbose` trace. curl must succeed.
@@ -175,18 +225,13 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
 
     // Every third request on a connection gets `Connection: close` from nginx, so the
     // pool meets a destination that ends its connections after an answer.
-    let port = free_port();
     let www_path = www.display();
-    let mut nginx = nginx(
+    let (mut nginx, proxy) = nginx_behind_fuseway(
         &nginx_binary,
         &dir,
-        port,
+        "    keepalive_requests 3;",
         &format!(
-            r#"    keepalive_requests 3;
-    server {{
-        listen 127.0.0.1:{port};
-        root {www_path};
-        gzip on;
+            r#"        gzip on;
         gzip_types text/plain;
         gzip_min_length 0;
         location /up/ {{
@@ -197,12 +242,10 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
         location /close/ {{
             alias {www_path}/;
             chunked_transfer_encoding off;
-        }}
-    }}"#
+        }}"#
         ),
     )
     .await;
-    let proxy = proxy(&simple_config(&[("nginx", &nginx.url(""))], "")).await;
     let client = h1_client();
 
     // A file with its length; HEAD with the same length and no body.
@@ -506,31 +549,19 @@ async fn nginx_in_front_of_fuseway_reuses_its_connections_to_it() {
     let echo = streaming_echo().await;
     let proxy = proxy(&simple_config(&[("echo", &echo.url())], "")).await;
     let dir = TempDir::new("interop-nginx-front");
-    let port = free_port();
     // Keep-alive to fuseway, request bodies streamed as they come (chunked when the
     // client's is), answers streamed back.
-    let mut nginx = nginx(
+    let mut nginx = nginx_in_front(
         &nginx_binary,
         &dir,
-        port,
         &format!(
-            r#"    upstream fuseway {{
-        server {};
-        keepalive 4;
-    }}
-    server {{
-        listen 127.0.0.1:{port};
-        client_max_body_size 0;
-        location / {{
-            proxy_pass http://fuseway;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_request_buffering off;
-            proxy_buffering off;
-        }}
-    }}"#,
+            "    upstream fuseway {{\n        server {};\n        keepalive 4;\n    }}",
             proxy.addr
         ),
+        "http://fuseway",
+        r#"            proxy_set_header Connection "";
+            proxy_request_buffering off;
+            proxy_buffering off;"#,
     )
     .await;
     through(&mut nginx, proxy.addr, "nginx").await;
@@ -583,24 +614,11 @@ async fn a_connection_nginx_closed_while_idle_is_not_reused() {
     let www = dir.path().join("www");
     std::fs::create_dir_all(&www).unwrap();
     std::fs::write(www.join("a.txt"), "after the idle close").unwrap();
-    let port = free_port();
-    let www_path = www.display();
     // nginx ends a keep-alive connection after a second without a request; fuseway's
     // pool keeps idle connections far longer, so it holds one nginx has closed.
-    let mut nginx = nginx(
-        &nginx_binary,
-        &dir,
-        port,
-        &format!(
-            r#"    keepalive_timeout 1s;
-    server {{
-        listen 127.0.0.1:{port};
-        root {www_path};
-    }}"#
-        ),
-    )
-    .await;
-    let proxy = proxy(&simple_config(&[("nginx", &nginx.url(""))], "")).await;
+    let (mut nginx, proxy) =
+        nginx_behind_fuseway(&nginx_binary, &dir, "    keepalive_timeout 1s;", "").await;
+    let port = nginx.port;
     let client = h1_client();
 
     let (status, _, _) = get(&client, &proxy.url("/a.txt"), &[]).await;
@@ -646,29 +664,19 @@ async fn a_websocket_passes_nginx_and_fuseway() {
     let (echo, mut paths) = common::ws_echo().await;
     let proxy = proxy(&simple_config(&[("ws", &format!("http://{echo}"))], "")).await;
     let dir = TempDir::new("interop-nginx-ws");
-    let port = free_port();
     // The usual nginx configuration in front of a WebSocket application.
-    let mut nginx = nginx(
+    let mut nginx = nginx_in_front(
         &nginx_binary,
         &dir,
-        port,
-        &format!(
-            r#"    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://{};
-            proxy_http_version 1.1;
-            proxy_set_header Upgrade $http_upgrade;
-            proxy_set_header Connection "upgrade";
-        }}
-    }}"#,
-            proxy.addr
-        ),
+        "",
+        &format!("http://{}", proxy.addr),
+        r#"            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection "upgrade";"#,
     )
     .await;
     let (mut ws, response) = within(
         "the WebSocket handshake through nginx and fuseway",
-        tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/chat?room=1")),
+        tokio_tungstenite::connect_async(nginx.url("/chat?room=1").replacen("http", "ws", 1)),
     )
     .await
     .expect("the handshake");
@@ -743,27 +751,18 @@ const expected = n => ("resource " + n + " ").repeat(200 + n);
         ),
     )
     .unwrap();
-    let port = free_port();
-    let www_path = www.display();
-    let mut nginx = nginx(
+    let (mut nginx, proxy) = nginx_behind_fuseway(
         &nginx_binary,
         &dir,
-        port,
-        &format!(
-            r#"    server {{
-        listen 127.0.0.1:{port};
-        root {www_path};
-        gzip on;
+        "",
+        r#"        gzip on;
         gzip_types text/plain;
-        location /up/ {{
+        location /up/ {
             dav_methods PUT;
             client_max_body_size 0;
-        }}
-    }}"#
-        ),
+        }"#,
     )
     .await;
-    let proxy = proxy(&simple_config(&[("nginx", &nginx.url(""))], "")).await;
 
     let before = peers_of(proxy.addr);
     let dom = common::chromium_run(
