@@ -332,8 +332,10 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
                     user_of(subject) / user_of(k),
                     p99_of(subject) / p99_of(k),
                 );
-                // Whether those counts tell the two apart, or are what a coin would give.
+                // Whether those counts tell the two apart, or are what a coin would give
+                // (one round is a smoke test: nothing to say).
                 match decisive(rounds) {
+                    _ if rounds < 2 => {}
                     Some(c) => println!(
                         "         sign test (5%; {rounds} rounds decide at {c} or fewer, or {} \
                          or more): CPU {}, user {}, p99 {}",
