@@ -5,7 +5,8 @@
 //! (`Expect: 100-continue`, chunked uploads, HTTP/1.0, keep-alive, and h2c to the
 //! HTTP/2 engine), nginx and HAProxy as clients of fuseway (their keep-alive
 //! connections to it, streamed and buffered request bodies, a WebSocket through nginx),
-//! and a page with its script's requests in headless Chromium.
+//! a page with its script's requests in headless Chromium, and gRPC through nginx's
+//! HTTP/2 client (`grpc_pass`) to fuseway's HTTP/2 engine.
 //!
 //! nginx, HAProxy, curl and Chromium are Debian's packages (`.ci/run` installs them);
 //! where one is absent its test says so on stderr and checks nothing. The proxy under
@@ -790,6 +791,93 @@ const expected = n => ("resource " + n + " ").repeat(200 + n);
         "Chromium opened {connections} connections to fuseway for {} requests",
         RESOURCES + 3
     );
+    nginx.assert_running();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn grpc_through_nginx_reaches_fuseways_http2_engine_with_trailers() {
+    use http_body_util::Full;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let Some(nginx_binary) = installed(&["nginx"], "nginx", "gRPC through nginx and fuseway")
+    else {
+        return;
+    };
+    // An h2c destination answering like a gRPC service: the request's message echoed,
+    // then `grpc-status` and a custom field as trailers.
+    let echo = backend(|req: Request<Incoming>| async move {
+        let message = req.into_body().collect().await.unwrap().to_bytes();
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        trailers.insert("x-echo-length", message.len().to_string().parse().unwrap());
+        let frames = futures_util::stream::iter([
+            Ok::<_, common::BoxError>(hyper::body::Frame::data(message)),
+            Ok(hyper::body::Frame::trailers(trailers)),
+        ]);
+        Response::builder()
+            .header("content-type", "application/grpc")
+            .body(http_body_util::StreamBody::new(frames).boxed())
+            .unwrap()
+    })
+    .await;
+    let proxy = proxy(&simple_config(
+        &[("echo", &echo.url())],
+        r#""HttpRequest": { "Version": "2", "VersionPolicy": "RequestVersionExact" },"#,
+    ))
+    .await;
+    // nginx's HTTP/2 client (`grpc_pass`) against fuseway's HTTP/2 server.
+    let dir = TempDir::new("interop-nginx-grpc");
+    let port = free_port();
+    let mut nginx = nginx(
+        &nginx_binary,
+        &dir,
+        port,
+        &format!(
+            "    server {{\n        listen 127.0.0.1:{port} http2;\n        client_max_body_size 0;\n        location / {{ grpc_pass grpc://{}; }}\n    }}",
+            proxy.addr
+        ),
+    )
+    .await;
+
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    for (i, size) in [10, 1000, 100_000, 1_000_000, 10].into_iter().enumerate() {
+        // A gRPC message: uncompressed, its length, its bytes.
+        let payload = payload(size, 50 + i as u64);
+        let mut message = vec![0u8];
+        message.extend_from_slice(&(size as u32).to_be_bytes());
+        message.extend_from_slice(&payload);
+        let request = Request::post(format!("http://127.0.0.1:{port}/test.Echo/Unary"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(Bytes::from(message.clone())))
+            .unwrap();
+        let response = within("the gRPC call", sender.send_request(request))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "call {i}");
+        let collected = within("the gRPC answer", response.into_body().collect())
+            .await
+            .unwrap();
+        let trailers = collected.trailers().cloned().expect("trailers");
+        assert!(
+            collected.to_bytes() == message,
+            "call {i}: the message differs"
+        );
+        assert_eq!(trailers["grpc-status"], "0", "call {i}");
+        assert_eq!(
+            trailers["x-echo-length"],
+            message.len().to_string().as_str(),
+            "call {i}"
+        );
+    }
     nginx.assert_running();
     proxy.shutdown().await;
 }
