@@ -1,4 +1,4 @@
-//! fuseway's HTTP/1.1 engines between other people's HTTP/1.1 code, all real programs
+//! fuseway's engines between other people's HTTP code, all real programs
 //! on 127.0.0.1: nginx as the destination (static files, `HEAD`, `304`, on-the-fly
 //! gzip's chunked and close-delimited answers, WebDAV uploads, a keep-alive limit that
 //! closes pooled connections, connections it closes while idle), curl as the client
