@@ -337,8 +337,8 @@ pub(crate) fn summary(runs: &[Run], kinds: &[Kind]) {
                 match decisive(rounds) {
                     _ if rounds < 2 => {}
                     Some(c) => println!(
-                        "         sign test (5%; {rounds} rounds decide at {c} or fewer, or {} \
-                         or more): CPU {}, user {}, p99 {}",
+                        "         sign test (5%, tied rounds left out; {rounds} rounds without a \
+                         tie decide at {c} or fewer, or {} or more): CPU {}, user {}, p99 {}",
                         rounds - c,
                         verdict(cpu[0], cpu[2]),
                         verdict(user[0], user[2]),
