@@ -593,3 +593,165 @@ async fn both_engines_relay_destination_answers_alike() {
     native.shutdown().await;
     hyper.shutdown().await;
 }
+
+/// A route that takes request bodies of at most 1 000 bytes.
+const LIMITED: &str = r#"{
+  "Routes": { "r": { "ClusterId": "c", "MaxRequestBodySize": 1000, "Match": { "Path": "/{**rest}" } } },
+  "Clusters": { "c": { "Destinations": { "d": { "Address": "BACKEND" } } } }
+}"#;
+
+/// More than the kernel's socket buffers hold on either side, so that a client
+/// writing all of it needs the proxy to read it.
+const LARGE: usize = 32 * 1024 * 1024;
+
+/// Write `head` and then all of `body` before reading anything, as Python's
+/// `http.client` and many SDKs do, then read one answer: a connection closed with the
+/// body unread would end the writes or the read with a reset.
+async fn send_all_then_read(s: &mut TcpStream, head: &[u8], body: &[u8]) -> Vec<u8> {
+    within("the whole request", async {
+        s.write_all(head).await.unwrap();
+        if let Err(e) = s.write_all(body).await {
+            panic!("the body could not be sent: {e}");
+        }
+    })
+    .await;
+    within("the answer", read_response(s)).await
+}
+
+/// The proxy has shut its side of the connection (its answer is whole): the read ends
+/// with its `FIN`, not a reset.
+async fn closed_cleanly(s: &mut TcpStream) {
+    let mut rest = Vec::new();
+    let read = within("the close", s.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "{read:?}");
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+}
+
+/// Wait until the proxy's end of `s` is no longer held by the process (its socket
+/// closed: the kernel's line for it in `/proc/net/tcp` gone, or orphaned, inode 0).
+#[cfg(target_os = "linux")]
+async fn released_by_the_proxy(s: &TcpStream) {
+    let (ours, theirs) = (
+        s.local_addr().unwrap().port(),
+        s.peer_addr().unwrap().port(),
+    );
+    let held = || {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        table.lines().skip(1).any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let port = |field: &str| u16::from_str_radix(&field[field.len() - 4..], 16).unwrap();
+            port(fields[1]) == theirs && port(fields[2]) == ours && fields[9] != "0"
+        })
+    };
+    within("the proxy to close the connection", async {
+        while held() {
+            // The kernel tells no one when a process closes a socket that has sent
+            // its FIN: its table is looked at again.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// A body the proxy refuses (`413`) or a head it refuses (`400`) is read and thrown
+/// away after the answer, until the client closes (nginx's lingering close), so that a
+/// client that sends all of its request before it reads gets the answer rather than a
+/// reset.
+#[tokio::test]
+async fn a_client_that_sends_everything_before_reading_gets_the_refusal() {
+    // A destination that takes what comes: the chunked body streams to it until the
+    // limit stops it.
+    let b = backend(|req: Request<Incoming>| async move {
+        let _ = req.into_body().collect().await;
+        Response::new(full("taken"))
+    })
+    .await;
+    let p = start(
+        &LIMITED.replace("BACKEND", &b.url()),
+        engine(Http1Engine::Native),
+    )
+    .await;
+    let body = vec![b'x'; LARGE];
+    let mut chunked = Vec::with_capacity(LARGE + LARGE / 1000);
+    for piece in body.chunks(64 * 1024) {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let cases: [(&str, String, &[u8], &str); 3] = [
+        (
+            "a length over the route's limit",
+            format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {LARGE}\r\n\r\n"),
+            &body,
+            "HTTP/1.1 413",
+        ),
+        (
+            "a chunked body over the route's limit",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n".into(),
+            &chunked,
+            "HTTP/1.1 413",
+        ),
+        (
+            "a head refused, its body after it",
+            format!(
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {LARGE}\r\nContent-Length: 1\r\n\r\n"
+            ),
+            &body,
+            "HTTP/1.1 400",
+        ),
+    ];
+    for (what, head, body, status) in cases {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        let answer = send_all_then_read(&mut s, head.as_bytes(), body).await;
+        assert!(
+            answer.starts_with(status.as_bytes()),
+            "{what}: {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+        // The client closes its side: the proxy's lingering ends with it.
+        s.shutdown().await.unwrap();
+        closed_cleanly(&mut s).await;
+    }
+    p.shutdown().await;
+}
+
+/// The lingering is bounded: a client that stops sending after the answer is closed
+/// once the header read timeout passes without a byte, and one that keeps sending a
+/// byte at a time, after six of those timeouts in all (nginx's `lingering_timeout` and
+/// `lingering_time`, at most 5 and 30 s).
+#[tokio::test]
+async fn the_lingering_close_ends_when_the_client_stops_or_takes_too_long() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let b = seeing_backend(count.clone()).await;
+    let p = start(
+        &LIMITED.replace("BACKEND", &b.url()),
+        engine(Http1Engine::Native).header_read_timeout(std::time::Duration::from_millis(300)),
+    )
+    .await;
+    let head = format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {LARGE}\r\n\r\n");
+    let some = vec![b'x'; 1024 * 1024];
+
+    // Part of the body, the answer, then silence (the connection left open).
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    let answer = send_all_then_read(&mut s, head.as_bytes(), &some).await;
+    assert!(answer.starts_with(b"HTTP/1.1 413"), "{answer:?}");
+    closed_cleanly(&mut s).await;
+    #[cfg(target_os = "linux")]
+    released_by_the_proxy(&s).await;
+
+    // A byte every 50 ms, for ever: the proxy closes the connection all the same (the
+    // test's bound is far past the 1.8 s the lingering may take), and a write after
+    // its close is answered with a reset, which fails the next one.
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    let answer = send_all_then_read(&mut s, head.as_bytes(), &some).await;
+    assert!(answer.starts_with(b"HTTP/1.1 413"), "{answer:?}");
+    within("the close of a trickling client", async {
+        while s.write_all(b"x").await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+    p.shutdown().await;
+}

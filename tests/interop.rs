@@ -1,7 +1,8 @@
 //! fuseway's engines between other people's HTTP code, all real programs
 //! on 127.0.0.1: nginx as the destination (static files, `HEAD`, `304`, on-the-fly
 //! gzip's chunked and close-delimited answers, WebDAV uploads, a keep-alive limit that
-//! closes pooled connections, connections it closes while idle), curl as the client
+//! closes pooled connections, connections it closes while idle, an upload it refuses
+//! before the body), curl as the client
 //! (`Expect: 100-continue`, chunked uploads, HTTP/1.0, keep-alive, and h2c to the
 //! HTTP/2 engine), nginx and HAProxy as clients of fuseway (their keep-alive
 //! connections to it, streamed and buffered request bodies, a WebSocket through nginx),
@@ -16,6 +17,7 @@
 #![cfg(target_os = "linux")]
 
 mod common;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -24,9 +26,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{backend, free_port, h1_client, installed, proxy, simple_config, within, TempDir};
+use fuseway::server::Http1Engine;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 /// `len` bytes that no compressor shrinks much and no two offsets share a pattern, so a
@@ -413,6 +417,73 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
         assert!(std::fs::read(www.join("up/h2c.bin")).unwrap() == upload);
     }
 
+    nginx.assert_running();
+    proxy.shutdown().await;
+}
+
+/// nginx refusing an upload (`client_max_body_size`) answers `413` before the body and
+/// reads the rest away (its lingering close); fuseway relays the answer and reads the
+/// rest from its client the same way, so a client that sends its whole body before it
+/// reads (Python's `http.client`, many SDKs) gets the `413` rather than a reset. The
+/// native engine's behaviour (hyper's closes at once): its tests pin it.
+#[tokio::test]
+async fn nginx_refusing_an_upload_reaches_a_client_that_sends_it_all_first() {
+    let Some(nginx_binary) = installed(&["nginx"], "nginx", "nginx refusing an upload") else {
+        return;
+    };
+    let dir = TempDir::new("interop-nginx-413");
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("small.txt"), "small").unwrap();
+    let port = free_port();
+    let mut nginx = nginx(
+        &nginx_binary,
+        &dir,
+        port,
+        &format!(
+            "    server {{\n        listen 127.0.0.1:{port};\n        root {};\n        client_max_body_size 1k;\n        dav_methods PUT;\n    }}",
+            www.display()
+        ),
+    )
+    .await;
+    // No limit of fuseway's own (its default, Kestrel's, is 30 MB).
+    let config = format!(
+        r#"{{ "Routes": {{ "r": {{ "ClusterId": "c", "MaxRequestBodySize": -1, "Match": {{ "Path": "/{{**rest}}" }} }} }},
+             "Clusters": {{ "c": {{ "Destinations": {{ "nginx": {{ "Address": "{}" }} }} }} }} }}"#,
+        nginx.url("")
+    );
+    let proxy = support::start(
+        &config,
+        support::options().http1_engine(Http1Engine::Native),
+    )
+    .await;
+
+    // More than the sockets' buffers hold between the client and nginx.
+    let len = 64 * 1024 * 1024;
+    let body = vec![b'u'; len];
+    for _ in 0..2 {
+        let answer = within("the upload and its answer", async {
+            let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+            let head =
+                format!("PUT /upload.bin HTTP/1.1\r\nHost: a\r\nContent-Length: {len}\r\n\r\n");
+            s.write_all(head.as_bytes()).await.unwrap();
+            if let Err(e) = s.write_all(&body).await {
+                panic!("the body could not be sent: {e}");
+            }
+            s.shutdown().await.unwrap();
+            let mut answer = Vec::new();
+            if let Err(e) = s.read_to_end(&mut answer).await {
+                panic!("the answer could not be read: {e}");
+            }
+            String::from_utf8_lossy(&answer).into_owned()
+        })
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(answer.contains("413 Request Entity Too Large"), "{answer}");
+    }
+    // And fuseway goes on relaying.
+    let (status, _, body) = get(&h1_client(), &proxy.url("/small.txt"), &[]).await;
+    assert_eq!((status, &body[..]), (200, &b"small"[..]));
     nginx.assert_running();
     proxy.shutdown().await;
 }

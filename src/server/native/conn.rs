@@ -31,6 +31,17 @@ pub(super) enum Waited<T> {
     Refused(ParseError),
 }
 
+/// How far a connection's close has gone (see [`Conn::close`]).
+#[derive(Default)]
+struct Closing {
+    /// Its write side is shut, and the lingering ends by then.
+    until: Option<tokio::time::Instant>,
+    /// The client may still send (the request body was not read through, or bytes came).
+    waits: bool,
+    /// Bytes came: the wait for the next one starts again.
+    restart: bool,
+}
+
 /// A response body being sent: `Framing::Length` counts the bytes still to come.
 pub(super) struct Sending {
     pub(super) framing: Framing,
@@ -474,6 +485,72 @@ impl<I: Io> Conn<I> {
                 Err(_) => return Poll::Ready(false),
             }
         }
+    }
+
+    /// Close the connection once its last answer is written: its write side is shut,
+    /// and what the client still sends is read and thrown away until it closes its
+    /// side, shutdown starts, no byte has come for `timeout` (the header read timeout,
+    /// at most [`LINGER_IDLE`]), or [`LINGER_ROUNDS`] times that has passed in all:
+    /// nginx's lingering close. It lingers only while the client sends, or when the
+    /// request body was not read through (the rest may be on its way); else it closes
+    /// at once.
+    ///
+    /// A socket closed with bytes unread answers them with a reset, and the reset may
+    /// destroy the answer in the client's buffers before the client reads it (RFC 9112
+    /// §9.6): a client that writes its whole body before it reads (Python's
+    /// `http.client`, many SDKs) would see a reset instead of its `413`.
+    ///
+    /// Not an `async fn`: the future holds the three borrows and its state, not copies
+    /// of its arguments besides (it is a state of the connection's future).
+    pub(super) fn close<'a>(
+        &'a mut self,
+        drain: &'a mut Signal,
+        timeout: Duration,
+    ) -> impl Future<Output = ()> + 'a {
+        let mut closing = Closing::default();
+        poll_fn(move |cx| self.poll_close(cx, drain, &mut closing, timeout))
+    }
+
+    fn poll_close(
+        &mut self,
+        cx: &mut Context<'_>,
+        drain: &mut Signal,
+        closing: &mut Closing,
+        timeout: Duration,
+    ) -> Poll<()> {
+        let idle = timeout.min(LINGER_IDLE);
+        let until = match closing.until {
+            Some(until) => until,
+            None => {
+                let _ = ready!(Pin::new(&mut self.io).poll_shutdown(cx));
+                closing.waits = self.body.is_some();
+                closing.restart = true;
+                *closing
+                    .until
+                    .insert(crate::clock::now() + idle * LINGER_ROUNDS)
+            }
+        };
+        if !self.read_eof && !drain.poll_draining(cx) {
+            loop {
+                self.read_buf.clear();
+                match self.poll_read_more(cx) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => break,
+                    Poll::Ready(Ok(_)) => (closing.waits, closing.restart) = (true, true),
+                    Poll::Pending => {
+                        let left = until.saturating_duration_since(crate::clock::now());
+                        if !closing.waits || left.is_zero() {
+                            break;
+                        }
+                        let restart = std::mem::take(&mut closing.restart);
+                        ready!(drain.poll_deadline(cx, restart.then(|| idle.min(left))));
+                        break;
+                    }
+                }
+            }
+        }
+        self.read_buf.clear();
+        buffers::release_read(&mut self.read_buf);
+        Poll::Ready(())
     }
 
     /// Queue the answer to a refused head (`400`, `414`, `431`), which closes the

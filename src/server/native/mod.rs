@@ -12,7 +12,10 @@
 //! request is cancelled). The response head and small bodies are written with one
 //! vectored write; bodies are framed by length, chunks (with trailers when the
 //! client said `TE: trailers`) or, for HTTP/1.0 clients, the connection's close.
-//! A `101` hands the socket, and whatever was read past the head, to the tunnel.
+//! A `101` hands the socket, and whatever was read past the head, to the tunnel. A
+//! connection that closes while its client may still be sending (a refused or unread
+//! body, a refused head) reads and drops what comes for a while first, as nginx's
+//! lingering close does (`Conn::close`), so that the answer is not lost to a reset.
 //!
 //! A plain TCP connection that has waited [`PARK_AFTER`] for its next request with
 //! nothing in hand parks: its task ends and its socket waits in the listener's
@@ -281,7 +284,7 @@ where
             };
             if !keep_alive {
                 std::hint::cold_path();
-                let _ = poll_fn(|cx| Pin::new(&mut conn.io).poll_shutdown(cx)).await;
+                conn.close(&mut drain, timeout()).await;
                 return;
             }
             // The body the pipeline left unread is read and thrown away (up to a bound),
@@ -298,6 +301,7 @@ where
                 })
                 .await;
                 if !discarded {
+                    conn.close(&mut drain, timeout()).await;
                     return;
                 }
             }
@@ -316,10 +320,18 @@ where
         })
         .await;
         if written {
-            let _ = poll_fn(|cx| Pin::new(&mut conn.io).poll_shutdown(cx)).await;
+            // The rest of the refused message may be on its way.
+            conn.close(&mut drain, timeout()).await;
         }
     })
 }
+
+/// Longest wait for the next byte of what a closing connection's client still sends
+/// (nginx's `lingering_timeout`); the header read timeout when shorter.
+const LINGER_IDLE: Duration = Duration::from_secs(5);
+/// How many of those waits a closing connection reads for in all (nginx's
+/// `lingering_time` is six of its `lingering_timeout`s: 30 s).
+const LINGER_ROUNDS: u32 = 6;
 
 /// How long the answer to a refused head may take to be written.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
