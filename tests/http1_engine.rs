@@ -755,3 +755,40 @@ async fn the_lingering_close_ends_when_the_client_stops_or_takes_too_long() {
     assert_eq!(count.load(Ordering::SeqCst), 0);
     p.shutdown().await;
 }
+
+/// A destination that answers before it has read the request body and then closes the
+/// connection with the body unread (a reset, not a lingering close): its answer is
+/// relayed whole, as .NET's `HttpClient` under YARP relays it (nginx answers 502).
+#[tokio::test]
+async fn an_answer_given_before_the_destination_reset_the_connection_is_relayed() {
+    let refusing = raw_backend(|mut s: TcpStream| async move {
+        if read_head(&mut s).await.is_none() {
+            return;
+        }
+        let _ = s
+            .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big!")
+            .await;
+        // Dropped with the body unread: the kernel answers it with a reset.
+    })
+    .await;
+    let unlimited = LIMITED
+        .replace("BACKEND", &refusing.url())
+        .replace("\"MaxRequestBodySize\": 1000", "\"MaxRequestBodySize\": -1");
+    let p = start(&unlimited, engine(Http1Engine::Native)).await;
+    let body = vec![b'x'; LARGE];
+    let head = format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {LARGE}\r\n\r\n");
+    for i in 0..3 {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        let answer = send_all_then_read(&mut s, head.as_bytes(), &body).await;
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            text.starts_with("HTTP/1.1 413") && text.ends_with("\r\n\r\ntoo big!"),
+            "{i}: {text:?}"
+        );
+        s.shutdown().await.unwrap();
+        closed_cleanly(&mut s).await;
+    }
+    // No connection the destination closed was used again.
+    assert_eq!(refusing.accepted(), 3);
+    p.shutdown().await;
+}

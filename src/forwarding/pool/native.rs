@@ -202,6 +202,10 @@ struct Inner<B> {
     keep_alive: bool,
     /// The connection cannot carry another request.
     broken: bool,
+    /// Why the request could not be sent whole: the destination closed the connection
+    /// under it. Its answer, if it gave one first, is still read (and relayed); the
+    /// connection then ends.
+    unsent: Option<io::Error>,
 }
 
 impl<B: SendBody> Native<B> {
@@ -229,6 +233,7 @@ impl<B: SendBody> Native<B> {
             recv: Recv::Done,
             keep_alive: true,
             broken: false,
+            unsent: None,
         };
         inner.begin(request, added);
         Box::pin(Native {
@@ -426,6 +431,15 @@ impl<B: SendBody> Inner<B> {
         }
     }
 
+    /// Send no more of the request: the destination closed the connection under it
+    /// (`error`), which then ends with this exchange.
+    fn stop_sending(&mut self, error: io::Error) {
+        tracing::debug!(error = %error, "the destination closed the connection under the request; reading its answer");
+        self.body = None;
+        self.sent = true;
+        self.unsent = Some(error);
+    }
+
     /// The connection turned out closed; `written`: whether any of the request had been
     /// written to it. Relinked (`true`) when the request can go to another connection.
     fn relink(&mut self, written: bool) -> bool {
@@ -497,8 +511,13 @@ impl<B: SendBody> Exchange for Native<B> {
                         if closed(&e) && this.relink(this.out.wrote()) {
                             continue;
                         }
-                        this.broken = true;
-                        return Poll::Ready(Err(e.into()));
+                        if !closed(&e) || !this.out.wrote() {
+                            this.broken = true;
+                            return Poll::Ready(Err(e.into()));
+                        }
+                        // The destination may have answered before it closed (an
+                        // early `413`, its body left unread): that answer is read.
+                        this.stop_sending(e);
                     }
                 }
             }
@@ -507,6 +526,10 @@ impl<B: SendBody> Exchange for Native<B> {
                 Poll::Ready(Ok(head)) => head,
                 Poll::Ready(Err(None)) => {
                     std::hint::cold_path();
+                    if let Some(e) = this.unsent.take() {
+                        this.broken = true;
+                        return Poll::Ready(Err(e.into()));
+                    }
                     if this.relink(this.out.wrote()) {
                         continue;
                     }
@@ -545,7 +568,7 @@ impl<B: SendBody> Exchange for Native<B> {
 
     fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) {
         let this = &mut self.project().inner;
-        if this.body.is_some() || this.out.pending() > 0 {
+        if this.unsent.is_none() && (this.body.is_some() || this.out.pending() > 0) {
             if let Poll::Ready(Err(_)) = this.poll_send(cx) {
                 // The response fails with it (see `poll_frame`).
                 this.broken = true;
@@ -632,6 +655,7 @@ impl<B: SendBody> Exchange for Native<B> {
         let clean = reusable
             && this.keep_alive
             && !this.broken
+            && this.unsent.is_none()
             && matches!(this.recv, Recv::Done)
             && this.body.is_none()
             && this.out.pending() == 0
