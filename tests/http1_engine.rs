@@ -792,3 +792,36 @@ async fn an_answer_given_before_the_destination_reset_the_connection_is_relayed(
     assert_eq!(refusing.accepted(), 3);
     p.shutdown().await;
 }
+
+/// A final answer to an `Expect: 100-continue` request before the `100` (here the
+/// route's body limit) closes the connection: the client may send its body or not
+/// (RFC 9110 §10.1.1), so the proxy cannot tell the rest of the message from the next
+/// one. Both engines say `Connection: close` and close, as nginx does.
+#[tokio::test]
+async fn an_answer_before_100_continue_closes_the_connection() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let b = seeing_backend(count.clone()).await;
+    let config = LIMITED.replace("BACKEND", &b.url());
+    for engine_ in [Http1Engine::Native, Http1Engine::Hyper] {
+        let p = start(&config, engine(engine_)).await;
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        s.write_all(
+            b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2000\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let answer = within("the answer", read_response(&mut s)).await;
+        let answer = &answers(&answer, false)[0];
+        assert_eq!(answer.status, 413, "{engine_:?}");
+        assert!(
+            answer
+                .fields
+                .contains(&("connection".into(), "close".into())),
+            "{engine_:?}: {answer:?}"
+        );
+        // The body never comes: the connection ends all the same.
+        closed_cleanly(&mut s).await;
+        p.shutdown().await;
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+}

@@ -148,6 +148,10 @@ impl<I: Io> Conn<I> {
             && !self.body_failed
             && framing != Framing::UntilClose
             && (!status.is_informational() || upgrading)
+            // A final answer before the `100 Continue`: the client may send its body
+            // or not (RFC 9110 §10.1.1), so what comes next cannot be told apart from
+            // its next request.
+            && !self.continue_pending
             && !crate::forwarding::upgrade::connection_has(&parts.headers, "close");
         let connection = match (keep_alive || upgrading, message.version) {
             (false, Version::HTTP_11) => Connection::Close,
@@ -447,10 +451,6 @@ impl<I: Io> Conn<I> {
         starts: &mut bool,
         timeout: Duration,
     ) -> Poll<bool> {
-        if self.continue_pending {
-            // The client waits for a `100` it will not get: its body never comes.
-            return Poll::Ready(false);
-        }
         let Some(decoder) = self.body.as_mut() else {
             return Poll::Ready(true);
         };
