@@ -656,7 +656,7 @@ async fn released_by_the_proxy(s: &TcpStream) {
 /// A body the proxy refuses (`413`) or a head it refuses (`400`) is read and thrown
 /// away after the answer, until the client closes (nginx's lingering close), so that a
 /// client that sends all of its request before it reads gets the answer rather than a
-/// reset.
+/// reset: on both engines.
 #[tokio::test]
 async fn a_client_that_sends_everything_before_reading_gets_the_refusal() {
     // A destination that takes what comes: the chunked body streams to it until the
@@ -665,11 +665,6 @@ async fn a_client_that_sends_everything_before_reading_gets_the_refusal() {
         let _ = req.into_body().collect().await;
         Response::new(full("taken"))
     })
-    .await;
-    let p = start(
-        &LIMITED.replace("BACKEND", &b.url()),
-        engine(Http1Engine::Native),
-    )
     .await;
     let body = vec![b'x'; LARGE];
     let mut chunked = Vec::with_capacity(LARGE + LARGE / 1000);
@@ -701,19 +696,22 @@ async fn a_client_that_sends_everything_before_reading_gets_the_refusal() {
             "HTTP/1.1 400",
         ),
     ];
-    for (what, head, body, status) in cases {
-        let mut s = TcpStream::connect(p.addr).await.unwrap();
-        let answer = send_all_then_read(&mut s, head.as_bytes(), body).await;
-        assert!(
-            answer.starts_with(status.as_bytes()),
-            "{what}: {:?}",
-            String::from_utf8_lossy(&answer)
-        );
-        // The client closes its side: the proxy's lingering ends with it.
-        s.shutdown().await.unwrap();
-        closed_cleanly(&mut s).await;
+    for engine_ in [Http1Engine::Native, Http1Engine::Hyper] {
+        let p = start(&LIMITED.replace("BACKEND", &b.url()), engine(engine_)).await;
+        for (what, head, body, status) in &cases {
+            let mut s = TcpStream::connect(p.addr).await.unwrap();
+            let answer = send_all_then_read(&mut s, head.as_bytes(), body).await;
+            assert!(
+                answer.starts_with(status.as_bytes()),
+                "{engine_:?}, {what}: {:?}",
+                String::from_utf8_lossy(&answer)
+            );
+            // The client closes its side: the proxy's lingering ends with it.
+            s.shutdown().await.unwrap();
+            closed_cleanly(&mut s).await;
+        }
+        p.shutdown().await;
     }
-    p.shutdown().await;
 }
 
 /// The lingering is bounded: a client that stops sending after the answer is closed
@@ -724,36 +722,44 @@ async fn a_client_that_sends_everything_before_reading_gets_the_refusal() {
 async fn the_lingering_close_ends_when_the_client_stops_or_takes_too_long() {
     let count = Arc::new(AtomicUsize::new(0));
     let b = seeing_backend(count.clone()).await;
-    let p = start(
-        &LIMITED.replace("BACKEND", &b.url()),
-        engine(Http1Engine::Native).header_read_timeout(std::time::Duration::from_millis(300)),
-    )
-    .await;
     let head = format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {LARGE}\r\n\r\n");
     let some = vec![b'x'; 1024 * 1024];
+    for engine_ in [Http1Engine::Native, Http1Engine::Hyper] {
+        let p = start(
+            &LIMITED.replace("BACKEND", &b.url()),
+            engine(engine_).header_read_timeout(std::time::Duration::from_millis(300)),
+        )
+        .await;
 
-    // Part of the body, the answer, then silence (the connection left open).
-    let mut s = TcpStream::connect(p.addr).await.unwrap();
-    let answer = send_all_then_read(&mut s, head.as_bytes(), &some).await;
-    assert!(answer.starts_with(b"HTTP/1.1 413"), "{answer:?}");
-    closed_cleanly(&mut s).await;
-    #[cfg(target_os = "linux")]
-    released_by_the_proxy(&s).await;
+        // Part of the body, the answer, then silence (the connection left open).
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        let answer = send_all_then_read(&mut s, head.as_bytes(), &some).await;
+        assert!(
+            answer.starts_with(b"HTTP/1.1 413"),
+            "{engine_:?}: {answer:?}"
+        );
+        closed_cleanly(&mut s).await;
+        #[cfg(target_os = "linux")]
+        released_by_the_proxy(&s).await;
 
-    // A byte every 50 ms, for ever: the proxy closes the connection all the same (the
-    // test's bound is far past the 1.8 s the lingering may take), and a write after
-    // its close is answered with a reset, which fails the next one.
-    let mut s = TcpStream::connect(p.addr).await.unwrap();
-    let answer = send_all_then_read(&mut s, head.as_bytes(), &some).await;
-    assert!(answer.starts_with(b"HTTP/1.1 413"), "{answer:?}");
-    within("the close of a trickling client", async {
-        while s.write_all(b"x").await.is_ok() {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+        // A byte every 50 ms, for ever: the proxy closes the connection all the same
+        // (the test's bound is far past the 1.8 s the lingering may take), and a write
+        // after its close is answered with a reset, which fails the next one.
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        let answer = send_all_then_read(&mut s, head.as_bytes(), &some).await;
+        assert!(
+            answer.starts_with(b"HTTP/1.1 413"),
+            "{engine_:?}: {answer:?}"
+        );
+        within("the close of a trickling client", async {
+            while s.write_all(b"x").await.is_ok() {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        p.shutdown().await;
+    }
     assert_eq!(count.load(Ordering::SeqCst), 0);
-    p.shutdown().await;
 }
 
 /// A destination that answers before it has read the request body and then closes the

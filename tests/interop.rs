@@ -17,7 +17,6 @@
 #![cfg(target_os = "linux")]
 
 mod common;
-mod support;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -26,7 +25,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{backend, free_port, h1_client, installed, proxy, simple_config, within, TempDir};
-use fuseway::server::Http1Engine;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -424,8 +422,7 @@ async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
 /// nginx refusing an upload (`client_max_body_size`) answers `413` before the body and
 /// reads the rest away (its lingering close); fuseway relays the answer and reads the
 /// rest from its client the same way, so a client that sends its whole body before it
-/// reads (Python's `http.client`, many SDKs) gets the `413` rather than a reset. The
-/// native engine's behaviour (hyper's closes at once): its tests pin it.
+/// reads (Python's `http.client`, many SDKs) gets the `413` rather than a reset.
 #[tokio::test]
 async fn nginx_refusing_an_upload_reaches_a_client_that_sends_it_all_first() {
     let Some(nginx_binary) = installed(&["nginx"], "nginx", "nginx refusing an upload") else {
@@ -452,11 +449,7 @@ async fn nginx_refusing_an_upload_reaches_a_client_that_sends_it_all_first() {
              "Clusters": {{ "c": {{ "Destinations": {{ "nginx": {{ "Address": "{}" }} }} }} }} }}"#,
         nginx.url("")
     );
-    let proxy = support::start(
-        &config,
-        support::options().http1_engine(Http1Engine::Native),
-    )
-    .await;
+    let proxy = proxy(&config).await;
 
     // More than the sockets' buffers hold between the client and nginx.
     let len = 64 * 1024 * 1024;

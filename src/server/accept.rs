@@ -224,7 +224,13 @@ where
         let (service, activity) = served(service, info);
         let connection = shared
             .builder
-            .serve_connection_with_upgrades(TokioIo::new(io), service)
+            .serve_connection_with_upgrades(
+                TokioIo::new(super::linger::Lingering::new(
+                    io,
+                    shared.options.header_read_timeout,
+                )),
+                service,
+            )
             .into_owned();
         let timeout = match protocol {
             Protocol::Http1 => shared.options.header_read_timeout,

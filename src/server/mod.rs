@@ -8,6 +8,7 @@ mod chunked;
 pub(crate) mod counts;
 mod drain;
 mod idle;
+mod linger;
 pub(crate) mod native;
 pub(crate) mod native_h2;
 mod options;

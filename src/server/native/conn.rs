@@ -1,6 +1,7 @@
 //! One connection's socket, buffers and codec state, and the steps of serving it.
 
 use super::*;
+use crate::server::linger;
 
 /// What the connection keeps of a request while it is answered.
 pub(super) struct Message {
@@ -487,18 +488,12 @@ impl<I: Io> Conn<I> {
         }
     }
 
-    /// Close the connection once its last answer is written: its write side is shut,
-    /// and what the client still sends is read and thrown away until it closes its
-    /// side, shutdown starts, no byte has come for `timeout` (the header read timeout,
-    /// at most [`LINGER_IDLE`]), or [`LINGER_ROUNDS`] times that has passed in all:
-    /// nginx's lingering close. It lingers only while the client sends, or when the
-    /// request body was not read through (the rest may be on its way); else it closes
-    /// at once.
-    ///
-    /// A socket closed with bytes unread answers them with a reset, and the reset may
-    /// destroy the answer in the client's buffers before the client reads it (RFC 9112
-    /// §9.6): a client that writes its whole body before it reads (Python's
-    /// `http.client`, many SDKs) would see a reset instead of its `413`.
+    /// Close the connection once its last answer is written, lingering ([`linger`]):
+    /// its write side is shut, and what the client still sends is read and thrown away
+    /// until it closes its side, shutdown starts, no byte has come for `timeout` (the
+    /// header read timeout, at most [`linger::IDLE`]), or [`linger::ROUNDS`] times that
+    /// has passed in all. It lingers only while the client sends, or when the request
+    /// body was not read through (the rest may be on its way); else it closes at once.
     ///
     /// Not an `async fn`: the future holds the three borrows and its state, not copies
     /// of its arguments besides (it is a state of the connection's future).
@@ -518,7 +513,7 @@ impl<I: Io> Conn<I> {
         closing: &mut Closing,
         timeout: Duration,
     ) -> Poll<()> {
-        let idle = timeout.min(LINGER_IDLE);
+        let idle = timeout.min(linger::IDLE);
         let until = match closing.until {
             Some(until) => until,
             None => {
@@ -527,7 +522,7 @@ impl<I: Io> Conn<I> {
                 closing.restart = true;
                 *closing
                     .until
-                    .insert(crate::clock::now() + idle * LINGER_ROUNDS)
+                    .insert(crate::clock::now() + idle * linger::ROUNDS)
             }
         };
         if !self.read_eof && !drain.poll_draining(cx) {

@@ -15,7 +15,8 @@
 //! A `101` hands the socket, and whatever was read past the head, to the tunnel. A
 //! connection that closes while its client may still be sending (a refused or unread
 //! body, a refused head) reads and drops what comes for a while first, as nginx's
-//! lingering close does (`Conn::close`), so that the answer is not lost to a reset.
+//! lingering close does (`Conn::close`, [`super::linger`]), so that the answer is not
+//! lost to a reset.
 //!
 //! A plain TCP connection that has waited [`PARK_AFTER`] for its next request with
 //! nothing in hand parks: its task ends and its socket waits in the listener's
@@ -325,13 +326,6 @@ where
         }
     })
 }
-
-/// Longest wait for the next byte of what a closing connection's client still sends
-/// (nginx's `lingering_timeout`); the header read timeout when shorter.
-const LINGER_IDLE: Duration = Duration::from_secs(5);
-/// How many of those waits a closing connection reads for in all (nginx's
-/// `lingering_time` is six of its `lingering_timeout`s: 30 s).
-const LINGER_ROUNDS: u32 = 6;
 
 /// How long the answer to a refused head may take to be written.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
