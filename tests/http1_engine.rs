@@ -496,6 +496,8 @@ fn scripted(path: &str) -> (&'static [u8], bool) {
         "/bad-chunk" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", true),
         "/obs-fold" => (b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded\r\nContent-Length: 0\r\n\r\n", true),
         "/te-in-http10" => (b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", true),
+        // Refused by the native client (502); hyper's takes the coding.
+        "/length-and-chunked" => (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", true),
         _ => (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", false),
     }
 }
@@ -576,6 +578,35 @@ async fn both_engines_relay_destination_answers_alike() {
             assert_eq!(native.status, 502, "{path}");
         }
     }
+    // An answer with both framings: the native client refuses it; hyper's takes the
+    // coding, and the client gets the body it framed, without the length (RFC 9112
+    // §6.3), not a length the body does not have.
+    let request = b"GET /length-and-chunked HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let native_answer = &answers(&exchange(native.addr, request).await, false)[0];
+    assert_eq!(native_answer.status, 502);
+    let raw = exchange(hyper.addr, request).await;
+    let hyper_answers = answers(&raw, false);
+    assert_eq!(
+        hyper_answers.len(),
+        1,
+        "{:?}",
+        String::from_utf8_lossy(&raw)
+    );
+    let hyper_answer = &hyper_answers[0];
+    assert_eq!(
+        (hyper_answer.status, &hyper_answer.body[..]),
+        (200, &b"ok"[..]),
+        "{:?}",
+        String::from_utf8_lossy(&raw)
+    );
+    assert!(
+        !hyper_answer
+            .fields
+            .iter()
+            .any(|(n, v)| n == "content-length" && v == "5"),
+        "{hyper_answer:?}"
+    );
+
     // A response chunk cut short fails the response after its head: the client sees
     // the connection end without the body's end on both.
     for proxy in [&native, &hyper] {

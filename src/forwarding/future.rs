@@ -158,7 +158,7 @@ impl Future for ResponseFuture {
                         }
                         (false, _) => {
                             let (mut parts, body) = response.into_parts();
-                            headers::remove_hop_by_hop(&mut parts.headers);
+                            headers::prepare_response(&mut parts.headers);
                             parts.version = client_version;
                             let (context, destination) = this.target.take().expect("target");
                             let transforms = context.route().transforms();

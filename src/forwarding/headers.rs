@@ -167,6 +167,21 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Prepare a destination's response headers for the client: hop-by-hop and
+/// `Connection`-named headers removed, and `Content-Length` with them when
+/// `Transfer-Encoding` was present (RFC 9112 §6.3: the coding framed the body, and a
+/// proxy does not pass the length on). fuseway's own client refuses such an answer;
+/// hyper's takes the coding.
+pub(crate) fn prepare_response(headers: &mut HeaderMap) {
+    if !has_hop_by_hop(headers) {
+        return;
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
+    remove_hop_by_hop(headers);
+}
+
 /// Prepare the client's request headers for the destination, before the route's
 /// transforms run (they handle `X-Forwarded-*`, `Forwarded` and the rest; the
 /// forwarder sets `Host`):
