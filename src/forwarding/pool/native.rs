@@ -569,10 +569,16 @@ impl<B: SendBody> Exchange for Native<B> {
     fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) {
         let this = &mut self.project().inner;
         if this.unsent.is_none() && (this.body.is_some() || this.out.pending() > 0) {
-            if let Poll::Ready(Err(_)) = this.poll_send(cx) {
-                // The response fails with it (see `poll_frame`).
-                this.broken = true;
-                this.body = None;
+            match this.poll_send(cx) {
+                // The destination closed the connection under the request body after
+                // it answered: the rest of its answer is read from what came first.
+                Poll::Ready(Err(SendError::Io(e))) if closed(&e) => this.stop_sending(e),
+                Poll::Ready(Err(_)) => {
+                    // The response fails with it (see `poll_frame`).
+                    this.broken = true;
+                    this.body = None;
+                }
+                _ => {}
             }
         }
     }

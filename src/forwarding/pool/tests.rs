@@ -257,3 +257,99 @@ fn a_held_back_body_goes_at_once_on_http2() {
     // Open: a final response no longer finds the body held back.
     assert!(gate.final_response().is_none());
 }
+
+/// A request body fed by the test, chunk by chunk.
+struct Fed(tokio::sync::mpsc::UnboundedReceiver<Bytes>);
+
+impl Default for Fed {
+    fn default() -> Self {
+        Fed(tokio::sync::mpsc::unbounded_channel().1)
+    }
+}
+
+impl Body for Fed {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
+    }
+}
+
+/// A destination that answers in full while the request body is still coming and then
+/// resets the connection (closes it with the body unread) after the answer's head has
+/// been handed on: the native client stops sending and reads the rest of the answer,
+/// which came before the reset, instead of failing it.
+#[tokio::test]
+async fn an_answer_read_in_full_when_the_destination_resets_under_the_request_body() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let authority: &'static str = Box::leak(listener.local_addr().unwrap().to_string().into());
+    let (reset, reset_now) = tokio::sync::oneshot::channel::<()>();
+    let destination = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            head.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\r\ntoo big!")
+            .await
+            .unwrap();
+        let _ = reset_now.await;
+        // Closed with the body unread, and no lingering: a reset.
+        s.set_zero_linger().unwrap();
+    });
+    let pools = Pools::<Fed>::new(
+        crate::server::Http1Engine::Native,
+        Default::default(),
+        Default::default(),
+    );
+    let pool = pools.pool(key(authority));
+    let (feed, fed) = tokio::sync::mpsc::unbounded_channel();
+    let request = Request::post(format!("http://{authority}/"))
+        .header(http::header::CONTENT_LENGTH, "1000000")
+        .body(Fed(fed))
+        .unwrap();
+    let mut exchange = pool.send(request, false, &mut Added::default());
+    feed.send(Bytes::from(vec![b'x'; 1000])).unwrap();
+    let limit = Duration::from_secs(10);
+    let response = tokio::time::timeout(
+        limit,
+        std::future::poll_fn(|cx| exchange.as_mut().poll_response(cx)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(response.status(), 413);
+    // The reset comes; the next bytes of the body meet it.
+    reset.send(()).unwrap();
+    tokio::time::timeout(limit, destination)
+        .await
+        .unwrap()
+        .unwrap();
+    feed.send(Bytes::from(vec![b'x'; 64 * 1024])).unwrap();
+    std::future::poll_fn(|cx| {
+        exchange.as_mut().poll_connection(cx);
+        Poll::Ready(())
+    })
+    .await;
+    let mut body = Vec::new();
+    while let Some(frame) = tokio::time::timeout(
+        limit,
+        std::future::poll_fn(|cx| exchange.as_mut().poll_frame(cx)),
+    )
+    .await
+    .unwrap()
+    {
+        body.extend_from_slice(&frame.expect("the answer's body").into_data().unwrap());
+    }
+    assert_eq!(body, b"too big!");
+}
