@@ -126,18 +126,13 @@ http {{
     Program::start("nginx", command, port).await
 }
 
-/// nginx serving `dir`'s `www` directory (with these further directives in its
-/// `server` block, and `http` in its `http` block), and a fuseway in front of it: both.
-async fn nginx_behind_fuseway(
-    binary: &Path,
-    dir: &TempDir,
-    http: &str,
-    server: &str,
-) -> (Program, common::Proxy) {
+/// nginx serving `dir`'s `www` directory, with these further directives in its
+/// `server` block, and `http` in its `http` block.
+async fn nginx_serving_www(binary: &Path, dir: &TempDir, http: &str, server: &str) -> Program {
     let port = free_port();
     let www = dir.path().join("www");
     let www = www.display();
-    let nginx = nginx(
+    nginx(
         binary,
         dir,
         port,
@@ -145,7 +140,17 @@ async fn nginx_behind_fuseway(
             "{http}\n    server {{\n        listen 127.0.0.1:{port};\n        root {www};\n{server}\n    }}"
         ),
     )
-    .await;
+    .await
+}
+
+/// [`nginx_serving_www`], and a fuseway in front of it: both.
+async fn nginx_behind_fuseway(
+    binary: &Path,
+    dir: &TempDir,
+    http: &str,
+    server: &str,
+) -> (Program, common::Proxy) {
+    let nginx = nginx_serving_www(binary, dir, http, server).await;
     let proxy = proxy(&simple_config(&[("nginx", &nginx.url(""))], "")).await;
     (nginx, proxy)
 }
@@ -432,15 +437,11 @@ async fn nginx_refusing_an_upload_reaches_a_client_that_sends_it_all_first() {
     let www = dir.path().join("www");
     std::fs::create_dir_all(&www).unwrap();
     std::fs::write(www.join("small.txt"), "small").unwrap();
-    let port = free_port();
-    let mut nginx = nginx(
+    let mut nginx = nginx_serving_www(
         &nginx_binary,
         &dir,
-        port,
-        &format!(
-            "    server {{\n        listen 127.0.0.1:{port};\n        root {};\n        client_max_body_size 1k;\n        dav_methods PUT;\n    }}",
-            www.display()
-        ),
+        "",
+        "        client_max_body_size 1k;\n        dav_methods PUT;",
     )
     .await;
     // No limit of fuseway's own (its default, Kestrel's, is 30 MB).
