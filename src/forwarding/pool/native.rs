@@ -435,7 +435,10 @@ impl<B: SendBody> Inner<B> {
     /// (`error`), which then ends with this exchange.
     fn stop_sending(&mut self, error: io::Error) {
         tracing::debug!(error = %error, "the destination closed the connection under the request; reading its answer");
+        // Nothing queued goes anywhere now: with no body and nothing pending, the
+        // connection's driving sends nothing more.
         self.body = None;
+        self.out.clear();
         self.sent = true;
         self.unsent = Some(error);
     }
@@ -568,7 +571,7 @@ impl<B: SendBody> Exchange for Native<B> {
 
     fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) {
         let this = &mut self.project().inner;
-        if this.unsent.is_none() && (this.body.is_some() || this.out.pending() > 0) {
+        if this.body.is_some() || this.out.pending() > 0 {
             match this.poll_send(cx) {
                 // The destination closed the connection under the request body after
                 // it answered: the rest of its answer is read from what came first.
