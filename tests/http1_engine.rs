@@ -667,12 +667,9 @@ async fn released_by_the_proxy(s: &TcpStream) {
         s.peer_addr().unwrap().port(),
     );
     let held = || {
-        let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-        table.lines().skip(1).any(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let port = |field: &str| u16::from_str_radix(&field[field.len() - 4..], 16).unwrap();
-            port(fields[1]) == theirs && port(fields[2]) == ours && fields[9] != "0"
-        })
+        tcp_sockets()
+            .iter()
+            .any(|socket| socket.local == theirs && socket.remote == ours && socket.held)
     };
     within("the proxy to close the connection", async {
         while held() {

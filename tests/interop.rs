@@ -502,33 +502,18 @@ async fn streaming_echo() -> common::Backend {
     .await
 }
 
-/// This machine's IPv4 TCP sockets (`/proc/net/tcp`): local port, remote port, state
-/// (`01` established, `06` `TIME_WAIT` ...).
-fn tcp_sockets() -> Vec<(u16, u16, String)> {
-    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    table
-        .lines()
-        .skip(1)
-        .map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            (port(fields[1]), port(fields[2]), fields[3].to_owned())
-        })
-        .collect()
-}
-
 /// The ports at the other end of the TCP connections to `addr` this machine holds,
 /// open or in `TIME_WAIT` (closed within the last minute). What a test made is what is
 /// new since a set taken before it: a port number can be given to a listener while
 /// connections an earlier socket on it made are still in `TIME_WAIT`.
 fn peers_of(addr: SocketAddr) -> std::collections::BTreeSet<u16> {
-    tcp_sockets()
+    common::tcp_sockets()
         .into_iter()
-        .filter_map(|(local, remote, _)| {
-            if local == addr.port() && remote != 0 {
-                Some(remote)
-            } else if remote == addr.port() {
-                Some(local)
+        .filter_map(|socket| {
+            if socket.local == addr.port() && socket.remote != 0 {
+                Some(socket.remote)
+            } else if socket.remote == addr.port() {
+                Some(socket.local)
             } else {
                 None
             }
@@ -539,10 +524,10 @@ fn peers_of(addr: SocketAddr) -> std::collections::BTreeSet<u16> {
 /// The ports at the other end of the established TCP connections to `port` on this
 /// machine.
 fn established_to(port: u16) -> Vec<u16> {
-    tcp_sockets()
+    common::tcp_sockets()
         .into_iter()
-        .filter(|(local, _, state)| *local == port && state == "01")
-        .map(|(_, remote, _)| remote)
+        .filter(|socket| socket.local == port && socket.state == "01")
+        .map(|socket| socket.remote)
         .collect()
 }
 

@@ -614,3 +614,34 @@ pub async fn chromium_run(chromium: &std::path::Path, args: &[String], url: &str
     assert!(out.status.success(), "{:?}", out.status);
     out.stdout
 }
+
+/// One of this machine's IPv4 TCP sockets, as `/proc/net/tcp` lists it.
+#[derive(Debug)]
+pub struct TcpSocket {
+    pub local: u16,
+    pub remote: u16,
+    /// `01` established, `06` `TIME_WAIT` ...
+    pub state: String,
+    /// A process holds it: one its process has closed, left to the kernel to finish
+    /// (orphaned), has no inode.
+    pub held: bool,
+}
+
+/// This machine's IPv4 TCP sockets (`/proc/net/tcp`).
+pub fn tcp_sockets() -> Vec<TcpSocket> {
+    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            TcpSocket {
+                local: port(fields[1]),
+                remote: port(fields[2]),
+                state: fields[3].to_owned(),
+                held: fields[9] != "0",
+            }
+        })
+        .collect()
+}
