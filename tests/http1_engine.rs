@@ -724,14 +724,14 @@ async fn a_client_that_sends_everything_before_reading_gets_the_refusal() {
             "HTTP/1.1 400",
         ),
     ];
-    for engine_ in [Http1Engine::Native, Http1Engine::Hyper] {
-        let p = start(&LIMITED.replace("BACKEND", &b.url()), engine(engine_)).await;
+    for kind in [Http1Engine::Native, Http1Engine::Hyper] {
+        let p = start(&LIMITED.replace("BACKEND", &b.url()), engine(kind)).await;
         for (what, head, body, status) in &cases {
             let mut s = TcpStream::connect(p.addr).await.unwrap();
             let answer = send_all_then_read(&mut s, head.as_bytes(), body).await;
             assert!(
                 answer.starts_with(status.as_bytes()),
-                "{engine_:?}, {what}: {:?}",
+                "{kind:?}, {what}: {:?}",
                 String::from_utf8_lossy(&answer)
             );
             // The client closes its side: the proxy's lingering ends with it.
@@ -752,20 +752,17 @@ async fn the_lingering_close_ends_when_the_client_stops_or_takes_too_long() {
     let b = seeing_backend(count.clone()).await;
     let head = format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {LARGE}\r\n\r\n");
     let some = vec![b'x'; 1024 * 1024];
-    for engine_ in [Http1Engine::Native, Http1Engine::Hyper] {
+    for kind in [Http1Engine::Native, Http1Engine::Hyper] {
         let p = start(
             &LIMITED.replace("BACKEND", &b.url()),
-            engine(engine_).header_read_timeout(std::time::Duration::from_millis(300)),
+            engine(kind).header_read_timeout(std::time::Duration::from_millis(300)),
         )
         .await;
 
         // Part of the body, the answer, then silence (the connection left open).
         let mut s = TcpStream::connect(p.addr).await.unwrap();
         let answer = send_all_then_read(&mut s, head.as_bytes(), &some).await;
-        assert!(
-            answer.starts_with(b"HTTP/1.1 413"),
-            "{engine_:?}: {answer:?}"
-        );
+        assert!(answer.starts_with(b"HTTP/1.1 413"), "{kind:?}: {answer:?}");
         closed_cleanly(&mut s).await;
         #[cfg(target_os = "linux")]
         released_by_the_proxy(&s).await;
@@ -775,10 +772,7 @@ async fn the_lingering_close_ends_when_the_client_stops_or_takes_too_long() {
         // after its close is answered with a reset, which fails the next one.
         let mut s = TcpStream::connect(p.addr).await.unwrap();
         let answer = send_all_then_read(&mut s, head.as_bytes(), &some).await;
-        assert!(
-            answer.starts_with(b"HTTP/1.1 413"),
-            "{engine_:?}: {answer:?}"
-        );
+        assert!(answer.starts_with(b"HTTP/1.1 413"), "{kind:?}: {answer:?}");
         within("the close of a trickling client", async {
             while s.write_all(b"x").await.is_ok() {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -836,8 +830,8 @@ async fn an_answer_before_100_continue_closes_the_connection() {
     let count = Arc::new(AtomicUsize::new(0));
     let b = seeing_backend(count.clone()).await;
     let config = LIMITED.replace("BACKEND", &b.url());
-    for engine_ in [Http1Engine::Native, Http1Engine::Hyper] {
-        let p = start(&config, engine(engine_)).await;
+    for kind in [Http1Engine::Native, Http1Engine::Hyper] {
+        let p = start(&config, engine(kind)).await;
         let mut s = TcpStream::connect(p.addr).await.unwrap();
         s.write_all(
             b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2000\r\n\r\n",
@@ -846,12 +840,12 @@ async fn an_answer_before_100_continue_closes_the_connection() {
         .unwrap();
         let answer = within("the answer", read_response(&mut s)).await;
         let answer = &answers(&answer, false)[0];
-        assert_eq!(answer.status, 413, "{engine_:?}");
+        assert_eq!(answer.status, 413, "{kind:?}");
         assert!(
             answer
                 .fields
                 .contains(&("connection".into(), "close".into())),
-            "{engine_:?}: {answer:?}"
+            "{kind:?}: {answer:?}"
         );
         // The body never comes: the connection ends all the same.
         closed_cleanly(&mut s).await;
