@@ -90,7 +90,7 @@ struct Answer {
 fn answers(mut raw: &[u8], head_request: bool) -> Vec<Answer> {
     let mut out = Vec::new();
     while !raw.is_empty() {
-        let mut fields = [httparse::EMPTY_HEADER; 64];
+        let mut fields = [httparse::EMPTY_HEADER; 256];
         let mut response = httparse::Response::new(&mut fields);
         let Ok(httparse::Status::Complete(len)) = response.parse(raw) else {
             panic!("unparsable response: {:?}", String::from_utf8_lossy(raw));
@@ -476,6 +476,16 @@ async fn shutdown_closes_a_connection_waiting_for_an_unread_body() {
     within("shutdown", shutdown).await.unwrap();
 }
 
+/// An answer setting 150 cookies: more fields than a request may carry (100).
+static MANY_FIELDS: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    let mut answer = b"HTTP/1.1 200 OK\r\n".to_vec();
+    for i in 0..150 {
+        answer.extend_from_slice(format!("Set-Cookie: c{i}=v\r\n").as_bytes());
+    }
+    answer.extend_from_slice(b"Content-Length: 2\r\n\r\nok");
+    answer
+});
+
 /// What a scripted destination answers to `path`, and whether it closes the connection
 /// after (close-delimited bodies, and the refused answers).
 fn scripted(path: &str) -> (&'static [u8], bool) {
@@ -496,6 +506,9 @@ fn scripted(path: &str) -> (&'static [u8], bool) {
         "/bad-chunk" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", true),
         "/obs-fold" => (b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded\r\nContent-Length: 0\r\n\r\n", true),
         "/te-in-http10" => (b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", true),
+        // Relayed by the native client, as by .NET's under YARP (only the head's size,
+        // 64 KiB, bounds it); refused by hyper's (100 fields at most): 502.
+        "/many-fields" => (&MANY_FIELDS, false),
         // Refused by the native client (502); hyper's takes the coding.
         "/length-and-chunked" => (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", true),
         _ => (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", false),
@@ -606,6 +619,28 @@ async fn both_engines_relay_destination_answers_alike() {
             .any(|(n, v)| n == "content-length" && v == "5"),
         "{hyper_answer:?}"
     );
+
+    // An answer with more fields than a request may have: relayed whole by the native
+    // client; hyper's refuses it.
+    let request = b"GET /many-fields HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let raw = exchange(native.addr, request).await;
+    let native_answer = &answers(&raw, false)[0];
+    let cookies = native_answer
+        .fields
+        .iter()
+        .filter(|(n, _)| n == "set-cookie");
+    assert_eq!(
+        (
+            native_answer.status,
+            cookies.count(),
+            &native_answer.body[..]
+        ),
+        (200, 150, &b"ok"[..]),
+        "{:?}",
+        String::from_utf8_lossy(&raw)
+    );
+    let hyper_answer = &answers(&exchange(hyper.addr, request).await, false)[0];
+    assert_eq!(hyper_answer.status, 502);
 
     // A response chunk cut short fails the response after its head: the client sees
     // the connection end without the body's end on both.

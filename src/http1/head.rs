@@ -343,8 +343,8 @@ pub(crate) struct ResponseHead {
 /// Parse the response head at the start of `buf` (the answer to a `HEAD` request when
 /// `to_head`). `Ok(None)`: not complete yet. On success the head's bytes are split off
 /// `buf`, which then starts with the body. Refused (the connection cannot be used
-/// further): a malformed head (obs-folds included), one larger than `max_head` or with
-/// too many fields, and ambiguous framing — both `Content-Length` and
+/// further): a malformed head (obs-folds included), one larger than `max_head` (the
+/// only bound on its number of fields), and ambiguous framing — both `Content-Length` and
 /// `Transfer-Encoding` (as nginx refuses them), differing lengths, a coding after
 /// `chunked` (`chunked` twice, or not last), `Transfer-Encoding` in HTTP/1.0.
 pub(crate) fn parse_response(
@@ -353,13 +353,22 @@ pub(crate) fn parse_response(
     to_head: bool,
     new_headers: impl FnOnce(usize) -> HeaderMap,
 ) -> Result<Option<ResponseHead>, ParseError> {
+    let config = httparse::ParserConfig::default();
     let mut uninit = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut more;
     let mut parsed = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut parsed,
-        buf,
-        &mut uninit,
-    ) {
+    let mut result = config.parse_response_with_uninit_headers(&mut parsed, buf, &mut uninit);
+    if let Err(httparse::Error::TooManyHeaders) = result {
+        // Only the size bounds an answer's head, as in .NET's client under YARP (a
+        // destination may set more cookies than a client sends fields): parsed again
+        // with room for as many fields as the head's first `max_head` bytes have lines.
+        std::hint::cold_path();
+        let lines = memchr::memchr_iter(b'\n', &buf[..buf.len().min(max_head)]).count();
+        more = vec![MaybeUninit::uninit(); lines];
+        parsed = httparse::Response::new(&mut []);
+        result = config.parse_response_with_uninit_headers(&mut parsed, buf, &mut more);
+    }
+    let len = match result {
         Ok(httparse::Status::Complete(len)) if len > max_head => {
             return Err(ParseError::HeadTooLarge)
         }

@@ -25,7 +25,7 @@ pub(crate) use encode::{
 };
 pub(crate) use head::{
     parse_length, parse_request, parse_response, BodyLength, Limits, ParseError, RequestHead,
-    ResponseBodyLength, ResponseHead, MAX_HEADERS,
+    ResponseBodyLength, ResponseHead,
 };
 pub(crate) use write::{poll_write_vectored, Outgoing};
 

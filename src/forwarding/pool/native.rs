@@ -407,9 +407,8 @@ impl<B: SendBody> Inner<B> {
                     Err(_) => {
                         return Poll::Ready(Err(Some(
                             format!(
-                                "response head too large (over {} KiB or {} fields)",
-                                MAX_RESPONSE_HEAD / 1024,
-                                crate::http1::MAX_HEADERS
+                                "response head too large (over {} KiB)",
+                                MAX_RESPONSE_HEAD / 1024
                             )
                             .into(),
                         )))
