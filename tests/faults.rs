@@ -738,6 +738,64 @@ async fn pooled_connection_closed_while_idle_is_replaced_at_the_connection_limit
     closed_while_idle(r#"}, "HttpClient": { "MaxConnectionsPerServer": 1"#).await;
 }
 
+/// A destination that says how long it keeps an idle connection (`Keep-Alive:
+/// timeout=N`, as Node.js and Apache httpd do) has it taken back from the pool only
+/// within a second less than that, and closed by the proxy after: a request is never
+/// sent on it just as the destination closes it, which a `POST` would get as a 502.
+/// `timeout=0` keeps it out of the pool.
+#[tokio::test]
+async fn a_destination_s_keep_alive_timeout_is_kept() {
+    let (heads_tx, mut heads) = mpsc::unbounded_channel::<(usize, String)>();
+    let (closes_tx, mut closes) = mpsc::unbounded_channel::<usize>();
+    let connection = Arc::new(AtomicUsize::new(0));
+    let b = raw_backend(move |mut s| {
+        let (heads, closes) = (heads_tx.clone(), closes_tx.clone());
+        let n = connection.fetch_add(1, Ordering::SeqCst);
+        async move {
+            while let Some(head) = read_head(&mut s).await {
+                let timeout = if head.contains("/zero") { 0 } else { 2 };
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout={timeout}, max=100\r\nContent-Length: 2\r\n\r\nok"
+                );
+                let _ = heads.send((n, head));
+                let _ = s.write_all(answer.as_bytes()).await;
+            }
+            // The destination never closes: the proxy did.
+            let _ = closes.send(n);
+        }
+    })
+    .await;
+    let f = Fixture::with(&b.url(), "").await;
+    let client = h1_client();
+    // The connection a POST to `path` went out on.
+    let post = async |path: &str, heads: &mut mpsc::UnboundedReceiver<(usize, String)>| {
+        let r = client
+            .post(f.proxy.url(path))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.text().await.unwrap(), "ok");
+        let (n, head) = within("the POST", heads.recv()).await.unwrap();
+        assert!(head.starts_with("POST "), "{head}");
+        n
+    };
+    // `timeout=2`: reused for a second.
+    assert_eq!(post("/fault/a", &mut heads).await, 0);
+    assert_eq!(post("/fault/b", &mut heads).await, 0, "reused at once");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let n = post("/fault/c", &mut heads).await;
+    assert_eq!(n, 1, "not reused after a second");
+    assert_eq!(within("the proxy's close", closes.recv()).await, Some(0));
+    // `timeout=0`: not kept at all.
+    assert_eq!(post("/fault/zero", &mut heads).await, 1);
+    assert_eq!(within("the proxy's close", closes.recv()).await, Some(1));
+    assert_eq!(post("/fault/d", &mut heads).await, 2);
+    assert_eq!(b.accepted(), 3);
+    f.proxy.shutdown().await;
+}
+
 async fn closed_while_idle(cluster_extra: &str) {
     // The destination closes a kept-alive connection while it sits idle in the
     // proxy's pool. The next request that takes it finds it closed before anything was

@@ -338,6 +338,9 @@ pub(crate) struct ResponseHead {
     pub(crate) body: ResponseBodyLength,
     /// The connection may carry another request after this response.
     pub(crate) keep_alive: bool,
+    /// `Connection` names `keep-alive` (a `Keep-Alive` field may then say for how
+    /// long: Node.js and Apache httpd send both).
+    pub(crate) connection_keep_alive: bool,
 }
 
 /// Parse the response head at the start of `buf` (the answer to a `HEAD` request when
@@ -432,6 +435,7 @@ pub(crate) fn parse_response(
         response,
         body,
         keep_alive,
+        connection_keep_alive: checks.keep_alive,
     }))
 }
 

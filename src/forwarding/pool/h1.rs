@@ -33,13 +33,47 @@ impl<B> Idle<B> {
 }
 
 /// Close the connections of `idle` (oldest first) that have been idle for their timeout
-/// at `now`. Nothing expired (the common case) costs one comparison.
+/// at `now`. Nothing expired (the common case) costs one comparison: the oldest
+/// expires first, but for one whose destination asked for a shorter wait (see
+/// [`idle_hint`]), which goes when it is taken or when an older one expires.
 pub(super) fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant) {
     let expired = |i: &Idle<B>| i.expired_at(now);
     if idle.first().is_some_and(expired) {
-        let expired = idle.partition_point(expired);
-        idle.drain(..expired);
+        idle.retain(|i| !expired(i));
     }
+}
+
+/// Whether `Connection` names `keep-alive` (what the native client's parser notes as
+/// it reads the head, for hyper's).
+fn says_keep_alive(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .any(|value| {
+            value
+                .as_bytes()
+                .split(|&b| b == b',')
+                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"keep-alive"))
+        })
+}
+
+/// How long to keep a connection idle whose destination answered `Connection:
+/// keep-alive` with `Keep-Alive: timeout=N` (Node.js sends `timeout=5`, Apache httpd
+/// `timeout=5, max=100`): a second less than it said (half a second of one), so that a
+/// request does not go out on it just as the destination closes it — a `POST` would
+/// fail with 502 there (see the keep-alive race). `timeout=0`: not at all. `None`: no
+/// such field, or none that reads as a number of seconds.
+pub(super) fn idle_hint(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("keep-alive")?.as_bytes();
+    let seconds = value.split(|&b| b == b',').find_map(|param| {
+        let (name, n) = param.trim_ascii().split_at_checked(b"timeout=".len())?;
+        if !name.eq_ignore_ascii_case(b"timeout=") {
+            return None;
+        }
+        std::str::from_utf8(n).ok()?.parse::<u32>().ok()
+    })?;
+    let said = u64::from(seconds) * 1000;
+    Some(Duration::from_millis(said - said.min(1000).min(said / 2)))
 }
 
 impl<B: SendBody> Pool<B> {
@@ -107,24 +141,31 @@ impl<B: SendBody> Pool<B> {
     /// The most recently used idle connection that is still fresh.
     pub(super) fn take_idle(&self) -> Option<Pin<Box<dyn H1Slot<B>>>> {
         let mut idle = self.idle.lock().expect("pool lock");
-        let fresh = idle.pop()?;
-        if !fresh.expired_at(crate::clock::now()) {
-            self.stats.set_idle(idle.len());
-            self.stats.reuse();
-            return Some(fresh.connection);
+        let now = crate::clock::now();
+        // Those below an expired one are older, and expired too but for the rare one
+        // that was kept for less than the pool's timeout (`idle_hint`).
+        while let Some(fresh) = idle.pop() {
+            if !fresh.expired_at(now) {
+                self.stats.set_idle(idle.len());
+                self.stats.reuse();
+                return Some(fresh.connection);
+            }
         }
-        // Everything below it is older still.
-        idle.clear();
         self.stats.set_idle(0);
         None
     }
 
-    pub(super) fn put_idle(&self, connection: Pin<Box<dyn H1Slot<B>>>) {
+    /// Keep `connection` idle for the pool's idle timeout, or for `hint` (its
+    /// destination's, [`idle_hint`]) when that is shorter.
+    pub(super) fn put_idle(&self, connection: Pin<Box<dyn H1Slot<B>>>, hint: Option<Duration>) {
+        let timeout = hint.map_or(self.keep.idle_timeout, |hint| {
+            hint.min(self.keep.idle_timeout)
+        });
         let now = crate::clock::now();
         let mut idle = self.idle.lock().expect("pool lock");
         drop_expired(&mut idle, now);
-        if idle.len() < self.keep.max_idle {
-            idle.push(Idle::new(connection, now, self.keep.idle_timeout));
+        if idle.len() < self.keep.max_idle && !timeout.is_zero() {
+            idle.push(Idle::new(connection, now, timeout));
         }
         self.stats.set_idle(idle.len());
         drop(idle);
@@ -261,6 +302,8 @@ pin_project! {
         // was opened for this request).
         pub(super) reused: bool,
         pub(super) replay: Replay,
+        // How long the destination said it keeps the connection idle ([`idle_hint`]).
+        pub(super) idle_hint: Option<Duration>,
         #[pin]
         pub(super) timer: Deadline,
     }
@@ -288,6 +331,7 @@ where
             send,
             reused: false,
             replay: Replay::default(),
+            idle_hint: None,
             timer: Deadline::new(),
         })
     }
@@ -333,6 +377,9 @@ where
                     Poll::Ready(Ok(response)) => {
                         this.in_flight.set(None);
                         this.replay.disarm();
+                        *this.idle_hint = says_keep_alive(response.headers())
+                            .then(|| idle_hint(response.headers()))
+                            .flatten();
                         return Poll::Ready(Ok(response.map(ResponseBody::Hyper)));
                     }
                     Poll::Ready(Err(mut e)) => {
@@ -436,7 +483,8 @@ where
         this.timer.release();
         if let Some(pool) = this.pool.upgrade() {
             *this.reused = true;
-            pool.put_idle(self);
+            let hint = *this.idle_hint;
+            pool.put_idle(self, hint);
         }
     }
 }

@@ -90,7 +90,7 @@ mod tests;
 mod timer;
 mod upgrade;
 
-use h1::{closed_io, drop_expired, h1_link, H1Slot, Idle, Link};
+use h1::{closed_io, drop_expired, h1_link, idle_hint, H1Slot, Idle, Link};
 use h2::{h2_exchange, h2_handshake, h2_on, H2Conns};
 use limit::{Limit, Permit, Ticket};
 use negotiate::{shape, Negotiating};

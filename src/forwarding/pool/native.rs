@@ -25,6 +25,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{header, Method, Request, Response, StatusCode};
@@ -36,7 +37,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use super::{
-    BoxError, BoxExchange, Deadline, Exchange, H1Slot, Link, Pool, ResponseBody, SendBody,
+    idle_hint, BoxError, BoxExchange, Deadline, Exchange, H1Slot, Link, Pool, ResponseBody,
+    SendBody,
 };
 use crate::forwarding::client::{Io, TcpConnection};
 use crate::forwarding::expect::ContinueGate;
@@ -200,6 +202,8 @@ struct Inner<B> {
     sent: bool,
     recv: Recv,
     keep_alive: bool,
+    /// How long the destination said it keeps the connection idle ([`idle_hint`]).
+    idle_hint: Option<Duration>,
     /// The connection cannot carry another request.
     broken: bool,
     /// Why the request could not be sent whole: the destination closed the connection
@@ -232,6 +236,7 @@ impl<B: SendBody> Native<B> {
             sent: false,
             recv: Recv::Done,
             keep_alive: true,
+            idle_hint: None,
             broken: false,
             unsent: None,
         };
@@ -556,6 +561,11 @@ impl<B: SendBody> Exchange for Native<B> {
             };
             this.keep_alive =
                 head.keep_alive && head.response.status() != StatusCode::SWITCHING_PROTOCOLS;
+            this.idle_hint = if head.connection_keep_alive {
+                idle_hint(head.response.headers())
+            } else {
+                None
+            };
             let ended = decoder.is_done();
             this.recv = if ended {
                 Recv::Done
@@ -686,7 +696,8 @@ impl<B: SendBody> Exchange for Native<B> {
         // and a few atomic operations a request), while keeping it costs at most one
         // spurious wake of that task should the timer fire before the connection's
         // next request, and keeps a finished task's memory until then.
-        pool.put_idle(self);
+        let hint = this.idle_hint;
+        pool.put_idle(self, hint);
     }
 }
 

@@ -163,6 +163,7 @@ async fn idle_connections_past_the_timeout_are_closed_oldest_first() {
             send: |s: &mut http1::SendRequest<Empty<Bytes>>, r| s.try_send_request(r),
             reused: true,
             replay: Replay::default(),
+            idle_hint: None,
             timer: Deadline::new(),
         })
     };
@@ -183,6 +184,51 @@ async fn idle_connections_past_the_timeout_are_closed_oldest_first() {
     );
     drop_expired(&mut idle, t0 + 60 * second + IDLE_TIMEOUT);
     assert!(idle.is_empty());
+
+    // One kept for less than the pool's timeout (its destination's `Keep-Alive`) goes
+    // with the older ones that expire, wherever it lies.
+    let mut idle: Vec<Idle<Empty<Bytes>>> = vec![
+        Idle::new(slot(), t0, IDLE_TIMEOUT),
+        Idle::new(slot(), t0 + second, IDLE_TIMEOUT),
+        Idle::new(slot(), t0 + 2 * second, 4 * second),
+        Idle::new(slot(), t0 + 3 * second, IDLE_TIMEOUT),
+    ];
+    drop_expired(&mut idle, t0 + 10 * second);
+    assert_eq!(idle.len(), 4, "only the oldest is looked at");
+    drop_expired(&mut idle, t0 + IDLE_TIMEOUT);
+    let left: Vec<_> = idle.iter().map(|i| i.expires).collect();
+    assert_eq!(
+        left,
+        [
+            Some(t0 + second + IDLE_TIMEOUT),
+            Some(t0 + 3 * second + IDLE_TIMEOUT)
+        ]
+    );
+}
+
+#[test]
+fn a_destination_s_keep_alive_timeout_reads_as_a_shorter_wait() {
+    let hint = |value: &str| {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("keep-alive", value.parse().unwrap());
+        idle_hint(&headers)
+    };
+    let second = Duration::from_secs(1);
+    assert_eq!(hint("timeout=5"), Some(4 * second), "Node.js");
+    assert_eq!(hint("timeout=5, max=100"), Some(4 * second), "Apache httpd");
+    assert_eq!(hint("max=100,Timeout=2"), Some(second));
+    assert_eq!(hint("timeout=1"), Some(second / 2));
+    assert_eq!(hint("timeout=0"), Some(Duration::ZERO));
+    for unread in [
+        "timeout=",
+        "timeout=-1",
+        "timeout=1.5",
+        "max=5",
+        "timeout=99999999999",
+    ] {
+        assert_eq!(hint(unread), None, "{unread}");
+    }
+    assert_eq!(idle_hint(&http::HeaderMap::new()), None);
 }
 
 #[test]
