@@ -25,7 +25,7 @@ use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use support::*;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
@@ -213,8 +213,10 @@ async fn oversized_response_head_is_502() {
     .await;
 }
 
+/// A response head of 500 fields (well under 64 KiB): the native client relays it, as
+/// .NET's does under YARP (only the size bounds it); hyper's refuses more than 100.
 #[tokio::test]
-async fn too_many_response_headers_is_502() {
+async fn a_response_head_of_500_fields() {
     let b = answering(|mut s| async move {
         let mut head = String::from("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n");
         for i in 0..500 {
@@ -226,12 +228,24 @@ async fn too_many_response_headers_is_502() {
     })
     .await;
     let f = Fixture::new(&b.url()).await;
-    assert_eq!(status_of_fault(&f).await, StatusCode::BAD_GATEWAY);
-    f.assert_aftermath(by_engine(
-        "response head too large",
-        "message head is too large",
-    ))
-    .await;
+    if by_engine("native", "hyper") == "hyper" {
+        assert_eq!(status_of_fault(&f).await, StatusCode::BAD_GATEWAY);
+        f.assert_aftermath("message head is too large").await;
+        return;
+    }
+    // Read raw: the test's HTTP client takes 100 fields at most.
+    let mut s = TcpStream::connect(f.proxy.addr).await.unwrap();
+    s.write_all(b"GET /fault/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    within("the answer", s.read_to_string(&mut answer))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    let fields = answer.lines().filter(|l| l.starts_with("x-h")).count();
+    assert_eq!(fields, 500);
+    f.proxy.shutdown().await;
 }
 
 /// The client reads the head (`200`) and then must see the body fail, over HTTP/1.1

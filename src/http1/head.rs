@@ -347,9 +347,9 @@ pub(crate) struct ResponseHead {
 /// `to_head`). `Ok(None)`: not complete yet. On success the head's bytes are split off
 /// `buf`, which then starts with the body. Refused (the connection cannot be used
 /// further): a malformed head (obs-folds included), one larger than `max_head` (the
-/// only bound on its number of fields), and ambiguous framing — both `Content-Length` and
-/// `Transfer-Encoding` (as nginx refuses them), differing lengths, a coding after
-/// `chunked` (`chunked` twice, or not last), `Transfer-Encoding` in HTTP/1.0.
+/// only bound on its number of fields), and ambiguous framing — both `Content-Length`
+/// and `Transfer-Encoding`, differing lengths, a coding after `chunked` (`chunked`
+/// twice, or not last), `Transfer-Encoding` in HTTP/1.0.
 pub(crate) fn parse_response(
     buf: &mut BytesMut,
     max_head: usize,
