@@ -44,8 +44,10 @@
 //!
 //! Idle HTTP/1.1 connections are not polled while they wait: a destination's close is
 //! seen when a request takes the connection. Idle connections are kept for
-//! [`IDLE_TIMEOUT`], at most [`MAX_IDLE_PER_POOL`] per pool; every few thousand
-//! requests a sweep closes expired ones everywhere and forgets unused pools.
+//! [`IDLE_TIMEOUT`] — less when the destination said it closes them sooner
+//! (`Keep-Alive: timeout=N`, [`h1::idle_hint`]) — at most [`MAX_IDLE_PER_POOL`] per
+//! pool; every few thousand requests a sweep closes expired ones everywhere and forgets
+//! unused pools.
 //!
 //! The parts: `h1` (HTTP/1.1 connections driven inline, idle lists) on hyper's client
 //! or `native` (fuseway's codec), `replay` (the keep-alive race), `limit`
