@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::forwarding::headers::Added;
+use crate::forwarding::upgrade::connection_has;
 
 /// An idle HTTP/1.1 connection in its pool, and when it expires.
 pub(super) struct Idle<B> {
@@ -41,20 +42,6 @@ pub(super) fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant) {
     if idle.first().is_some_and(expired) {
         idle.retain(|i| !expired(i));
     }
-}
-
-/// Whether `Connection` names `keep-alive` (what the native client's parser notes as
-/// it reads the head, for hyper's).
-fn says_keep_alive(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .any(|value| {
-            value
-                .as_bytes()
-                .split(|&b| b == b',')
-                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"keep-alive"))
-        })
 }
 
 /// How long to keep a connection idle whose destination answered `Connection:
@@ -377,9 +364,10 @@ where
                     Poll::Ready(Ok(response)) => {
                         this.in_flight.set(None);
                         this.replay.disarm();
-                        *this.idle_hint = says_keep_alive(response.headers())
-                            .then(|| idle_hint(response.headers()))
-                            .flatten();
+                        // What the native client's parser notes as it reads the head.
+                        let keep_alive = connection_has(response.headers(), "keep-alive");
+                        *this.idle_hint =
+                            keep_alive.then(|| idle_hint(response.headers())).flatten();
                         return Poll::Ready(Ok(response.map(ResponseBody::Hyper)));
                     }
                     Poll::Ready(Err(mut e)) => {
