@@ -4,12 +4,13 @@
 //! closes pooled connections, connections it closes while idle, an upload it refuses
 //! before the body), curl as the client
 //! (`Expect: 100-continue`, chunked uploads, HTTP/1.0, keep-alive, and h2c to the
-//! HTTP/2 engine), nginx and HAProxy as clients of fuseway (their keep-alive
+//! HTTP/2 engine), Node.js's `http` server as the destination (its keep-alive timeout,
+//! an answer of 150 fields), nginx and HAProxy as clients of fuseway (their keep-alive
 //! connections to it, streamed and buffered request bodies, a WebSocket through nginx),
 //! a page with its script's requests in headless Chromium, and gRPC through nginx's
 //! HTTP/2 client (`grpc_pass`) to fuseway's HTTP/2 engine.
 //!
-//! nginx, HAProxy, curl and Chromium are Debian's packages (`.ci/run` installs them);
+//! nginx, HAProxy, curl, Node.js and Chromium are Debian's packages (`.ci/run` installs them);
 //! where one is absent its test says so on stderr and checks nothing. The proxy under
 //! test is the in-process server, so `FUSEWAY_HTTP1_ENGINE=hyper` runs the same tests on
 //! hyper's engine.
@@ -479,6 +480,86 @@ async fn nginx_refusing_an_upload_reaches_a_client_that_sends_it_all_first() {
     let (status, _, body) = get(&h1_client(), &proxy.url("/small.txt"), &[]).await;
     assert_eq!((status, &body[..]), (200, &b"small"[..]));
     nginx.assert_running();
+    proxy.shutdown().await;
+}
+
+/// Node.js's `http` server as the destination, the way it is run behind proxies:
+/// it answers `Keep-Alive: timeout=N` and closes an idle connection after N seconds
+/// (here 2). fuseway keeps such a connection for a second less at most, then opens
+/// another, so that a `POST` never goes out on one Node.js is closing (the keep-alive
+/// race, a 502). An answer setting 150 cookies reaches the client whole through the
+/// native client (hyper's refuses more than 100 fields: 502).
+#[tokio::test]
+async fn node_as_the_destination_has_its_keep_alive_timeout_kept() {
+    let Some(node_binary) = installed(&["node", "nodejs"], "nodejs", "Node.js as the destination")
+    else {
+        return;
+    };
+    let dir = TempDir::new("interop-node");
+    let script = dir.write(
+        "server.js",
+        r#"const http = require('http');
+let connections = 0;
+const server = http.createServer((req, res) => {
+  req.resume();
+  req.on('end', () => {
+    if (req.url === '/cookies') {
+      res.setHeader('Set-Cookie', Array.from({ length: 150 }, (_, i) => `c${i}=v`));
+    }
+    res.end(String(req.socket.number));
+  });
+});
+server.on('connection', (socket) => { socket.number = ++connections; });
+server.keepAliveTimeout = 2000;
+server.listen(Number(process.argv[2]), '127.0.0.1');
+"#,
+    );
+    let port = free_port();
+    let mut command = Command::new(node_binary);
+    command.arg(&script).arg(port.to_string());
+    let mut node = Program::start("node", command, port).await;
+    let config = format!(
+        r#"{{ "Routes": {{ "r": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+             "Clusters": {{ "c": {{ "Destinations": {{ "node": {{ "Address": "{}" }} }} }} }} }}"#,
+        node.url("")
+    );
+    let proxy = proxy(&config).await;
+    let client = h1_client();
+    // Node.js's number of the connection a POST went out on.
+    let post = async |path: &str| {
+        let r = client.post(proxy.url(path)).body("x").send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap()
+    };
+    // (Node.js numbers from the readiness check's connection on.)
+    let first = post("/a").await;
+    assert_eq!(post("/b").await, first, "reused at once");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let third = post("/c").await;
+    assert_ne!(third, first, "let go a second before Node.js would");
+
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"GET /cookies HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    within("the answer", s.read_to_string(&mut answer))
+        .await
+        .unwrap();
+    let cookies = answer
+        .lines()
+        .filter(|l| l.starts_with("set-cookie: c"))
+        .count();
+    match fuseway::server::Http1Engine::from_env() {
+        fuseway::server::Http1Engine::Native => {
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            assert_eq!(cookies, 150);
+        }
+        fuseway::server::Http1Engine::Hyper => {
+            assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        }
+    }
+    node.assert_running();
     proxy.shutdown().await;
 }
 
