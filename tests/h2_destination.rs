@@ -381,3 +381,44 @@ async fn the_request_body_streams_after_the_response_head() {
     assert!(rest.is_empty());
     p.shutdown().await;
 }
+
+/// An HTTP/2 destination's answer with many values under one name (20 cookies) leaves
+/// its header map, once written to an HTTP/1.1 client, with more values than room for
+/// names; the next request on the connection reads its head into that map (requests
+/// sent on over HTTP/2 give theirs to the destination's stream) and must be served, not
+/// end the connection.
+#[tokio::test]
+async fn an_answer_of_many_cookies_leaves_the_next_request_served() {
+    let b = h2_backend_limited(None, |req: Request<Incoming>| async move {
+        let mut response = Response::new(full("ok"));
+        if req.uri().path() == "/cookies" {
+            for i in 0..20 {
+                let cookie = format!("c{i}=v").parse().unwrap();
+                response.headers_mut().append("set-cookie", cookie);
+            }
+        }
+        response
+    })
+    .await;
+    let p = proxy(&simple_config(&[("d1", &b.url)], H2_EXACT)).await;
+    let client = h1_client();
+    for round in 0..3 {
+        let r = client.get(p.url("/cookies")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers().get_all("set-cookie").iter().count(), 20);
+        let r = within(
+            "the next request",
+            client
+                .post(p.url("/after"))
+                .header("x-a", "1")
+                .header("x-b", "2")
+                .body("x")
+                .send(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.text().await.unwrap(), "ok");
+    }
+    p.shutdown().await;
+}

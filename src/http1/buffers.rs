@@ -76,9 +76,11 @@ impl Heads {
             .or_else(|| other.pool(Vec::pop))
             .unwrap_or_default();
         // Room for that many whatever the names held (cleared, if the head's differ).
+        // Room is counted in names: a map may hold more values than that (an HTTP/2
+        // destination's twenty cookies), which `len` counts.
         let room = fields.max(ROOM);
         if map.capacity() < room {
-            map.reserve(room - map.len());
+            map.reserve(room - map.keys_len());
         }
         map
     }

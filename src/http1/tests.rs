@@ -624,3 +624,18 @@ fn a_refilled_head_is_checked_like_any_other() {
         refused(bad)
     );
 }
+
+#[test]
+fn a_pooled_map_with_more_values_than_names_is_taken_for_a_larger_head() {
+    // An HTTP/2 destination's answer: twenty cookies under one name, in a map grown
+    // by appending (room for 6 names), kept for later heads once written.
+    let mut cookies = HeaderMap::new();
+    for i in 0..20 {
+        cookies.append("set-cookie", format!("c{i}=v").parse().unwrap());
+    }
+    assert!(cookies.len() > 13 && cookies.capacity() < 13);
+    buffers::Heads::Responses.release(cookies);
+    // A request head of 5 fields and room for 8 more takes it (no request maps kept).
+    let map = buffers::Heads::Requests.take(13);
+    assert!(map.capacity() >= 13, "{}", map.capacity());
+}
