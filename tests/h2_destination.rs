@@ -422,3 +422,30 @@ async fn an_answer_of_many_cookies_leaves_the_next_request_served() {
     }
     p.shutdown().await;
 }
+
+/// A request body from an HTTP/1.1 client that the HTTP/2 destination reads whole
+/// before it answers (as most applications do): the body's end reaches it (`END_STREAM`)
+/// whatever the size, so the answer comes.
+#[tokio::test]
+async fn a_body_read_whole_before_the_answer_reaches_its_end() {
+    use http_body_util::BodyExt;
+    let b = h2_backend_limited(None, |req: Request<Incoming>| async move {
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        Response::new(full(format!("got {}", body.len())))
+    })
+    .await;
+    let p = proxy(&simple_config(&[("d1", &b.url)], H2_EXACT)).await;
+    for len in [1_000, 8_192, 100_000, 1_000_000] {
+        for client in [h1_client(), h2c_client()] {
+            let r = within(
+                "the answer",
+                client.post(p.url("/up")).body(vec![b'x'; len]).send(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{len} bytes: {e:?}"));
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!(r.text().await.unwrap(), format!("got {len}"));
+        }
+    }
+    p.shutdown().await;
+}

@@ -111,6 +111,14 @@ impl State {
         self.hand();
     }
 
+    /// The body ends with the data in the slot (if it has not ended already).
+    pub(crate) fn end_after_data(&mut self) {
+        if !self.ended && self.error.is_none() {
+            self.trailers = None;
+            self.ended = true;
+        }
+    }
+
     /// The body could not be read to its end.
     pub(crate) fn is_failed(&self) -> bool {
         self.error.is_some()
@@ -182,8 +190,10 @@ impl BodyReader {
         Poll::Pending
     }
 
+    /// Read to its end: `None` returned, or every byte of a body of known length
+    /// taken (an HTTP/2 client then ends the stream with the last data).
     pub(crate) fn is_end_stream(&self) -> bool {
-        self.done
+        self.done || self.remaining == Some(0)
     }
 
     pub(crate) fn size_hint(&self) -> SizeHint {

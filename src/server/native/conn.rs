@@ -329,6 +329,11 @@ impl<I: Io> Conn<I> {
                 Err(e) => state.put_error(e.0),
             }
             if decoder.is_done() {
+                // A body of known length ends with its last bytes, which leave no
+                // `End` to decode: the reader is told here, or one that reads to the
+                // end (an HTTP/2 destination's `END_STREAM`, a handler collecting the
+                // body) would wait for it forever.
+                state.end_after_data();
                 break;
             }
         }
