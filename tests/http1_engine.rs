@@ -892,38 +892,43 @@ async fn an_answer_before_100_continue_closes_the_connection() {
 /// A service that reads the request body to its end before it answers (a handler
 /// collecting it, as an axum fallback does): a body of known length that arrives in
 /// several reads ends with its last bytes, on both engines — the native engine's
-/// reader was never told, and waited for an end that no byte would bring.
+/// reader was never told, and waited for an end that no byte would bring. (And over
+/// h2c, the HTTP/2 engine's body, alike.)
 #[tokio::test]
 async fn a_body_read_to_its_end_ends_with_its_last_bytes() {
-    let collecting =
-        hyper::service::service_fn(|request: Request<fuseway::body::Incoming>| async move {
-            let body = request.into_body();
-            let ended_early = http_body::Body::is_end_stream(&body);
-            let len = body.collect().await.map(|b| b.to_bytes().len());
-            let answer = format!("{len:?} {ended_early}");
-            Ok::<_, std::convert::Infallible>(Response::new(fuseway::body::ProxyBody::full(answer)))
-        });
+    use fuseway::body::{Incoming as Body, ProxyBody};
+    let collecting = hyper::service::service_fn(|request: Request<Body>| async move {
+        let body = request.into_body();
+        let ended_early = http_body::Body::is_end_stream(&body);
+        let len = body.collect().await.map(|b| b.to_bytes().len());
+        let answer = ProxyBody::full(format!("{len:?} {ended_early}"));
+        Ok::<_, std::convert::Infallible>(Response::new(answer))
+    });
+    // The body whole (`Content-Length`), or streamed in pieces (chunked over HTTP/1.1).
+    let body = |len: usize, streamed: bool| {
+        let body = vec![b'x'; len];
+        if !streamed {
+            return reqwest::Body::from(body);
+        }
+        let pieces: Vec<_> = body
+            .chunks(30_000)
+            .map(|c| Ok::<_, std::convert::Infallible>(Bytes::copy_from_slice(c)))
+            .collect();
+        reqwest::Body::wrap_stream(futures_util::stream::iter(pieces))
+    };
     for kind in [Http1Engine::Native, Http1Engine::Hyper] {
         let (addr, stop, done) = serve_with(collecting, engine(kind)).await;
-        for len in [1_000, 8_192, 100_000, 1_000_000] {
-            for chunked in [false, true] {
-                let body = vec![b'x'; len];
-                let request =
-                    if chunked {
-                        let chunks: Vec<_> = body
-                            .chunks(30_000)
-                            .map(|c| Ok::<_, std::convert::Infallible>(Bytes::copy_from_slice(c)))
-                            .collect();
-                        h1_client().post(format!("http://{addr}/up")).body(
-                            reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)),
-                        )
-                    } else {
-                        h1_client().post(format!("http://{addr}/up")).body(body)
-                    };
-                let r = within("the answer", request.send())
-                    .await
-                    .unwrap_or_else(|e| panic!("{kind:?}, {len} bytes, chunked {chunked}: {e:?}"));
-                assert_eq!(r.text().await.unwrap(), format!("Ok({len}) false"));
+        for (client, name) in [(h1_client(), "HTTP/1.1"), (h2c_client(), "h2c")] {
+            for len in [1_000, 8_192, 100_000, 1_000_000] {
+                for streamed in [false, true] {
+                    let request = client.post(format!("http://{addr}/up"));
+                    let r = within("the answer", request.body(body(len, streamed)).send())
+                        .await
+                        .unwrap_or_else(|e| {
+                            panic!("{kind:?}, {name}, {len} bytes, streamed {streamed}: {e:?}")
+                        });
+                    assert_eq!(r.text().await.unwrap(), format!("Ok({len}) false"));
+                }
             }
         }
         let _ = stop.send(());
