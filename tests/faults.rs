@@ -25,7 +25,7 @@ use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
@@ -234,14 +234,8 @@ async fn a_response_head_of_500_fields() {
         return;
     }
     // Read raw: the test's HTTP client takes 100 fields at most.
-    let mut s = TcpStream::connect(f.proxy.addr).await.unwrap();
-    s.write_all(b"GET /fault/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    within("the answer", s.read_to_string(&mut answer))
-        .await
-        .unwrap();
+    let request = b"GET /fault/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let answer = raw_exchange(f.proxy.addr, request).await;
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
     let fields = answer.lines().filter(|l| l.starts_with("x-h")).count();
     assert_eq!(fields, 500);
