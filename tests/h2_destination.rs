@@ -449,3 +449,83 @@ async fn a_body_read_whole_before_the_answer_reaches_its_end() {
     }
     p.shutdown().await;
 }
+
+/// A destination that tells the connection to go away (GOAWAY, last stream 0) once it
+/// has the request's HEADERS: the stream was not processed (RFC 9113 §6.8), so a request
+/// without a body goes again on a new connection, as .NET's client does under YARP,
+/// and the client gets its answer. Native client only: the `h2` crate's
+/// (`--http2-engine hyper`) does not send a refused request again (a listed engine
+/// difference; against Node.js it answers 502).
+#[tokio::test]
+async fn a_request_refused_by_goaway_goes_again_on_a_new_connection() {
+    if fuseway::server::Http2Engine::from_env() == fuseway::server::Http2Engine::Hyper {
+        eprintln!(
+            "SKIPPED: the h2 crate's client does not send a refused request again; \
+             nothing checked on it"
+        );
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            if count.fetch_add(1, Ordering::SeqCst) > 0 {
+                let svc = hyper::service::service_fn(|_req: Request<Incoming>| async {
+                    Ok::<_, std::convert::Infallible>(Response::new(full("ok")))
+                });
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc),
+                );
+                continue;
+            }
+            // The first connection: its SETTINGS, then the client's preface and frames
+            // (its SETTINGS acknowledged) until a HEADERS frame, then GOAWAY leaving
+            // every stream out.
+            tokio::spawn(async move {
+                stream
+                    .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
+                    .await
+                    .unwrap();
+                let mut preface = [0u8; 24];
+                stream.read_exact(&mut preface).await.unwrap();
+                loop {
+                    let mut head = [0u8; 9];
+                    stream.read_exact(&mut head).await.unwrap();
+                    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                    let mut payload = vec![0u8; len];
+                    stream.read_exact(&mut payload).await.unwrap();
+                    match (head[3], head[4]) {
+                        // HEADERS.
+                        (1, _) => break,
+                        // SETTINGS, acknowledged.
+                        (4, 0) => stream
+                            .write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0])
+                            .await
+                            .unwrap(),
+                        _ => {}
+                    }
+                }
+                let goaway = [0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+                stream.write_all(&goaway).await.unwrap();
+                // No stream left: closed, as a destination going away gracefully does.
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    let p = proxy(&simple_config(
+        &[("d1", &format!("http://{addr}"))],
+        H2_EXACT,
+    ))
+    .await;
+    let r = within("the answer", h1_client().get(p.url("/a")).send())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), "ok");
+    let opened = accepted.load(Ordering::SeqCst);
+    assert_eq!(opened, 2, "sent again on a new connection");
+    p.shutdown().await;
+}

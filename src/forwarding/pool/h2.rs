@@ -76,10 +76,18 @@ pin_project! {
         // The response's data has all been read (then its trailers are next).
         data_ended: bool,
         ended: bool,
+        // A request without a body, kept on the native client until its answer comes:
+        // refused unprocessed (a GOAWAY that leaves its stream out, `REFUSED_STREAM`),
+        // it goes again on another connection ([`MAX_REFUSALS`] times at most).
+        unanswered: Option<Request<B>>,
+        refusals: u8,
         #[pin]
         timer: Deadline,
     }
 }
+
+/// How often a request the destination refused unprocessed is sent again.
+const MAX_REFUSALS: u8 = 3;
 
 /// Where an HTTP/2 exchange is.
 enum State<B> {
@@ -409,6 +417,8 @@ fn exchange<B: SendBody>(
         native: None,
         data_ended: false,
         ended: false,
+        unanswered: None,
+        refusals: 0,
         timer: Deadline::new(),
     })
 }
@@ -714,6 +724,41 @@ fn h2_head<B>(request: Request<B>) -> (Request<()>, B) {
     (Request::from_parts(parts, ()), body)
 }
 
+/// Where `request` goes again when `error` refused its stream unprocessed (RFC 9113
+/// §6.8, §8.7: a GOAWAY that leaves it out, `REFUSED_STREAM`): another of `home`'s
+/// connections (the one that refused it takes no new stream, and is left out), unless
+/// there is no pool to choose from, it negotiates its version, or the request has been
+/// refused [`MAX_REFUSALS`] times (counted here). `None`: the error stands.
+fn again<B: SendBody>(
+    error: &client::Error,
+    home: &Option<Arc<Pool<B>>>,
+    refusals: &mut u8,
+    request: &mut Option<Request<B>>,
+    count: &mut Option<StreamCount>,
+) -> Option<State<B>> {
+    let pool = home.as_ref()?;
+    if error.reason != crate::http2::frame::Reason::REFUSED_STREAM
+        || *refusals >= MAX_REFUSALS
+        || request.is_none()
+    {
+        return None;
+    }
+    let state = match choose(pool) {
+        Choice::Taken(taken) => {
+            *count = Some(taken.count);
+            State::Ready(taken.sender, request.take())
+        }
+        Choice::Wait(opening) => {
+            *count = None;
+            State::Awaiting(opening, pool.clone(), request.take())
+        }
+        Choice::Negotiate => return None,
+    };
+    *refusals += 1;
+    tracing::debug!(%error, "an HTTP/2 destination refused a stream unprocessed; sending it again");
+    Some(state)
+}
+
 impl<B: SendBody> H2<B> {
     /// Write the request body while the stream takes it; a body that fails resets the
     /// stream (the response then fails too).
@@ -767,15 +812,33 @@ impl<B: SendBody> Exchange for H2<B> {
                         ));
                     };
                     let end = head.body().is_end_stream();
-                    let stream = std::task::ready!(sender.poll_open(cx, head, end))?;
-                    let Some((parts, body)) = request.take().map(Request::into_parts) else {
+                    let stream = match std::task::ready!(sender.poll_open(cx, head, end)) {
+                        Ok(stream) => stream,
+                        // Told to go away before the stream opened: another connection.
+                        Err(e) => match again(&e, this.home, this.refusals, request, this.count) {
+                            Some(state) => {
+                                *this.state = state;
+                                continue;
+                            }
+                            None => return Poll::Ready(Err(e.into())),
+                        },
+                    };
+                    let Some(request) = request.take() else {
                         return Poll::Ready(Err("the exchange lost its request".into()));
                     };
-                    // Its fields are in the header block: the map serves a later head.
-                    crate::http1::buffers::Heads::Requests.release(parts.headers);
+                    let body = if end {
+                        // Kept whole until answered (its map then serves a later head).
+                        *this.unanswered = Some(request);
+                        None
+                    } else {
+                        let (parts, body) = request.into_parts();
+                        // Its fields are in the header block: the map serves a later head.
+                        crate::http1::buffers::Heads::Requests.release(parts.headers);
+                        Some(body)
+                    };
                     *this.native = Some(NativeStream {
                         stream,
-                        body: (!end).then_some(body),
+                        body,
                         pending: Bytes::new(),
                         end: false,
                     });
@@ -805,7 +868,24 @@ impl<B: SendBody> Exchange for H2<B> {
                         return Poll::Ready(Err("the exchange lost its stream".into()));
                     };
                     native.poll_write(cx);
-                    let response = std::task::ready!(native.stream.poll_response(cx))?;
+                    let response = match std::task::ready!(native.stream.poll_response(cx)) {
+                        Ok(response) => response,
+                        // Not processed: a request without a body goes again.
+                        Err(e) => {
+                            match again(&e, this.home, this.refusals, this.unanswered, this.count) {
+                                Some(state) => {
+                                    *this.native = None;
+                                    *this.state = state;
+                                    continue;
+                                }
+                                None => return Poll::Ready(Err(e.into())),
+                            }
+                        }
+                    };
+                    if let Some(request) = this.unanswered.take() {
+                        crate::http1::buffers::Heads::Requests
+                            .release(request.into_parts().0.headers);
+                    }
                     *this.state = State::Answered;
                     *this.ended = native.stream.is_end_stream();
                     let body = native_body(response.headers(), *this.ended);
@@ -872,6 +952,8 @@ impl<B: SendBody> Exchange for H2<B> {
         *this.native = None;
         *this.data_ended = false;
         *this.ended = false;
+        *this.unanswered = None;
+        *this.refusals = 0;
         this.timer.release();
         let mut free = pool.h2_free.lock().expect("pool lock");
         if free.len() < KEEP_FREE {
