@@ -101,6 +101,9 @@ pub async fn replay_h2_response(
         let Ok((mut socket, _)) = listener.accept().await else {
             return;
         };
+        // One connection: a request the answer refuses unprocessed, sent again, finds
+        // none (at once, rather than queued unaccepted until the time runs out).
+        drop(listener);
         let mut preface = [0u8; frame::PREFACE.len()];
         if socket.read_exact(&mut preface).await.is_err()
             || socket.write_all(&settings).await.is_err()
