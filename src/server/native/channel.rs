@@ -111,10 +111,10 @@ impl State {
         self.hand();
     }
 
-    /// The body ends with the data in the slot (if it has not ended already).
+    /// The body ends with the data in the slot (if it has not ended already; no
+    /// trailers were put, as only an end puts them).
     pub(crate) fn end_after_data(&mut self) {
-        if !self.ended && self.error.is_none() {
-            self.trailers = None;
+        if self.error.is_none() {
             self.ended = true;
         }
     }
