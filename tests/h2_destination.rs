@@ -450,21 +450,48 @@ async fn a_body_read_whole_before_the_answer_reaches_its_end() {
     p.shutdown().await;
 }
 
+/// A scripted HTTP/2 destination's side of `stream` up to the next HEADERS frame: the
+/// client's frames read (the connection preface first when `preface`), its SETTINGS
+/// acknowledged and its PINGs answered; the HEADERS' stream id.
+async fn script_until_headers(stream: &mut tokio::net::TcpStream, preface: bool) -> u32 {
+    if preface {
+        stream
+            .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
+            .await
+            .unwrap();
+        let mut preface = [0u8; 24];
+        stream.read_exact(&mut preface).await.unwrap();
+    }
+    loop {
+        let mut head = [0u8; 9];
+        stream.read_exact(&mut head).await.unwrap();
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).await.unwrap();
+        match (head[3], head[4]) {
+            (1, _) => return u32::from_be_bytes([head[5], head[6], head[7], head[8]]),
+            (4, 0) => stream
+                .write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0])
+                .await
+                .unwrap(),
+            (6, 0) => {
+                stream
+                    .write_all(&[0, 0, 8, 6, 1, 0, 0, 0, 0])
+                    .await
+                    .unwrap();
+                stream.write_all(&payload).await.unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
 /// A destination that tells the connection to go away (GOAWAY, last stream 0) once it
 /// has the request's HEADERS: the stream was not processed (RFC 9113 §6.8), so a request
 /// without a body goes again on a new connection, as .NET's client does under YARP,
-/// and the client gets its answer. Native client only: the `h2` crate's
-/// (`--http2-engine hyper`) does not send a refused request again (a listed engine
-/// difference; against Node.js it answers 502).
+/// and the client gets its answer — on both HTTP/2 client engines.
 #[tokio::test]
 async fn a_request_refused_by_goaway_goes_again_on_a_new_connection() {
-    if fuseway::server::Http2Engine::from_env() == fuseway::server::Http2Engine::Hyper {
-        eprintln!(
-            "SKIPPED: the h2 crate's client does not send a refused request again; \
-             nothing checked on it"
-        );
-        return;
-    }
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -481,33 +508,10 @@ async fn a_request_refused_by_goaway_goes_again_on_a_new_connection() {
                 );
                 continue;
             }
-            // The first connection: its SETTINGS, then the client's preface and frames
-            // (its SETTINGS acknowledged) until a HEADERS frame, then GOAWAY leaving
-            // every stream out.
+            // The first connection: GOAWAY leaving every stream out, once the request's
+            // HEADERS are in.
             tokio::spawn(async move {
-                stream
-                    .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
-                    .await
-                    .unwrap();
-                let mut preface = [0u8; 24];
-                stream.read_exact(&mut preface).await.unwrap();
-                loop {
-                    let mut head = [0u8; 9];
-                    stream.read_exact(&mut head).await.unwrap();
-                    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-                    let mut payload = vec![0u8; len];
-                    stream.read_exact(&mut payload).await.unwrap();
-                    match (head[3], head[4]) {
-                        // HEADERS.
-                        (1, _) => break,
-                        // SETTINGS, acknowledged.
-                        (4, 0) => stream
-                            .write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0])
-                            .await
-                            .unwrap(),
-                        _ => {}
-                    }
-                }
+                script_until_headers(&mut stream, true).await;
                 let goaway = [0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
                 stream.write_all(&goaway).await.unwrap();
                 // No stream left: closed, as a destination going away gracefully does.
@@ -527,5 +531,67 @@ async fn a_request_refused_by_goaway_goes_again_on_a_new_connection() {
     assert_eq!(r.text().await.unwrap(), "ok");
     let opened = accepted.load(Ordering::SeqCst);
     assert_eq!(opened, 2, "sent again on a new connection");
+    p.shutdown().await;
+}
+
+/// A destination that refuses a request's stream with `RST_STREAM(REFUSED_STREAM)`
+/// (not processed, RFC 9113 §8.7) and answers the next: a request without a body goes
+/// again — on the same connection, which stays open — and the client gets the answer;
+/// one with a body gets 502 (its body went out). Both HTTP/2 client engines.
+#[tokio::test]
+async fn a_request_refused_by_refused_stream_goes_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let seen_tx = seen_tx.clone();
+            tokio::spawn(async move {
+                let mut preface = true;
+                // Refuse a stream, answer the next `200` with no content, and so on.
+                loop {
+                    let refused = script_until_headers(&mut stream, preface).await;
+                    preface = false;
+                    let _ = seen_tx.send(refused);
+                    let mut reset = vec![0, 0, 4, 3, 0];
+                    reset.extend_from_slice(&refused.to_be_bytes());
+                    reset.extend_from_slice(&7u32.to_be_bytes());
+                    stream.write_all(&reset).await.unwrap();
+                    let answered = script_until_headers(&mut stream, false).await;
+                    let _ = seen_tx.send(answered);
+                    // HEADERS (END_STREAM, END_HEADERS): `:status: 200`, HPACK index 8.
+                    let mut answer = vec![0, 0, 1, 1, 5];
+                    answer.extend_from_slice(&answered.to_be_bytes());
+                    answer.push(0x88);
+                    stream.write_all(&answer).await.unwrap();
+                }
+            });
+        }
+    });
+    let p = proxy(&simple_config(
+        &[("d1", &format!("http://{addr}"))],
+        H2_EXACT,
+    ))
+    .await;
+    let r = within("the answer", h1_client().get(p.url("/a")).send())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), "");
+    let streams = [seen.recv().await.unwrap(), seen.recv().await.unwrap()];
+    assert_eq!(
+        streams,
+        [1, 3],
+        "refused on stream 1, sent again on stream 3"
+    );
+    // The next request is refused and has a body: 502, not sent again.
+    let r = within(
+        "the answer",
+        h1_client().post(p.url("/b")).body("body").send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(seen.recv().await, Some(5));
     p.shutdown().await;
 }

@@ -76,9 +76,10 @@ pin_project! {
         // The response's data has all been read (then its trailers are next).
         data_ended: bool,
         ended: bool,
-        // A request without a body, kept on the native client until its answer comes:
-        // refused unprocessed (a GOAWAY that leaves its stream out, `REFUSED_STREAM`),
-        // it goes again on another connection ([`MAX_REFUSALS`] times at most).
+        // A request without a body, kept until its answer comes (on the h2 crate's
+        // client, a copy: h2 takes the head it sends): refused unprocessed (a GOAWAY
+        // that leaves its stream out, `REFUSED_STREAM`), it goes again on another
+        // connection ([`MAX_REFUSALS`] times at most).
         unanswered: Option<Request<B>>,
         refusals: u8,
         #[pin]
@@ -707,6 +708,30 @@ fn native_body(headers: &http::HeaderMap, ended: bool) -> ResponseBody {
     ResponseBody::Native { remaining, ended }
 }
 
+/// Whether the native client's `error` refused a stream unprocessed (it says so with
+/// `REFUSED_STREAM`, for a GOAWAY that left the stream out too).
+fn native_refused(error: &client::Error) -> bool {
+    error.reason == crate::http2::frame::Reason::REFUSED_STREAM
+}
+
+/// Whether the h2 crate's `error` refused a stream unprocessed: the destination's
+/// GOAWAY left it out (or came before it opened), or its `REFUSED_STREAM`. A stream a
+/// GOAWAY kept, cut when the connection closes, fails as a broken pipe instead.
+fn crate_refused(error: &::h2::Error) -> bool {
+    error.is_remote()
+        && (error.is_go_away() || error.reason() == Some(::h2::Reason::REFUSED_STREAM))
+}
+
+/// A copy of `head` (its extensions left out), kept to send it again.
+fn copy_head(head: &Request<()>) -> Request<()> {
+    let mut copy = Request::new(());
+    *copy.method_mut() = head.method().clone();
+    *copy.uri_mut() = head.uri().clone();
+    *copy.version_mut() = head.version();
+    *copy.headers_mut() = head.headers().clone();
+    copy
+}
+
 /// `request`'s head for h2: the fields HTTP/2 forbids (RFC 9113 section 8.2.2)
 /// removed, as hyper's client does.
 fn h2_head<B>(request: Request<B>) -> (Request<()>, B) {
@@ -724,23 +749,21 @@ fn h2_head<B>(request: Request<B>) -> (Request<()>, B) {
     (Request::from_parts(parts, ()), body)
 }
 
-/// Where `request` goes again when `error` refused its stream unprocessed (RFC 9113
+/// Where `request` goes again when `error` `refused` its stream unprocessed (RFC 9113
 /// §6.8, §8.7: a GOAWAY that leaves it out, `REFUSED_STREAM`): another of `home`'s
 /// connections (the one that refused it takes no new stream, and is left out), unless
 /// there is no pool to choose from, it negotiates its version, or the request has been
 /// refused [`MAX_REFUSALS`] times (counted here). `None`: the error stands.
 fn again<B: SendBody>(
-    error: &client::Error,
+    refused: bool,
+    error: &dyn std::fmt::Display,
     home: &Option<Arc<Pool<B>>>,
     refusals: &mut u8,
     request: &mut Option<Request<B>>,
     count: &mut Option<StreamCount>,
 ) -> Option<State<B>> {
     let pool = home.as_ref()?;
-    if error.reason != crate::http2::frame::Reason::REFUSED_STREAM
-        || *refusals >= MAX_REFUSALS
-        || request.is_none()
-    {
+    if !refused || *refusals >= MAX_REFUSALS || request.is_none() {
         return None;
     }
     let state = match choose(pool) {
@@ -755,7 +778,10 @@ fn again<B: SendBody>(
         Choice::Negotiate => return None,
     };
     *refusals += 1;
-    tracing::debug!(%error, "an HTTP/2 destination refused a stream unprocessed; sending it again");
+    tracing::debug!(
+        error = %error,
+        "an HTTP/2 destination refused a stream unprocessed; sending it again"
+    );
     Some(state)
 }
 
@@ -815,7 +841,14 @@ impl<B: SendBody> Exchange for H2<B> {
                     let stream = match std::task::ready!(sender.poll_open(cx, head, end)) {
                         Ok(stream) => stream,
                         // Told to go away before the stream opened: another connection.
-                        Err(e) => match again(&e, this.home, this.refusals, request, this.count) {
+                        Err(e) => match again(
+                            native_refused(&e),
+                            &e,
+                            this.home,
+                            this.refusals,
+                            request,
+                            this.count,
+                        ) {
                             Some(state) => {
                                 *this.state = state;
                                 continue;
@@ -845,7 +878,23 @@ impl<B: SendBody> Exchange for H2<B> {
                     *this.state = State::NativeWaiting;
                 }
                 State::Ready(H2Sender::Crate(sender), request) => {
-                    std::task::ready!(sender.poll_ready(cx))?;
+                    if let Err(e) = std::task::ready!(sender.poll_ready(cx)) {
+                        // Told to go away: another connection.
+                        match again(
+                            crate_refused(&e),
+                            &e,
+                            this.home,
+                            this.refusals,
+                            request,
+                            this.count,
+                        ) {
+                            Some(state) => {
+                                *this.state = state;
+                                continue;
+                            }
+                            None => return Poll::Ready(Err(e.into())),
+                        }
+                    }
                     let Some(request) = request.take() else {
                         return Poll::Ready(Err(
                             "the exchange was polled after its response".into()
@@ -853,15 +902,35 @@ impl<B: SendBody> Exchange for H2<B> {
                     };
                     let (head, body) = h2_head(request);
                     let end = body.is_end_stream();
-                    let (response, stream) = sender.send_request(head, end)?;
-                    if !end {
+                    if end {
+                        *this.unanswered = Some(copy_head(&head).map(|()| body));
+                        let (response, _) = match sender.send_request(head, end) {
+                            Ok(sent) => sent,
+                            Err(e) => match again(
+                                crate_refused(&e),
+                                &e,
+                                this.home,
+                                this.refusals,
+                                this.unanswered,
+                                this.count,
+                            ) {
+                                Some(state) => {
+                                    *this.state = state;
+                                    continue;
+                                }
+                                None => return Poll::Ready(Err(e.into())),
+                            },
+                        };
+                        *this.state = State::Waiting(response);
+                    } else {
+                        let (response, stream) = sender.send_request(head, end)?;
                         *this.pipe = Some(Pipe {
                             body,
                             stream,
                             pending: Bytes::new(),
                         });
+                        *this.state = State::Waiting(response);
                     }
-                    *this.state = State::Waiting(response);
                 }
                 State::NativeWaiting => {
                     let Some(native) = this.native.as_mut() else {
@@ -872,7 +941,14 @@ impl<B: SendBody> Exchange for H2<B> {
                         Ok(response) => response,
                         // Not processed: a request without a body goes again.
                         Err(e) => {
-                            match again(&e, this.home, this.refusals, this.unanswered, this.count) {
+                            match again(
+                                native_refused(&e),
+                                &e,
+                                this.home,
+                                this.refusals,
+                                this.unanswered,
+                                this.count,
+                            ) {
                                 Some(state) => {
                                     *this.native = None;
                                     *this.state = state;
@@ -893,7 +969,25 @@ impl<B: SendBody> Exchange for H2<B> {
                 }
                 State::Waiting(response) => {
                     Self::poll_pipe(this.pipe, cx);
-                    let response = std::task::ready!(Pin::new(response).poll(cx))?;
+                    let response = match std::task::ready!(Pin::new(response).poll(cx)) {
+                        Ok(response) => response,
+                        // Not processed: a request without a body goes again.
+                        Err(e) => match again(
+                            crate_refused(&e),
+                            &e,
+                            this.home,
+                            this.refusals,
+                            this.unanswered,
+                            this.count,
+                        ) {
+                            Some(state) => {
+                                *this.state = state;
+                                continue;
+                            }
+                            None => return Poll::Ready(Err(e.into())),
+                        },
+                    };
+                    *this.unanswered = None;
                     *this.state = State::Answered;
                     let (parts, recv) = response.into_parts();
                     *this.ended = recv.is_end_stream();
