@@ -753,18 +753,20 @@ fn h2_head<B>(request: Request<B>) -> (Request<()>, B) {
 /// §6.8, §8.7: a GOAWAY that leaves it out, `REFUSED_STREAM`): another of `home`'s
 /// connections (the one that refused it takes no new stream, and is left out), unless
 /// there is no pool to choose from, it negotiates its version, or the request has been
-/// refused [`MAX_REFUSALS`] times (counted here). `None`: the error stands.
-fn again<B: SendBody>(
+/// refused [`MAX_REFUSALS`] times (counted here); then the error stands.
+fn again<B: SendBody, E: Into<BoxError> + std::fmt::Display>(
     refused: bool,
-    error: &dyn std::fmt::Display,
+    error: E,
     home: &Option<Arc<Pool<B>>>,
     refusals: &mut u8,
     request: &mut Option<Request<B>>,
     count: &mut Option<StreamCount>,
-) -> Option<State<B>> {
-    let pool = home.as_ref()?;
+) -> Result<State<B>, BoxError> {
+    let Some(pool) = home.as_ref() else {
+        return Err(error.into());
+    };
     if !refused || *refusals >= MAX_REFUSALS || request.is_none() {
-        return None;
+        return Err(error.into());
     }
     let state = match choose(pool) {
         Choice::Taken(taken) => {
@@ -775,14 +777,14 @@ fn again<B: SendBody>(
             *count = None;
             State::Awaiting(opening, pool.clone(), request.take())
         }
-        Choice::Negotiate => return None,
+        Choice::Negotiate => return Err(error.into()),
     };
     *refusals += 1;
     tracing::debug!(
         error = %error,
         "an HTTP/2 destination refused a stream unprocessed; sending it again"
     );
-    Some(state)
+    Ok(state)
 }
 
 impl<B: SendBody> H2<B> {
@@ -841,20 +843,17 @@ impl<B: SendBody> Exchange for H2<B> {
                     let stream = match std::task::ready!(sender.poll_open(cx, head, end)) {
                         Ok(stream) => stream,
                         // Told to go away before the stream opened: another connection.
-                        Err(e) => match again(
-                            native_refused(&e),
-                            &e,
-                            this.home,
-                            this.refusals,
-                            request,
-                            this.count,
-                        ) {
-                            Some(state) => {
-                                *this.state = state;
-                                continue;
-                            }
-                            None => return Poll::Ready(Err(e.into())),
-                        },
+                        Err(e) => {
+                            *this.state = again(
+                                native_refused(&e),
+                                e,
+                                this.home,
+                                this.refusals,
+                                request,
+                                this.count,
+                            )?;
+                            continue;
+                        }
                     };
                     let Some(request) = request.take() else {
                         return Poll::Ready(Err("the exchange lost its request".into()));
@@ -880,20 +879,15 @@ impl<B: SendBody> Exchange for H2<B> {
                 State::Ready(H2Sender::Crate(sender), request) => {
                     if let Err(e) = std::task::ready!(sender.poll_ready(cx)) {
                         // Told to go away: another connection.
-                        match again(
+                        *this.state = again(
                             crate_refused(&e),
-                            &e,
+                            e,
                             this.home,
                             this.refusals,
                             request,
                             this.count,
-                        ) {
-                            Some(state) => {
-                                *this.state = state;
-                                continue;
-                            }
-                            None => return Poll::Ready(Err(e.into())),
-                        }
+                        )?;
+                        continue;
                     }
                     let Some(request) = request.take() else {
                         return Poll::Ready(Err(
@@ -906,20 +900,17 @@ impl<B: SendBody> Exchange for H2<B> {
                         *this.unanswered = Some(copy_head(&head).map(|()| body));
                         let (response, _) = match sender.send_request(head, end) {
                             Ok(sent) => sent,
-                            Err(e) => match again(
-                                crate_refused(&e),
-                                &e,
-                                this.home,
-                                this.refusals,
-                                this.unanswered,
-                                this.count,
-                            ) {
-                                Some(state) => {
-                                    *this.state = state;
-                                    continue;
-                                }
-                                None => return Poll::Ready(Err(e.into())),
-                            },
+                            Err(e) => {
+                                *this.state = again(
+                                    crate_refused(&e),
+                                    e,
+                                    this.home,
+                                    this.refusals,
+                                    this.unanswered,
+                                    this.count,
+                                )?;
+                                continue;
+                            }
                         };
                         *this.state = State::Waiting(response);
                     } else {
@@ -941,21 +932,16 @@ impl<B: SendBody> Exchange for H2<B> {
                         Ok(response) => response,
                         // Not processed: a request without a body goes again.
                         Err(e) => {
-                            match again(
+                            *this.state = again(
                                 native_refused(&e),
-                                &e,
+                                e,
                                 this.home,
                                 this.refusals,
                                 this.unanswered,
                                 this.count,
-                            ) {
-                                Some(state) => {
-                                    *this.native = None;
-                                    *this.state = state;
-                                    continue;
-                                }
-                                None => return Poll::Ready(Err(e.into())),
-                            }
+                            )?;
+                            *this.native = None;
+                            continue;
                         }
                     };
                     if let Some(request) = this.unanswered.take() {
@@ -972,20 +958,17 @@ impl<B: SendBody> Exchange for H2<B> {
                     let response = match std::task::ready!(Pin::new(response).poll(cx)) {
                         Ok(response) => response,
                         // Not processed: a request without a body goes again.
-                        Err(e) => match again(
-                            crate_refused(&e),
-                            &e,
-                            this.home,
-                            this.refusals,
-                            this.unanswered,
-                            this.count,
-                        ) {
-                            Some(state) => {
-                                *this.state = state;
-                                continue;
-                            }
-                            None => return Poll::Ready(Err(e.into())),
-                        },
+                        Err(e) => {
+                            *this.state = again(
+                                crate_refused(&e),
+                                e,
+                                this.home,
+                                this.refusals,
+                                this.unanswered,
+                                this.count,
+                            )?;
+                            continue;
+                        }
                     };
                     *this.unanswered = None;
                     *this.state = State::Answered;
