@@ -7,11 +7,13 @@
 //! HTTP/2 engine), Node.js's `http` server as the destination (its keep-alive timeout,
 //! an answer of 150 fields), nginx and HAProxy as clients of fuseway (their keep-alive
 //! connections to it, streamed and buffered request bodies, a WebSocket through nginx),
-//! a page with its script's requests in headless Chromium, and gRPC through nginx's
-//! HTTP/2 client (`grpc_pass`) to fuseway's HTTP/2 engine.
+//! a page with its script's requests in headless Chromium, gRPC through nginx's
+//! HTTP/2 client (`grpc_pass`) to fuseway's HTTP/2 engine, and gRPC between Python's
+//! `grpcio` client and service (gRPC's C core) through fuseway.
 //!
-//! nginx, HAProxy, curl, Node.js and Chromium are Debian's packages (`.ci/run` installs them);
-//! where one is absent its test says so on stderr and checks nothing. The proxy under
+//! nginx, HAProxy, curl, Node.js and Chromium are Debian's packages, grpcio is PyPI's
+//! (`.ci/run` installs them); where one is absent its test says so on stderr and checks
+//! nothing. The proxy under
 //! test is the in-process server, so `FUSEWAY_HTTP1_ENGINE=hyper` runs the same tests on
 //! hyper's engine.
 
@@ -1006,5 +1008,161 @@ async fn grpc_through_nginx_reaches_fuseways_http2_engine_with_trailers() {
         );
     }
     nginx.assert_running();
+    proxy.shutdown().await;
+}
+
+/// A gRPC service in Python's `grpcio` (gRPC's C core) behind fuseway, called by
+/// `grpcio`'s client: fuseway serves the client's h2c and forwards over HTTP/2 to the
+/// service (both HTTP/2 engines, as the suite runs on each). Unary calls with text and
+/// binary metadata and trailing metadata, 4 MB messages, an error status (a
+/// trailers-only answer), a deadline the client gives up on — the service sees the call
+/// cancelled — and streams each way and both ways.
+#[tokio::test]
+async fn grpc_from_python_grpcio_to_a_grpcio_service() {
+    let Some(python) = installed(&["python3"], "python3", "gRPC between grpcio programs") else {
+        return;
+    };
+    let has_grpc = Command::new(&python)
+        .args(["-c", "import grpc"])
+        .stderr(Stdio::null())
+        .status()
+        .await
+        .is_ok_and(|status| status.success());
+    if !has_grpc {
+        eprintln!(
+            "SKIPPED: Python's grpcio is not installed (pip install grpcio); gRPC between \
+             grpcio programs was not checked"
+        );
+        return;
+    }
+    let dir = TempDir::new("interop-grpcio");
+    let cancelled = dir.path().join("cancelled");
+    let server = dir.write(
+        "server.py",
+        r#"import grpc, sys, time
+from concurrent import futures
+port, cancelled = int(sys.argv[1]), sys.argv[2]
+def unary(request, context):
+    if request == b"fail":
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused: fail")
+    if request == b"slow":
+        end = time.time() + 5
+        while time.time() < end:
+            if not context.is_active():
+                open(cancelled, "w").write("cancelled")
+                return b""
+            time.sleep(0.01)
+    metadata = dict(context.invocation_metadata())
+    context.set_trailing_metadata((("x-trail", "t1"), ("x-trail-bin", b"\x00\x01\xff")))
+    return b"%d:%s:%r" % (len(request), metadata.get("x-meta", "").encode(), metadata.get("x-data-bin", b""))
+def count_down(request, context):
+    for i in range(int(request)):
+        yield b"%d:" % i + b"y" * (i % 1000)
+def total(requests, context):
+    sizes = [len(r) for r in requests]
+    return b"%d/%d" % (len(sizes), sum(sizes))
+def echo(requests, context):
+    for r in requests:
+        yield b"re:" + r
+handlers = grpc.method_handlers_generic_handler("t.T", {
+    "Unary": grpc.unary_unary_rpc_method_handler(unary),
+    "CountDown": grpc.unary_stream_rpc_method_handler(count_down),
+    "Total": grpc.stream_unary_rpc_method_handler(total),
+    "Echo": grpc.stream_stream_rpc_method_handler(echo),
+})
+options = [("grpc.max_receive_message_length", 8 << 20), ("grpc.max_send_message_length", 8 << 20)]
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
+server.add_generic_rpc_handlers((handlers,))
+server.add_insecure_port("127.0.0.1:%d" % port)
+server.start()
+server.wait_for_termination()
+"#,
+    );
+    let client = dir.write(
+        "client.py",
+        r#"import grpc, queue, sys
+options = [("grpc.max_receive_message_length", 8 << 20), ("grpc.max_send_message_length", 8 << 20)]
+channel = grpc.insecure_channel(sys.argv[1], options=options)
+unary = channel.unary_unary("/t.T/Unary")
+def call(name, f):
+    try:
+        print(name, "=", f())
+    except grpc.RpcError as e:
+        print(name, "=", e.code(), e.details())
+    sys.stdout.flush()
+def with_trailers():
+    answer, c = unary.with_call(b"hi", metadata=(("x-meta", "m1"), ("x-data-bin", b"\x00\xfe")), timeout=5)
+    return answer, sorted((m.key, m.value) for m in c.trailing_metadata())
+call("unary", with_trailers)
+call("large", lambda: unary(b"z" * (4 << 20), timeout=10))
+call("error", lambda: unary(b"fail", timeout=5))
+call("deadline", lambda: unary(b"slow", timeout=0.5))
+call("server_stream", lambda: sum(1 for _ in channel.unary_stream("/t.T/CountDown")(b"2000", timeout=10)))
+call("client_stream", lambda: channel.stream_unary("/t.T/Total")(iter([b"a" * 1000] * 300 + [b"b" * (1 << 20)] * 3), timeout=10))
+def ping_pong():
+    answered = queue.Queue()
+    def requests():
+        for i in range(100):
+            yield b"p%d" % i
+            answered.get(timeout=5)
+    last = None
+    for message in channel.stream_stream("/t.T/Echo")(requests(), timeout=10):
+        last = message
+        answered.put(1)
+    return last
+call("bidi", ping_pong)
+"#,
+    );
+    let port = free_port();
+    let mut command = Command::new(&python);
+    command.arg(&server).arg(port.to_string()).arg(&cancelled);
+    let mut service = Program::start("grpcio service", command, port).await;
+    let proxy = proxy(&simple_config(
+        &[("grpc", &service.url(""))],
+        r#""HttpRequest": { "Version": "2", "VersionPolicy": "RequestVersionExact" },"#,
+    ))
+    .await;
+    let output = within(
+        "the grpcio client's calls",
+        Command::new(&python)
+            .arg(&client)
+            .arg(proxy.addr.to_string())
+            .stderr(Stdio::inherit())
+            .output(),
+    )
+    .await
+    .unwrap();
+    let output = String::from_utf8(output.stdout).unwrap();
+    let answers: std::collections::HashMap<&str, &str> = output
+        .lines()
+        .filter_map(|line| line.split_once(" = "))
+        .collect();
+    let expected = [
+        (
+            "unary",
+            r#"(b"2:m1:b'\\x00\\xfe'", [('x-trail', 't1'), ('x-trail-bin', b'\x00\x01\xff')])"#,
+        ),
+        ("large", r#"b"4194304::b''""#),
+        ("error", "StatusCode.INVALID_ARGUMENT refused: fail"),
+        ("deadline", "StatusCode.DEADLINE_EXCEEDED Deadline Exceeded"),
+        ("server_stream", "2000"),
+        ("client_stream", "b'303/3445728'"),
+        ("bidi", "b're:p99'"),
+    ];
+    for (name, answer) in expected {
+        assert_eq!(
+            answers.get(name).copied(),
+            Some(answer),
+            "{name}; all:\n{output}"
+        );
+    }
+    // The call the client gave up on was cancelled at the service too.
+    within("the service to see the call cancelled", async {
+        while !cancelled.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    service.assert_running();
     proxy.shutdown().await;
 }
