@@ -7,7 +7,8 @@
 //! HTTP/2 engine), Node.js's `http` server as the destination (its keep-alive timeout,
 //! an answer of 150 fields), nginx and HAProxy as clients of fuseway (their keep-alive
 //! connections to it, streamed and buffered request bodies, a WebSocket through nginx),
-//! a page with its script's requests in headless Chromium, gRPC through nginx's
+//! a page with its script's requests in headless Chromium, a WebSocket from Chromium
+//! over HTTP/2 (RFC 8441) to fuseway's TLS listener, gRPC through nginx's
 //! HTTP/2 client (`grpc_pass`) to fuseway's HTTP/2 engine, and gRPC between Python's
 //! `grpcio` client and service (gRPC's C core) through fuseway.
 //!
@@ -1164,5 +1165,95 @@ call("bidi", ping_pong)
     })
     .await;
     service.assert_running();
+    proxy.shutdown().await;
+}
+
+/// Chromium opens a WebSocket to fuseway's TLS listener over the HTTP/2 connection its
+/// page came on (RFC 8441's extended CONNECT: the route takes `CONNECT` only, so an
+/// HTTP/1.1 upgrade would find no route), fuseway carries it to an HTTP/1.1 WebSocket
+/// destination, and messages up to 80 KB come back whole.
+#[tokio::test]
+async fn a_websocket_from_chromium_over_http2_reaches_an_http1_destination() {
+    let Some(chromium) = common::chromium("a WebSocket over HTTP/2 from Chromium") else {
+        return;
+    };
+    let dir = TempDir::new("interop-chromium-ws");
+    common::localhost_certificates(&dir);
+    let (ws, mut paths) = common::ws_echo().await;
+    let page = backend(|_req: Request<Incoming>| async {
+        Response::new(common::full(
+            r#"<!doctype html><html><body><script>
+const socket = new WebSocket("wss://" + location.host + "/ws");
+const lengths = [];
+const report = what => fetch("/done?" + what);
+socket.onopen = () => { for (let i = 0; i < 5; i++) socket.send("m" + i + "x".repeat(i * 20000)); };
+socket.onmessage = e => {
+  lengths.push(e.data.length);
+  if (lengths.length === 5) { report(lengths.join(",") + "," + performance.getEntriesByType("navigation")[0].nextHopProtocol); socket.close(); }
+};
+socket.onclose = e => { if (lengths.length < 5) report("closed-" + e.code); };
+</script></body></html>"#,
+        ))
+    })
+    .await;
+    let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let reported = backend(move |req: Request<Incoming>| {
+        let done_tx = done_tx.clone();
+        async move {
+            let _ = done_tx.send(req.uri().query().unwrap_or_default().to_owned());
+            Response::new(common::full("ok"))
+        }
+    })
+    .await;
+    let config = format!(
+        r#"{{
+  "Listen": [ {{ "Address": "127.0.0.1:0", "Certificate": {}, "Key": {} }} ],
+  "Routes": {{
+    "ws": {{ "ClusterId": "ws", "Match": {{ "Path": "/ws", "Methods": [ "CONNECT" ] }} }},
+    "done": {{ "ClusterId": "done", "Match": {{ "Path": "/done" }} }},
+    "page": {{ "ClusterId": "page", "Match": {{ "Path": "/{{**rest}}" }} }}
+  }},
+  "Clusters": {{
+    "ws": {{ "Destinations": {{ "d": {{ "Address": "http://{ws}" }} }} }},
+    "done": {{ "Destinations": {{ "d": {{ "Address": "{}" }} }} }},
+    "page": {{ "Destinations": {{ "d": {{ "Address": "{}" }} }} }}
+  }}
+}}"#,
+        common::json_path(&dir.path().join("server.pem")),
+        common::json_path(&dir.path().join("server.key")),
+        reported.url(),
+        page.url(),
+    );
+    let proxy = common::tls_proxy(&config, common::Form::Fused).await;
+    // Chromium stays up (a remote-debugging port keeps it from exiting) until the page
+    // reports; the test's certificate authority is its own, hence no verification.
+    let profile = TempDir::new("chromium-ws-profile");
+    let _browser = Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--ignore-certificate-errors",
+            "--remote-debugging-port=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("https://127.0.0.1:{}/page", proxy.addr.port()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let report = within("the page's report", done.recv()).await.unwrap();
+    assert_eq!(report, "2,20002,40002,60002,80002,h2");
+    let path = within("the destination's handshake", paths.recv()).await;
+    assert_eq!(
+        path.as_deref(),
+        Some("/ws"),
+        "an HTTP/1.1 upgrade at the destination"
+    );
     proxy.shutdown().await;
 }

@@ -9,13 +9,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::{within, Form, TempDir};
+use common::{json_path, tls_proxy, within, Form, TempDir};
 use fuseway::config::ProxyConfig;
-use fuseway::pipeline;
-use fuseway::server::{ProxyService, Server};
-use fuseway::state::ProxyState;
+use fuseway::server::Server;
 use http::{Request, Response, Version};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -23,7 +20,6 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
 const FORMS: [Form; 2] = [Form::Fused, Form::Layered];
 
@@ -33,52 +29,6 @@ fn self_signed() -> (String, String) {
         rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
             .unwrap();
     (ck.cert.pem(), ck.signing_key.serialize_pem())
-}
-
-fn json_path(p: &Path) -> String {
-    serde_json::to_string(p.to_str().unwrap()).unwrap()
-}
-
-struct TlsProxy {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<()>,
-}
-
-impl TlsProxy {
-    async fn shutdown(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        within("the proxy to stop", self.done).await.unwrap();
-    }
-}
-
-/// The proxy with its listeners bound from the config's `Listen` (as the binary does).
-async fn tls_proxy(config_json: &str, form: Form) -> TlsProxy {
-    let config: ProxyConfig = serde_json::from_str(config_json).unwrap();
-    config.validate().expect("valid config");
-    let server = Server::bind_config(&config.listen).await.unwrap();
-    let addr = server.local_addrs()[0];
-    let state = Arc::new(ProxyState::new(config).unwrap());
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let stop = async {
-        let _ = stop_rx.await;
-    };
-    let server = server.graceful_timeout(Duration::from_secs(5));
-    let done = match form {
-        Form::Fused => {
-            let service = pipeline::FusedDefault::from_state(state);
-            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
-        }
-        Form::Layered => {
-            let service = ProxyService::new(pipeline::layered_default(state));
-            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
-        }
-    };
-    TlsProxy {
-        addr,
-        stop: Some(stop_tx),
-        done,
-    }
 }
 
 fn front_config(cert: &Path, key: &Path, destination: &str, cluster_extra: &str) -> String {

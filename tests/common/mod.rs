@@ -198,6 +198,55 @@ pub enum Form {
     Layered,
 }
 
+/// A path as a JSON string, for a config written in a test.
+pub fn json_path(p: &std::path::Path) -> String {
+    serde_json::to_string(p.to_str().unwrap()).unwrap()
+}
+
+/// A proxy whose listeners are bound from its config's `Listen` (TLS ones among them).
+pub struct TlsProxy {
+    /// Its first listener's address.
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl TlsProxy {
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        within("the proxy to stop", self.done).await.unwrap();
+    }
+}
+
+/// The proxy with its listeners bound from the config's `Listen` (as the binary does).
+pub async fn tls_proxy(config_json: &str, form: Form) -> TlsProxy {
+    let config: fuseway::config::ProxyConfig = serde_json::from_str(config_json).unwrap();
+    config.validate().expect("valid config");
+    let server = Server::bind_config(&config.listen).await.unwrap();
+    let addr = server.local_addrs()[0];
+    let state = Arc::new(ProxyState::new(config).unwrap());
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let stop = async {
+        let _ = stop_rx.await;
+    };
+    let server = server.graceful_timeout(Duration::from_secs(5));
+    let done = match form {
+        Form::Fused => {
+            let service = pipeline::FusedDefault::from_state(state);
+            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
+        }
+        Form::Layered => {
+            let service = ProxyService::new(pipeline::layered_default(state));
+            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
+        }
+    };
+    TlsProxy {
+        addr,
+        stop: Some(stop_tx),
+        done,
+    }
+}
+
 /// Start the fused default pipeline on 127.0.0.1:0 with this JSON config.
 pub async fn proxy(config_json: &str) -> Proxy {
     proxy_with(config_json, Form::Fused).await
