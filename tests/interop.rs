@@ -1228,18 +1228,8 @@ socket.onclose = e => { if (lengths.length < 5) report("closed-" + e.code); };
     // Chromium stays up (a remote-debugging port keeps it from exiting) until the page
     // reports; the test's certificate authority is its own, hence no verification.
     let profile = TempDir::new("chromium-ws-profile");
-    let _browser = Command::new(&chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--ignore-certificate-errors",
-            "--remote-debugging-port=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
+    let _browser = common::chromium_command(&chromium, &profile)
+        .args(["--ignore-certificate-errors", "--remote-debugging-port=0"])
         .arg(format!("https://127.0.0.1:{}/page", proxy.addr.port()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())

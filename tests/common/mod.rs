@@ -633,10 +633,11 @@ pub fn chromium(what: &str) -> Option<std::path::PathBuf> {
     )
 }
 
-/// Run headless chromium on `url` with `args`: its standard output.
-pub async fn chromium_run(chromium: &std::path::Path, args: &[String], url: &str) -> Vec<u8> {
-    let profile = TempDir::new("chromium");
-    let run = tokio::process::Command::new(chromium)
+/// Headless chromium with `profile` as its profile, quiet (no first-run, background
+/// or update traffic, no QUIC): the command, for a test's own arguments and URL.
+pub fn chromium_command(chromium: &std::path::Path, profile: &TempDir) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(chromium);
+    command
         .args([
             "--headless",
             "--no-sandbox",
@@ -649,7 +650,14 @@ pub async fn chromium_run(chromium: &std::path::Path, args: &[String], url: &str
             "--hide-scrollbars",
             "--window-size=1280,1000",
         ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--user-data-dir={}", profile.path().display()));
+    command
+}
+
+/// Run headless chromium on `url` with `args`: its standard output.
+pub async fn chromium_run(chromium: &std::path::Path, args: &[String], url: &str) -> Vec<u8> {
+    let profile = TempDir::new("chromium");
+    let run = chromium_command(chromium, &profile)
         .args(args)
         .arg(url)
         .stdin(std::process::Stdio::null())

@@ -896,32 +896,35 @@ impl<B: SendBody> Exchange for H2<B> {
                     };
                     let (head, body) = h2_head(request);
                     let end = body.is_end_stream();
-                    if end {
+                    let body = if end {
                         *this.unanswered = Some(copy_head(&head).map(|()| body));
-                        let (response, _) = match sender.send_request(head, end) {
-                            Ok(sent) => sent,
-                            Err(e) => {
-                                *this.state = again(
-                                    crate_refused(&e),
-                                    e,
-                                    this.home,
-                                    this.refusals,
-                                    this.unanswered,
-                                    this.count,
-                                )?;
-                                continue;
-                            }
-                        };
-                        *this.state = State::Waiting(response);
+                        None
                     } else {
-                        let (response, stream) = sender.send_request(head, end)?;
+                        Some(body)
+                    };
+                    let (response, stream) = match sender.send_request(head, end) {
+                        Ok(sent) => sent,
+                        // Told to go away: a request kept whole goes again.
+                        Err(e) => {
+                            *this.state = again(
+                                crate_refused(&e),
+                                e,
+                                this.home,
+                                this.refusals,
+                                this.unanswered,
+                                this.count,
+                            )?;
+                            continue;
+                        }
+                    };
+                    if let Some(body) = body {
                         *this.pipe = Some(Pipe {
                             body,
                             stream,
                             pending: Bytes::new(),
                         });
-                        *this.state = State::Waiting(response);
                     }
+                    *this.state = State::Waiting(response);
                 }
                 State::NativeWaiting => {
                     let Some(native) = this.native.as_mut() else {
