@@ -78,8 +78,8 @@ pin_project! {
         ended: bool,
         // A request without a body, kept until its answer comes (on the h2 crate's
         // client, a copy: h2 takes the head it sends): refused unprocessed (a GOAWAY
-        // that leaves its stream out, `REFUSED_STREAM`), it goes again on another
-        // connection ([`MAX_REFUSALS`] times at most).
+        // that leaves its stream out, `REFUSED_STREAM`), it goes again ([`again`],
+        // [`MAX_REFUSALS`] times at most).
         unanswered: Option<Request<B>>,
         refusals: u8,
         #[pin]
