@@ -6,7 +6,8 @@
 //! (`Expect: 100-continue`, chunked uploads, HTTP/1.0, keep-alive, and h2c to the
 //! HTTP/2 engine), Node.js's `http` server as the destination (its keep-alive timeout,
 //! an answer of 150 fields), nginx and HAProxy as clients of fuseway (their keep-alive
-//! connections to it, streamed and buffered request bodies, a WebSocket through nginx),
+//! connections to it, streamed and buffered request bodies, HAProxy over h2c too, a
+//! WebSocket through nginx),
 //! a page with its script's requests in headless Chromium, a WebSocket from Chromium
 //! over HTTP/2 (RFC 8441) to fuseway's TLS listener, gRPC through nginx's
 //! HTTP/2 client (`grpc_pass`) to fuseway's HTTP/2 engine, and gRPC between Python's
@@ -699,6 +700,8 @@ async fn nginx_in_front_of_fuseway_reuses_its_connections_to_it() {
     proxy.shutdown().await;
 }
 
+/// HAProxy in front of fuseway, over HTTP/1.1 and then over h2c (`proto h2`: its own
+/// HTTP/2 client against fuseway's HTTP/2 engine).
 #[tokio::test]
 async fn haproxy_in_front_of_fuseway_reuses_its_connections_to_it() {
     let Some(haproxy_binary) = installed(&["haproxy"], "haproxy", "HAProxy in front of fuseway")
@@ -707,10 +710,11 @@ async fn haproxy_in_front_of_fuseway_reuses_its_connections_to_it() {
     };
     let echo = streaming_echo().await;
     let proxy = proxy(&simple_config(&[("echo", &echo.url())], "")).await;
-    let dir = TempDir::new("interop-haproxy");
-    let port = free_port();
-    let config = format!(
-        r#"global
+    for (server_options, what) in [("", "HAProxy"), (" proto h2", "HAProxy over h2c")] {
+        let dir = TempDir::new("interop-haproxy");
+        let port = free_port();
+        let config = format!(
+            r#"global
     maxconn 256
 defaults
     mode http
@@ -723,15 +727,16 @@ frontend front
     bind 127.0.0.1:{port}
     default_backend fuseway
 backend fuseway
-    server f {}
+    server f {}{server_options}
 "#,
-        proxy.addr
-    );
-    let file = dir.write("haproxy.cfg", &config);
-    let mut command = Command::new(&haproxy_binary);
-    command.arg("-db").arg("-f").arg(&file);
-    let mut haproxy = Program::start("haproxy", command, port).await;
-    through(&mut haproxy, proxy.addr, "HAProxy").await;
+            proxy.addr
+        );
+        let file = dir.write("haproxy.cfg", &config);
+        let mut command = Command::new(&haproxy_binary);
+        command.arg("-db").arg("-f").arg(&file);
+        let mut haproxy = Program::start("haproxy", command, port).await;
+        through(&mut haproxy, proxy.addr, what).await;
+    }
     proxy.shutdown().await;
 }
 
