@@ -1133,7 +1133,9 @@ call("bidi", ping_pong)
         Command::new(&python)
             .arg(&client)
             .arg(proxy.addr.to_string())
+            .stdin(Stdio::null())
             .stderr(Stdio::inherit())
+            .kill_on_drop(true)
             .output(),
     )
     .await
