@@ -1235,7 +1235,7 @@ socket.onclose = e => { if (lengths.length < 5) report("closed-" + e.code); };
     // Chromium stays up (a remote-debugging port keeps it from exiting) until the page
     // reports; the test's certificate authority is its own, hence no verification.
     let profile = TempDir::new("chromium-ws-profile");
-    let _browser = common::chromium_command(&chromium, &profile)
+    let browser = common::chromium_command(&chromium, &profile)
         .args(["--ignore-certificate-errors", "--remote-debugging-port=0"])
         .arg(format!("https://127.0.0.1:{}/page", proxy.addr.port()))
         .stdin(Stdio::null())
@@ -1252,5 +1252,6 @@ socket.onclose = e => { if (lengths.length < 5) report("closed-" + e.code); };
         Some("/ws"),
         "an HTTP/1.1 upgrade at the destination"
     );
+    drop(browser);
     proxy.shutdown().await;
 }
