@@ -708,18 +708,28 @@ fn native_body(headers: &http::HeaderMap, ended: bool) -> ResponseBody {
     ResponseBody::Native { remaining, ended }
 }
 
-/// Whether the native client's `error` refused a stream unprocessed (it says so with
-/// `REFUSED_STREAM`, for a GOAWAY that left the stream out too).
-fn native_refused(error: &client::Error) -> bool {
-    error.reason == crate::http2::frame::Reason::REFUSED_STREAM
+/// An HTTP/2 client's error, which says whether the destination refused the stream
+/// unprocessed (RFC 9113 §6.8, §8.7).
+trait Refusal: Into<BoxError> + std::fmt::Display {
+    fn refused(&self) -> bool;
 }
 
-/// Whether the h2 crate's `error` refused a stream unprocessed: the destination's
-/// GOAWAY left it out (or came before it opened), or its `REFUSED_STREAM`. A stream a
-/// GOAWAY kept, cut when the connection closes, fails as a broken pipe instead.
-fn crate_refused(error: &::h2::Error) -> bool {
-    error.is_remote()
-        && (error.is_go_away() || error.reason() == Some(::h2::Reason::REFUSED_STREAM))
+/// The native client says so with `REFUSED_STREAM`, for a GOAWAY that left the stream
+/// out too.
+impl Refusal for client::Error {
+    fn refused(&self) -> bool {
+        self.reason == crate::http2::frame::Reason::REFUSED_STREAM
+    }
+}
+
+/// The h2 crate: the destination's GOAWAY left the stream out (or came before it
+/// opened), or its `REFUSED_STREAM`. A stream a GOAWAY kept, cut when the connection
+/// closes, fails as a broken pipe instead.
+impl Refusal for ::h2::Error {
+    fn refused(&self) -> bool {
+        self.is_remote()
+            && (self.is_go_away() || self.reason() == Some(::h2::Reason::REFUSED_STREAM))
+    }
 }
 
 /// A copy of `head` (its extensions left out), kept to send it again.
@@ -749,13 +759,12 @@ fn h2_head<B>(request: Request<B>) -> (Request<()>, B) {
     (Request::from_parts(parts, ()), body)
 }
 
-/// Where `request` goes again when `error` `refused` its stream unprocessed (RFC 9113
+/// Where `request` goes again when `error` refused its stream unprocessed (RFC 9113
 /// §6.8, §8.7: a GOAWAY that leaves it out, `REFUSED_STREAM`): another of `home`'s
 /// connections (the one that refused it takes no new stream, and is left out), unless
 /// there is no pool to choose from, it negotiates its version, or the request has been
 /// refused [`MAX_REFUSALS`] times (counted here); then the error stands.
-fn again<B: SendBody, E: Into<BoxError> + std::fmt::Display>(
-    refused: bool,
+fn again<B: SendBody, E: Refusal>(
     error: E,
     home: &Option<Arc<Pool<B>>>,
     refusals: &mut u8,
@@ -765,7 +774,7 @@ fn again<B: SendBody, E: Into<BoxError> + std::fmt::Display>(
     let Some(pool) = home.as_ref() else {
         return Err(error.into());
     };
-    if !refused || *refusals >= MAX_REFUSALS || request.is_none() {
+    if !error.refused() || *refusals >= MAX_REFUSALS || request.is_none() {
         return Err(error.into());
     }
     let state = match choose(pool) {
@@ -844,14 +853,7 @@ impl<B: SendBody> Exchange for H2<B> {
                         Ok(stream) => stream,
                         // Told to go away before the stream opened: another connection.
                         Err(e) => {
-                            *this.state = again(
-                                native_refused(&e),
-                                e,
-                                this.home,
-                                this.refusals,
-                                request,
-                                this.count,
-                            )?;
+                            *this.state = again(e, this.home, this.refusals, request, this.count)?;
                             continue;
                         }
                     };
@@ -879,14 +881,7 @@ impl<B: SendBody> Exchange for H2<B> {
                 State::Ready(H2Sender::Crate(sender), request) => {
                     if let Err(e) = std::task::ready!(sender.poll_ready(cx)) {
                         // Told to go away: another connection.
-                        *this.state = again(
-                            crate_refused(&e),
-                            e,
-                            this.home,
-                            this.refusals,
-                            request,
-                            this.count,
-                        )?;
+                        *this.state = again(e, this.home, this.refusals, request, this.count)?;
                         continue;
                     }
                     let Some(request) = request.take() else {
@@ -906,14 +901,8 @@ impl<B: SendBody> Exchange for H2<B> {
                         Ok(sent) => sent,
                         // Told to go away: a request kept whole goes again.
                         Err(e) => {
-                            *this.state = again(
-                                crate_refused(&e),
-                                e,
-                                this.home,
-                                this.refusals,
-                                this.unanswered,
-                                this.count,
-                            )?;
+                            *this.state =
+                                again(e, this.home, this.refusals, this.unanswered, this.count)?;
                             continue;
                         }
                     };
@@ -935,14 +924,8 @@ impl<B: SendBody> Exchange for H2<B> {
                         Ok(response) => response,
                         // Not processed: a request without a body goes again.
                         Err(e) => {
-                            *this.state = again(
-                                native_refused(&e),
-                                e,
-                                this.home,
-                                this.refusals,
-                                this.unanswered,
-                                this.count,
-                            )?;
+                            *this.state =
+                                again(e, this.home, this.refusals, this.unanswered, this.count)?;
                             *this.native = None;
                             continue;
                         }
@@ -962,14 +945,8 @@ impl<B: SendBody> Exchange for H2<B> {
                         Ok(response) => response,
                         // Not processed: a request without a body goes again.
                         Err(e) => {
-                            *this.state = again(
-                                crate_refused(&e),
-                                e,
-                                this.home,
-                                this.refusals,
-                                this.unanswered,
-                                this.count,
-                            )?;
+                            *this.state =
+                                again(e, this.home, this.refusals, this.unanswered, this.count)?;
                             continue;
                         }
                     };
