@@ -578,7 +578,10 @@ async fn a_request_refused_by_refused_stream_goes_again() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.text().await.unwrap(), "");
-    let streams = [seen.recv().await.unwrap(), seen.recv().await.unwrap()];
+    let streams = [
+        within("the first stream", seen.recv()).await.unwrap(),
+        within("the second stream", seen.recv()).await.unwrap(),
+    ];
     assert_eq!(
         streams,
         [1, 3],
@@ -592,6 +595,6 @@ async fn a_request_refused_by_refused_stream_goes_again() {
     .await
     .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
-    assert_eq!(seen.recv().await, Some(5));
+    assert_eq!(within("the third stream", seen.recv()).await, Some(5));
     p.shutdown().await;
 }

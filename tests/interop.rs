@@ -7,17 +7,15 @@
 //! HTTP/2 engine), Node.js's `http` server as the destination (its keep-alive timeout,
 //! an answer of 150 fields), nginx and HAProxy as clients of fuseway (their keep-alive
 //! connections to it, streamed and buffered request bodies, HAProxy over h2c too, a
-//! WebSocket through nginx),
-//! a page with its script's requests in headless Chromium, a WebSocket from Chromium
-//! over HTTP/2 (RFC 8441) to fuseway's TLS listener, gRPC through nginx's
-//! HTTP/2 client (`grpc_pass`) to fuseway's HTTP/2 engine, and gRPC between Python's
-//! `grpcio` client and service (gRPC's C core) through fuseway.
+//! WebSocket through nginx), a page with its script's requests in headless Chromium, a
+//! WebSocket from Chromium over HTTP/2 (RFC 8441) to fuseway's TLS listener, gRPC
+//! through nginx's HTTP/2 client (`grpc_pass`) to fuseway's HTTP/2 engine, and gRPC
+//! between Python's `grpcio` client and service (gRPC's C core) through fuseway.
 //!
 //! nginx, HAProxy, curl, Node.js and Chromium are Debian's packages, grpcio is PyPI's
 //! (`.ci/run` installs them); where one is absent its test says so on stderr and checks
-//! nothing. The proxy under
-//! test is the in-process server, so `FUSEWAY_HTTP1_ENGINE=hyper` runs the same tests on
-//! hyper's engine.
+//! nothing. The proxy under test is the in-process server, so
+//! `FUSEWAY_HTTP1_ENGINE=hyper` runs the same tests on hyper's engine.
 
 #![cfg(target_os = "linux")]
 
