@@ -203,48 +203,17 @@ pub fn json_path(p: &std::path::Path) -> String {
     serde_json::to_string(p.to_str().unwrap()).unwrap()
 }
 
-/// A proxy whose listeners are bound from its config's `Listen` (TLS ones among them).
-pub struct TlsProxy {
-    /// Its first listener's address.
-    pub addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<()>,
-}
-
-impl TlsProxy {
-    pub async fn shutdown(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        within("the proxy to stop", self.done).await.unwrap();
-    }
-}
-
-/// The proxy with its listeners bound from the config's `Listen` (as the binary does).
-pub async fn tls_proxy(config_json: &str, form: Form) -> TlsProxy {
+/// The default pipeline in `form` with its listeners bound from the config's `Listen`,
+/// TLS ones among them (as the binary does); `addr` is the first listener's.
+pub async fn tls_proxy(config_json: &str, form: Form) -> Proxy {
     let config: fuseway::config::ProxyConfig = serde_json::from_str(config_json).unwrap();
     config.validate().expect("valid config");
-    let server = Server::bind_config(&config.listen).await.unwrap();
-    let addr = server.local_addrs()[0];
+    let server = Server::bind_config(&config.listen)
+        .await
+        .unwrap()
+        .options(test_options());
     let state = Arc::new(ProxyState::new(config).unwrap());
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let stop = async {
-        let _ = stop_rx.await;
-    };
-    let server = server.graceful_timeout(Duration::from_secs(5));
-    let done = match form {
-        Form::Fused => {
-            let service = pipeline::FusedDefault::from_state(state);
-            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
-        }
-        Form::Layered => {
-            let service = ProxyService::new(pipeline::layered_default(state));
-            tokio::spawn(async move { server.serve(service, stop).await.unwrap() })
-        }
-    };
-    TlsProxy {
-        addr,
-        stop: Some(stop_tx),
-        done,
-    }
+    proxy_served(server, state, form)
 }
 
 /// Start the fused default pipeline on 127.0.0.1:0 with this JSON config.
@@ -261,9 +230,21 @@ pub async fn proxy_with(config_json: &str, form: Form) -> Proxy {
 
 /// Start the default pipeline in `form` on 127.0.0.1:0 serving `state`.
 pub async fn proxy_on(state: Arc<ProxyState>, form: Form) -> Proxy {
+    let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
+        .await
+        .unwrap()
+        .options(test_options());
+    proxy_served(server, state, form)
+}
+
+/// The default pipeline in `form` serving `state` on `server`'s listeners.
+fn proxy_served(server: Server, state: Arc<ProxyState>, form: Form) -> Proxy {
     let (addr, stop, done) = match form {
-        Form::Fused => serve(pipeline::FusedDefault::from_state(state.clone())).await,
-        Form::Layered => serve(ProxyService::new(pipeline::layered_default(state.clone()))).await,
+        Form::Fused => serve_on(server, pipeline::FusedDefault::from_state(state.clone())),
+        Form::Layered => serve_on(
+            server,
+            ProxyService::new(pipeline::layered_default(state.clone())),
+        ),
     };
     Proxy {
         addr,
@@ -273,14 +254,17 @@ pub async fn proxy_on(state: Arc<ProxyState>, form: Form) -> Proxy {
     }
 }
 
+/// The server options of the tests' proxies: a 5 s graceful timeout.
+fn test_options() -> fuseway::server::ServerOptions {
+    fuseway::server::ServerOptions::default().graceful_timeout(Duration::from_secs(5))
+}
+
 /// Serve `service` with fuseway's server on 127.0.0.1:0 (5 s graceful timeout) until
 /// the returned sender fires or is dropped; the task ends when the server has stopped.
 pub async fn serve<S: fuseway::server::ServeService>(
     service: S,
 ) -> (SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
-    let options =
-        fuseway::server::ServerOptions::default().graceful_timeout(Duration::from_secs(5));
-    serve_with(service, options).await
+    serve_with(service, test_options()).await
 }
 
 /// [`serve`] with these server options.
@@ -292,6 +276,15 @@ pub async fn serve_with<S: fuseway::server::ServeService>(
         .await
         .unwrap()
         .options(options);
+    serve_on(server, service)
+}
+
+/// Serve `service` on `server` (its first listener's address) until the returned
+/// sender fires or is dropped; the task ends when the server has stopped.
+fn serve_on<S: fuseway::server::ServeService>(
+    server: Server,
+    service: S,
+) -> (SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
     let addr = server.local_addrs()[0];
     let (stop, stopped) = oneshot::channel::<()>();
     let done = tokio::spawn(async move {
