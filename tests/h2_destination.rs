@@ -598,3 +598,95 @@ async fn a_request_refused_by_refused_stream_goes_again() {
     assert_eq!(within("the third stream", seen.recv()).await, Some(5));
     p.shutdown().await;
 }
+
+/// A destination that keeps a request's stream (GOAWAY naming it as the last) and then
+/// closes the connection without answering it, as Hypercorn does at its request limit:
+/// whether it was processed is not known, so only a request that can be sent twice —
+/// idempotent and without a body — goes again, on a new connection, and only once; a
+/// `POST` gets 502, with a body or without. Both HTTP/2 client engines.
+#[tokio::test]
+async fn a_request_cut_off_by_its_connections_end_goes_again_once_if_idempotent() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    // How many of the next streams are cut off.
+    let cuts = Arc::new(AtomicUsize::new(0));
+    let (count, to_cut) = (accepted.clone(), cuts.clone());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let to_cut = to_cut.clone();
+            tokio::spawn(async move {
+                let mut preface = true;
+                loop {
+                    let id = script_until_headers(&mut stream, preface).await;
+                    preface = false;
+                    let cut = to_cut
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    if cut {
+                        // GOAWAY(last stream: this one, NO_ERROR): kept, never answered.
+                        let mut goaway = vec![0, 0, 8, 7, 0, 0, 0, 0, 0];
+                        goaway.extend_from_slice(&id.to_be_bytes());
+                        goaway.extend_from_slice(&0u32.to_be_bytes());
+                        stream.write_all(&goaway).await.unwrap();
+                        let _ = stream.shutdown().await;
+                        return;
+                    }
+                    // HEADERS (END_STREAM, END_HEADERS): `:status: 200`, HPACK index 8.
+                    let mut answer = vec![0, 0, 1, 1, 5];
+                    answer.extend_from_slice(&id.to_be_bytes());
+                    answer.push(0x88);
+                    stream.write_all(&answer).await.unwrap();
+                }
+            });
+        }
+    });
+    let p = proxy(&simple_config(
+        &[("d1", &format!("http://{addr}"))],
+        H2_EXACT,
+    ))
+    .await;
+    let client = h1_client();
+    // The answer's status, and how many connections the destination took meanwhile.
+    let send = |request: reqwest::RequestBuilder, streams_cut: usize| {
+        cuts.store(streams_cut, Ordering::SeqCst);
+        let before = accepted.load(Ordering::SeqCst);
+        let accepted = accepted.clone();
+        async move {
+            let r = within("the answer", request.send()).await.unwrap();
+            let status = r.status();
+            let _ = within("the body", r.bytes()).await;
+            (status, accepted.load(Ordering::SeqCst) - before)
+        }
+    };
+    // Cut off once: sent again on a new connection, answered.
+    let (status, opened) = send(client.get(p.url("/a")), 1).await;
+    assert_eq!((status, opened), (StatusCode::OK, 2), "GET cut off once");
+    let (status, opened) = send(client.delete(p.url("/a")), 1).await;
+    assert_eq!((status, opened), (StatusCode::OK, 1), "DELETE cut off once");
+    // Cut off twice: not a third time.
+    let (status, opened) = send(client.get(p.url("/a")), 2).await;
+    assert_eq!(
+        (status, opened),
+        (StatusCode::BAD_GATEWAY, 1),
+        "GET cut off twice"
+    );
+    // Not idempotent, or with a body: not sent again.
+    let (status, opened) = send(client.post(p.url("/a")), 1).await;
+    assert_eq!(
+        (status, opened),
+        (StatusCode::BAD_GATEWAY, 1),
+        "bodiless POST"
+    );
+    let (status, opened) = send(client.put(p.url("/a")).body("body"), 1).await;
+    assert_eq!(
+        (status, opened),
+        (StatusCode::BAD_GATEWAY, 1),
+        "PUT with a body"
+    );
+    // Answered as usual on the next connection.
+    let (status, opened) = send(client.get(p.url("/a")), 0).await;
+    assert_eq!((status, opened), (StatusCode::OK, 1));
+    p.shutdown().await;
+}

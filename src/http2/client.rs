@@ -57,11 +57,24 @@ pub(crate) struct Error {
     /// The RFC 9113 error code.
     pub(crate) reason: Reason,
     what: &'static str,
+    // The connection ended (closed, failed, or broken off) under the stream.
+    cut: bool,
 }
 
 impl Error {
     fn new(reason: Reason, what: &'static str) -> Error {
-        Error { reason, what }
+        Error {
+            reason,
+            what,
+            cut: false,
+        }
+    }
+
+    /// Whether the connection ended under the stream — closed by the destination,
+    /// failed, or broken off for a protocol error — rather than the stream alone
+    /// being reset or refused: whether the destination processed it is not known.
+    pub(crate) fn cut(&self) -> bool {
+        self.cut
     }
 }
 
@@ -184,8 +197,9 @@ impl Inner {
         self.wrote(was_empty);
     }
 
-    /// Fail every stream and refuse new ones.
+    /// Fail every stream and refuse new ones: the connection ended.
     fn fail(&mut self, error: Error) {
+        let error = Error { cut: true, ..error };
         if self.failed.is_none() {
             self.failed = Some(error);
         }

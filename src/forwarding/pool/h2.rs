@@ -78,17 +78,18 @@ pin_project! {
         ended: bool,
         // A request without a body, kept until its answer comes (on the h2 crate's
         // client, a copy: h2 takes the head it sends): refused unprocessed (a GOAWAY
-        // that leaves its stream out, `REFUSED_STREAM`), it goes again ([`again`],
-        // [`MAX_REFUSALS`] times at most).
+        // that leaves its stream out, `REFUSED_STREAM`), or cut off by its
+        // connection's end, it goes again ([`again`]).
         unanswered: Option<Request<B>>,
-        refusals: u8,
+        // How often the request has gone again ([`MAX_RESENDS`] at most).
+        resent: u8,
         #[pin]
         timer: Deadline,
     }
 }
 
-/// How often a request the destination refused unprocessed is sent again.
-const MAX_REFUSALS: u8 = 3;
+/// How often a request goes again ([`again`]).
+const MAX_RESENDS: u8 = 3;
 
 /// Where an HTTP/2 exchange is.
 enum State<B> {
@@ -419,7 +420,7 @@ fn exchange<B: SendBody>(
         data_ended: false,
         ended: false,
         unanswered: None,
-        refusals: 0,
+        resent: 0,
         timer: Deadline::new(),
     })
 }
@@ -709,9 +710,12 @@ fn native_body(headers: &http::HeaderMap, ended: bool) -> ResponseBody {
 }
 
 /// An HTTP/2 client's error, which says whether the destination refused the stream
-/// unprocessed (RFC 9113 §6.8, §8.7).
+/// unprocessed (RFC 9113 §6.8, §8.7), or the stream's connection ended under it.
 trait Refusal: Into<BoxError> + std::fmt::Display {
     fn refused(&self) -> bool;
+    /// The connection ended (closed, failed) under the stream: whether the
+    /// destination processed it is not known.
+    fn cut(&self) -> bool;
 }
 
 /// The native client says so with `REFUSED_STREAM`, for a GOAWAY that left the stream
@@ -719,6 +723,10 @@ trait Refusal: Into<BoxError> + std::fmt::Display {
 impl Refusal for client::Error {
     fn refused(&self) -> bool {
         self.reason == crate::http2::frame::Reason::REFUSED_STREAM
+    }
+
+    fn cut(&self) -> bool {
+        client::Error::cut(self)
     }
 }
 
@@ -729,6 +737,10 @@ impl Refusal for ::h2::Error {
     fn refused(&self) -> bool {
         self.is_remote()
             && (self.is_go_away() || self.reason() == Some(::h2::Reason::REFUSED_STREAM))
+    }
+
+    fn cut(&self) -> bool {
+        self.is_io()
     }
 }
 
@@ -759,22 +771,31 @@ fn h2_head<B>(request: Request<B>) -> (Request<()>, B) {
     (Request::from_parts(parts, ()), body)
 }
 
-/// Where `request` goes again when `error` refused its stream unprocessed (RFC 9113
-/// §6.8, §8.7: a GOAWAY that leaves it out, `REFUSED_STREAM`): another of `home`'s
-/// connections (the one that refused it takes no new stream, and is left out), unless
-/// there is no pool to choose from, it negotiates its version, or the request has been
-/// refused [`MAX_REFUSALS`] times (counted here); then the error stands.
+/// Where `request` goes again after `error`, if it may: one the destination refused
+/// unprocessed (RFC 9113 §6.8, §8.7: a GOAWAY that leaves it out, `REFUSED_STREAM`);
+/// one whose connection ended under it before its answer ([`Refusal::cut`]: a
+/// destination that closes with streams it kept, as Hypercorn does at its request
+/// limit) only if sending it twice does no harm — idempotent (RFC 9110 §9.2.2) and
+/// without a body — and only once, as the HTTP/1.1 client's keep-alive replay. It goes
+/// to another of `home`'s connections (the one that failed it takes no new stream, and
+/// is left out), unless there is no pool to choose from, it negotiates its version, or
+/// the request has gone again [`MAX_RESENDS`] times (counted here); then the error
+/// stands.
 fn again<B: SendBody, E: Refusal>(
     error: E,
     home: &Option<Arc<Pool<B>>>,
-    refusals: &mut u8,
+    resent: &mut u8,
     request: &mut Option<Request<B>>,
     count: &mut Option<StreamCount>,
 ) -> Result<State<B>, BoxError> {
-    let Some(pool) = home.as_ref() else {
+    let (Some(pool), Some(head)) = (home.as_ref(), request.as_ref()) else {
         return Err(error.into());
     };
-    if !error.refused() || *refusals >= MAX_REFUSALS || request.is_none() {
+    // Not refused: whether the destination processed it is not known.
+    let unknown = !error.refused();
+    let twice_harmless =
+        error.cut() && head.method().is_idempotent() && head.body().is_end_stream();
+    if (unknown && !twice_harmless) || *resent >= MAX_RESENDS {
         return Err(error.into());
     }
     let state = match choose(pool) {
@@ -788,10 +809,11 @@ fn again<B: SendBody, E: Refusal>(
         }
         Choice::Negotiate => return Err(error.into()),
     };
-    *refusals += 1;
+    // Cut off once, not sent again after.
+    *resent = if unknown { MAX_RESENDS } else { *resent + 1 };
     tracing::debug!(
         error = %error,
-        "an HTTP/2 destination refused a stream unprocessed; sending it again"
+        "an HTTP/2 destination left a request unanswered; sending it again"
     );
     Ok(state)
 }
@@ -853,7 +875,7 @@ impl<B: SendBody> Exchange for H2<B> {
                         Ok(stream) => stream,
                         // Told to go away before the stream opened: another connection.
                         Err(e) => {
-                            *this.state = again(e, this.home, this.refusals, request, this.count)?;
+                            *this.state = again(e, this.home, this.resent, request, this.count)?;
                             continue;
                         }
                     };
@@ -881,7 +903,7 @@ impl<B: SendBody> Exchange for H2<B> {
                 State::Ready(H2Sender::Crate(sender), request) => {
                     if let Err(e) = std::task::ready!(sender.poll_ready(cx)) {
                         // Told to go away: another connection.
-                        *this.state = again(e, this.home, this.refusals, request, this.count)?;
+                        *this.state = again(e, this.home, this.resent, request, this.count)?;
                         continue;
                     }
                     let Some(request) = request.take() else {
@@ -902,7 +924,7 @@ impl<B: SendBody> Exchange for H2<B> {
                         // Told to go away: a request kept whole goes again.
                         Err(e) => {
                             *this.state =
-                                again(e, this.home, this.refusals, this.unanswered, this.count)?;
+                                again(e, this.home, this.resent, this.unanswered, this.count)?;
                             continue;
                         }
                     };
@@ -922,10 +944,10 @@ impl<B: SendBody> Exchange for H2<B> {
                     native.poll_write(cx);
                     let response = match std::task::ready!(native.stream.poll_response(cx)) {
                         Ok(response) => response,
-                        // Not processed: a request without a body goes again.
+                        // Not processed, or cut off: a request without a body goes again.
                         Err(e) => {
                             *this.state =
-                                again(e, this.home, this.refusals, this.unanswered, this.count)?;
+                                again(e, this.home, this.resent, this.unanswered, this.count)?;
                             *this.native = None;
                             continue;
                         }
@@ -943,10 +965,10 @@ impl<B: SendBody> Exchange for H2<B> {
                     Self::poll_pipe(this.pipe, cx);
                     let response = match std::task::ready!(Pin::new(response).poll(cx)) {
                         Ok(response) => response,
-                        // Not processed: a request without a body goes again.
+                        // Not processed, or cut off: a request without a body goes again.
                         Err(e) => {
                             *this.state =
-                                again(e, this.home, this.refusals, this.unanswered, this.count)?;
+                                again(e, this.home, this.resent, this.unanswered, this.count)?;
                             continue;
                         }
                     };
@@ -1010,7 +1032,7 @@ impl<B: SendBody> Exchange for H2<B> {
         *this.data_ended = false;
         *this.ended = false;
         *this.unanswered = None;
-        *this.refusals = 0;
+        *this.resent = 0;
         this.timer.release();
         let mut free = pool.h2_free.lock().expect("pool lock");
         if free.len() < KEEP_FREE {
