@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 
 /// The default pipeline on the native HTTP/2 engine (with `options` besides) to a
 /// backend that answers with the request's path, body length and `x-big` length, or
-/// with a body of `?n` bytes.
+/// with a body of `?n` bytes (`/early`: `early`, the request body unread).
 async fn serving(
     options: ServerOptions,
 ) -> (
@@ -29,6 +29,9 @@ async fn serving(
 ) {
     let b = backend(|req: Request<Incoming>| async move {
         let path = req.uri().path().to_owned();
+        if path == "/early" {
+            return Response::new(full("early"));
+        }
         let n: usize = req
             .uri()
             .query()
@@ -342,6 +345,58 @@ async fn pings_continuations_and_limits() {
     assert_eq!((kind, stream), (HEADERS, 7));
     // `:status 431` as a literal with the static table's name (index 8).
     assert_eq!(&payload[..5], &[0x08, 3, b'4', b'3', b'1']);
+}
+
+/// A response sent before the request's END_STREAM: a request body whole by its
+/// `content-length` is not refused — the client's END_STREAM comes after the answer and
+/// is taken without a word (httpx fails a request whose stream is reset under it) —
+/// while one with more to come is refused with `RST_STREAM(NO_ERROR)` (RFC 9113 §8.1).
+#[tokio::test]
+async fn an_answer_before_the_end_stream_refuses_only_a_body_with_more_to_come() {
+    let (addr, _b, _stop) = serving(ServerOptions::default()).await;
+    let mut raw = Raw::connect(addr).await;
+    // The frames after the answer's end, up to a PING's acknowledgement.
+    async fn until_pong(raw: &mut Raw, ping: &[u8; 8]) -> Vec<(u8, u32)> {
+        raw.send(PING, 0, 0, ping).await;
+        let mut seen = Vec::new();
+        loop {
+            let (kind, flags, stream, payload) = raw.next_event().await.unwrap();
+            if kind == PING && flags & 1 == 1 && payload == ping {
+                return seen;
+            }
+            seen.push((kind, stream));
+        }
+    }
+    async fn answered(raw: &mut Raw, id: u32) {
+        loop {
+            let (kind, flags, stream, _) = raw.next_event().await.unwrap();
+            assert_eq!(stream, id, "a frame of stream {id}");
+            if (kind == DATA || kind == HEADERS) && flags & END_STREAM != 0 {
+                return;
+            }
+        }
+    }
+    // Whole by its length (5), its END_STREAM held back until after the answer.
+    let mut block = post("/whole");
+    block.extend(literal(b"content-length", b"5"));
+    raw.send(HEADERS, END_HEADERS, 1, &block).await;
+    raw.send(DATA, 0, 1, b"hello").await;
+    answered(&mut raw, 1).await;
+    assert_eq!(until_pong(&mut raw, b"pingpong").await, [], "no reset");
+    raw.send(DATA, END_STREAM, 1, b"").await;
+    assert_eq!(
+        until_pong(&mut raw, b"pongping").await,
+        [],
+        "the late END_STREAM taken"
+    );
+    // More to come (5 of 10): refused once answered.
+    let mut block = post("/early");
+    block.extend(literal(b"content-length", b"10"));
+    raw.send(HEADERS, END_HEADERS, 3, &block).await;
+    raw.send(DATA, 0, 3, b"hello").await;
+    answered(&mut raw, 3).await;
+    let (kind, _, stream, payload) = raw.next_event().await.unwrap();
+    assert_eq!((kind, stream, payload), (RST_STREAM, 3, vec![0; 4]));
 }
 
 /// Flow control both ways with hyper's client: a response body far larger than the

@@ -937,10 +937,13 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     }
 
     /// The response of slot `i` is sent: the stream ends (a request body still coming
-    /// is refused with RST_STREAM NO_ERROR, RFC 9113 §8.1).
+    /// is refused with RST_STREAM NO_ERROR, RFC 9113 §8.1). Not one whole by its
+    /// `content-length` with only its END_STREAM to come: the client is about to send
+    /// it, and some (httpx) fail a request whose stream is reset under their END_STREAM,
+    /// answer and all. The late frame finds no stream and is ignored.
     fn finish(&mut self, i: usize) {
         let stream = self.slots[i].as_mut().project().stream;
-        if stream.recv_open {
+        if stream.recv_open && stream.expect != Some(0) {
             frame::rst_stream(&mut self.write, stream.id, Reason::NO_ERROR);
         }
         self.free(i, "the response was sent before the request body");
