@@ -486,6 +486,24 @@ async fn script_until_headers(stream: &mut tokio::net::TcpStream, preface: bool)
     }
 }
 
+/// A scripted destination's answer to stream `id`: `200`, no content (HEADERS with
+/// END_STREAM and END_HEADERS, `:status: 200` as HPACK index 8).
+async fn answer_200(stream: &mut tokio::net::TcpStream, id: u32) {
+    let mut answer = vec![0, 0, 1, 1, 5];
+    answer.extend_from_slice(&id.to_be_bytes());
+    answer.push(0x88);
+    stream.write_all(&answer).await.unwrap();
+}
+
+/// The proxy in front of the scripted destination at `addr`, over h2c.
+async fn proxy_to_scripted(addr: std::net::SocketAddr) -> Proxy {
+    proxy(&simple_config(
+        &[("d1", &format!("http://{addr}"))],
+        H2_EXACT,
+    ))
+    .await
+}
+
 /// A destination that tells the connection to go away (GOAWAY, last stream 0) once it
 /// has the request's HEADERS: the stream was not processed (RFC 9113 §6.8), so a request
 /// without a body goes again on a new connection, as .NET's client does under YARP,
@@ -519,11 +537,7 @@ async fn a_request_refused_by_goaway_goes_again_on_a_new_connection() {
             });
         }
     });
-    let p = proxy(&simple_config(
-        &[("d1", &format!("http://{addr}"))],
-        H2_EXACT,
-    ))
-    .await;
+    let p = proxy_to_scripted(addr).await;
     let r = within("the answer", h1_client().get(p.url("/a")).send())
         .await
         .unwrap();
@@ -559,20 +573,12 @@ async fn a_request_refused_by_refused_stream_goes_again() {
                     stream.write_all(&reset).await.unwrap();
                     let answered = script_until_headers(&mut stream, false).await;
                     let _ = seen_tx.send(answered);
-                    // HEADERS (END_STREAM, END_HEADERS): `:status: 200`, HPACK index 8.
-                    let mut answer = vec![0, 0, 1, 1, 5];
-                    answer.extend_from_slice(&answered.to_be_bytes());
-                    answer.push(0x88);
-                    stream.write_all(&answer).await.unwrap();
+                    answer_200(&mut stream, answered).await;
                 }
             });
         }
     });
-    let p = proxy(&simple_config(
-        &[("d1", &format!("http://{addr}"))],
-        H2_EXACT,
-    ))
-    .await;
+    let p = proxy_to_scripted(addr).await;
     let r = within("the answer", h1_client().get(p.url("/a")).send())
         .await
         .unwrap();
@@ -633,20 +639,12 @@ async fn a_request_cut_off_by_its_connections_end_goes_again_once_if_idempotent(
                         let _ = stream.shutdown().await;
                         return;
                     }
-                    // HEADERS (END_STREAM, END_HEADERS): `:status: 200`, HPACK index 8.
-                    let mut answer = vec![0, 0, 1, 1, 5];
-                    answer.extend_from_slice(&id.to_be_bytes());
-                    answer.push(0x88);
-                    stream.write_all(&answer).await.unwrap();
+                    answer_200(&mut stream, id).await;
                 }
             });
         }
     });
-    let p = proxy(&simple_config(
-        &[("d1", &format!("http://{addr}"))],
-        H2_EXACT,
-    ))
-    .await;
+    let p = proxy_to_scripted(addr).await;
     let client = h1_client();
     // The answer's status, and how many connections the destination took meanwhile.
     let send = |request: reqwest::RequestBuilder, streams_cut: usize| {
