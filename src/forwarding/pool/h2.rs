@@ -368,6 +368,27 @@ fn choose<B: SendBody>(pool: &Arc<Pool<B>>) -> Choice {
     Choice::Wait(opening)
 }
 
+/// Where `request`, already an exchange's, goes next on `pool` ([`choose`]): ready on a
+/// connection with room (`count` then counts it there) or waiting for the one being
+/// opened; `None` in a pool that negotiates, which has no connection to share.
+fn place<B: SendBody>(
+    pool: &Arc<Pool<B>>,
+    request: &mut Option<Request<B>>,
+    count: &mut Option<StreamCount>,
+) -> Option<State<B>> {
+    match choose(pool) {
+        Choice::Taken(taken) => {
+            *count = Some(taken.count);
+            Some(State::Ready(taken.sender, request.take()))
+        }
+        Choice::Wait(opening) => {
+            *count = None;
+            Some(State::Awaiting(opening, pool.clone(), request.take()))
+        }
+        Choice::Negotiate => None,
+    }
+}
+
 /// An HTTP/2 exchange on one of `pool`'s connections, on the one being opened, or on
 /// a new one (in a pool that negotiates, a new connection negotiates again).
 pub(super) fn h2_exchange<B: SendBody>(pool: &Arc<Pool<B>>, request: Request<B>) -> BoxExchange {
@@ -798,16 +819,8 @@ fn again<B: SendBody, E: Refusal>(
     if (unknown && !twice_harmless) || *resent >= MAX_RESENDS {
         return Err(error.into());
     }
-    let state = match choose(pool) {
-        Choice::Taken(taken) => {
-            *count = Some(taken.count);
-            State::Ready(taken.sender, request.take())
-        }
-        Choice::Wait(opening) => {
-            *count = None;
-            State::Awaiting(opening, pool.clone(), request.take())
-        }
-        Choice::Negotiate => return Err(error.into()),
+    let Some(state) = place(pool, request, count) else {
+        return Err(error.into());
     };
     // Cut off once, not sent again after.
     *resent = if unknown { MAX_RESENDS } else { *resent + 1 };
@@ -843,21 +856,9 @@ impl<B: SendBody> Exchange for H2<B> {
             match this.state {
                 State::Awaiting(opening, pool, request) => {
                     std::task::ready!(Pin::new(opening).poll(cx))?;
-                    *this.state = match choose(pool) {
-                        Choice::Taken(taken) => {
-                            *this.count = Some(taken.count);
-                            State::Ready(taken.sender, request.take())
-                        }
-                        Choice::Wait(opening) => {
-                            State::Awaiting(opening, pool.clone(), request.take())
-                        }
-                        // Only pools that do not negotiate open a connection to wait for.
-                        Choice::Negotiate => {
-                            return Poll::Ready(Err(
-                                "no HTTP/2 connection to wait for in a pool that negotiates".into(),
-                            ))
-                        }
-                    };
+                    // Only pools that do not negotiate open a connection to wait for.
+                    *this.state = place(pool, request, this.count)
+                        .ok_or("no HTTP/2 connection to wait for in a pool that negotiates")?;
                 }
                 State::Connecting(connecting, request) => {
                     let taken = std::task::ready!(connecting.as_mut().poll(cx))?;
