@@ -224,6 +224,28 @@ async fn get(
     (status, headers, response.bytes().await.unwrap())
 }
 
+/// The port an outside program is told to listen on is given to no other socket before
+/// it does: not to a listener on port 0 (which gets recently freed ports back), not to
+/// the next `free_port`.
+#[test]
+fn a_port_for_an_outside_program_is_given_to_no_other_socket() {
+    let held: Vec<u16> = (0..20).map(|_| free_port()).collect();
+    let distinct: std::collections::HashSet<u16> = held.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        held.len(),
+        "free_port repeated a port: {held:?}"
+    );
+    for _ in 0..5000 {
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = other.local_addr().unwrap().port();
+        assert!(
+            !distinct.contains(&port),
+            "a listener on port 0 was given {port}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn nginx_as_the_destination_is_relayed_byte_for_byte() {
     let Some(nginx_binary) = installed(&["nginx"], "nginx", "fuseway in front of nginx") else {

@@ -454,15 +454,24 @@ pub async fn h2c_connection(
     (sender, tokio::spawn(connection))
 }
 
-/// A port free now, for an outside program (etcd, nginx, HAProxy) that cannot be
-/// started on port 0 and tell which it took. Another socket may take it before the
-/// program does; the program then fails to start, and its test says so.
+/// A port for an outside program (etcd, nginx, HAProxy) that cannot be started on
+/// port 0 and tell which it took. The port stays bound, without listening and with
+/// `SO_REUSEADDR`, until the test binary ends: the program (which sets `SO_REUSEADDR`
+/// on its listeners, as nginx, HAProxy, Go, Node and Python do) can listen on it, and
+/// no other socket of this machine is given it — not a later `free_port`, not a
+/// listener on port 0, not a connection's own end. (A port merely free when it is
+/// picked comes back from the next bind to port 0; two nginx in one test binary were
+/// once told the same port, and a test reached the wrong one.)
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HELD: std::sync::Mutex<Vec<socket2::Socket>> = std::sync::Mutex::new(Vec::new());
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_reuse_address(true).unwrap();
+    socket
+        .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+    HELD.lock().unwrap().push(socket);
+    port
 }
 
 /// A fresh directory under the system temp dir (`fuseway-WHAT-PID-N`), removed on drop.
