@@ -399,6 +399,55 @@ async fn an_answer_before_the_end_stream_refuses_only_a_body_with_more_to_come()
     assert_eq!((kind, stream, payload), (RST_STREAM, 3, vec![0; 4]));
 }
 
+/// `expect: 100-continue` (RFC 9110 §10.1.1): a client that holds its body back until
+/// `100 Continue` (Apache's HTTP/2 proxy waits for it without end) gets it once the
+/// request's destination asks for the body, and then its answer; a request answered
+/// without its body is never told to send it.
+#[tokio::test]
+async fn a_client_that_expects_100_continue_gets_it_when_the_body_is_wanted() {
+    let (addr, _b, _stop) = serving(ServerOptions::default()).await;
+    let mut raw = Raw::connect(addr).await;
+    let mut block = post("/upload");
+    block.extend(literal(b"content-length", b"5"));
+    block.extend(literal(b"expect", b"100-continue"));
+    raw.send(HEADERS, END_HEADERS, 1, &block).await;
+    // Nothing of the body sent until the interim answer: a HEADERS without END_STREAM
+    // holding `:status: 100` (name from the static table, value a literal).
+    let (kind, flags, stream, payload) = raw.next_event().await.unwrap();
+    assert_eq!((kind, stream), (HEADERS, 1), "the 100 Continue first");
+    assert_eq!(flags & END_STREAM, 0, "an interim answer");
+    assert_eq!(payload, b"\x08\x03100", "`:status: 100`");
+    raw.send(DATA, END_STREAM, 1, b"hello").await;
+    let (kind, flags, stream, payload) = raw.next_event().await.unwrap();
+    assert_eq!((kind, stream, payload[0]), (HEADERS, 1, 0x88), "then 200");
+    assert_eq!(flags & END_STREAM, 0);
+    let (kind, _, stream, payload) = raw.next_event().await.unwrap();
+    assert_eq!((kind, stream), (DATA, 1));
+    assert_eq!(payload, b"/upload 5 0", "the body reached the destination");
+
+    // The destination answers without reading the body: a final answer, no 100, and
+    // the body refused (RST_STREAM NO_ERROR).
+    let mut block = post("/early");
+    block.extend(literal(b"content-length", b"5"));
+    block.extend(literal(b"expect", b"100-continue"));
+    raw.send(HEADERS, END_HEADERS, 3, &block).await;
+    let (kind, _, stream, payload) = raw.next_event().await.unwrap();
+    assert_eq!(
+        (kind, stream, payload[0]),
+        (HEADERS, 3, 0x88),
+        "200, no 100"
+    );
+    loop {
+        let (kind, _, stream, payload) = raw.next_event().await.unwrap();
+        assert_eq!(stream, 3);
+        if kind == RST_STREAM {
+            assert_eq!(payload, [0; 4], "NO_ERROR");
+            break;
+        }
+        assert_eq!(kind, DATA, "the answer's body, then the reset");
+    }
+}
+
 /// Flow control both ways with hyper's client: a response body far larger than the
 /// client's stream window, and a request body larger than the server's 1 MiB windows;
 /// a head too large for one frame (CONTINUATION) reaches the destination whole.

@@ -50,6 +50,9 @@ struct Queue {
     connection: Option<Waker>,
     /// The reader is gone: what comes is credited at once and thrown away.
     dropped: bool,
+    /// The reader has waited for bytes with none queued: the client's
+    /// `Expect: 100-continue` is due its `100 Continue`.
+    asked: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +63,18 @@ enum State {
     /// The stream was reset, or its body broke a rule (a `content-length` it did not
     /// match).
     Failed(&'static str),
+}
+
+/// What [`Sender::take_credit`] finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Credit {
+    /// Bytes taken by the reader since the last call.
+    pub(crate) taken: usize,
+    /// The reader is gone.
+    pub(crate) gone: bool,
+    /// The reader has waited for bytes (ever): a client holding its body back for
+    /// `100 Continue` gets it now.
+    pub(crate) asked: bool,
 }
 
 /// A body's channel: the reading side for the request, the sending side for the
@@ -126,9 +141,10 @@ impl Sender {
         }
     }
 
-    /// Bytes taken by the reader since the last call (to credit), and whether the
-    /// reader is gone; the connection's task is woken when either changes.
-    pub(crate) fn take_credit(&self, cx: &Context<'_>) -> (usize, bool) {
+    /// Bytes taken by the reader since the last call (to credit), whether the reader is
+    /// gone and whether it has waited for bytes; the connection's task is woken when
+    /// any of them changes.
+    pub(crate) fn take_credit(&self, cx: &Context<'_>) -> Credit {
         let mut q = lock(&self.shared);
         if !q
             .connection
@@ -137,7 +153,11 @@ impl Sender {
         {
             q.connection = Some(cx.waker().clone());
         }
-        (std::mem::take(&mut q.taken), q.dropped)
+        Credit {
+            taken: std::mem::take(&mut q.taken),
+            gone: q.dropped,
+            asked: q.asked,
+        }
     }
 }
 
@@ -170,6 +190,12 @@ impl RecvBody {
             State::Open => {
                 if !q.reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                     q.reader = Some(cx.waker().clone());
+                }
+                if !q.asked {
+                    q.asked = true;
+                    if let Some(w) = q.connection.take() {
+                        w.wake();
+                    }
                 }
                 Poll::Pending
             }

@@ -10,7 +10,9 @@
 //! windows, the header list limit), HPACK ([`crate::http2::hpack`]), flow control both
 //! ways (a stream's and the connection's window credited back as the pipeline reads
 //! the request body; the response's DATA sent as the client's windows allow),
-//! trailers both ways, PING answered, RST_STREAM both ways (a client's reset drops the
+//! trailers both ways, `100 Continue` (an interim HEADERS) to a request with
+//! `expect: 100-continue` once the pipeline first waits for its body, PING answered,
+//! RST_STREAM both ways (a client's reset drops the
 //! stream's pipeline future: the destination's request is cancelled), GOAWAY on
 //! shutdown (streams in flight finish) and on protocol errors, the idle timeout
 //! (`http2_idle_timeout`), and the checks of RFC 9113 §8 on each request (a malformed
@@ -113,6 +115,10 @@ struct Stream {
     credit: u32,
     /// What is left of the request's `content-length`.
     expect: Option<u64>,
+    /// The request has `expect: 100-continue`, and neither a response nor any of its
+    /// body has come: the client may be holding the body back until `100 Continue`,
+    /// sent when the pipeline first waits for the body (Kestrel's rule).
+    continue_due: bool,
     /// An extended CONNECT: where the upgraded stream goes once answered `2xx`, and
     /// what it reads.
     upgrade: Option<(tokio::sync::oneshot::Sender<Upgraded>, RecvBody)>,
@@ -669,6 +675,8 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             return Ok(());
         }
         stream.recv_window -= len as i64;
+        // The body is coming: no `100 Continue` is wanted any more.
+        stream.continue_due = false;
         let data = payload.slice(range);
         // Padding is credited at once.
         let padding = (len - data.len()) as u32;
@@ -773,6 +781,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             request,
             recv,
             expect,
+            expect_continue,
             upgrade,
         } = request;
         let i = match self.slots.iter().position(|s| s.stream.id == 0) {
@@ -796,6 +805,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             recv_open: !end_stream,
             recv_window: WINDOW.into(),
             expect,
+            continue_due: expect_continue,
             upgrade,
             ..Stream::default()
         };
@@ -878,6 +888,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             || tunnel;
         let length = (!bodiless).then(|| body.size_hint().exact()).flatten();
         let stream = self.slots[i].as_mut().project().stream;
+        stream.continue_due = false;
         frame::headers_with(
             &mut self.write,
             stream.id,
@@ -1081,17 +1092,28 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     }
 
     /// Credit back what the pipelines have read of their request bodies: WINDOW_UPDATE
-    /// for a stream or the connection once half its window is owed.
+    /// for a stream or the connection once half its window is owed. And `100 Continue`
+    /// to a client that expects it once its stream's pipeline waits for the body.
     fn send_credit(&mut self, cx: &mut Context<'_>) {
         for slot in &mut self.slots {
             let stream = slot.as_mut().project().stream;
             let Some(recv) = &stream.recv else {
                 continue;
             };
-            let (taken, gone) = recv.take_credit(cx);
+            let body::Credit { taken, gone, asked } = recv.take_credit(cx);
             self.credit += taken as u32;
             if !stream.recv_open || gone {
                 continue;
+            }
+            if stream.continue_due && asked {
+                stream.continue_due = false;
+                frame::headers_with(
+                    &mut self.write,
+                    stream.id,
+                    false,
+                    self.peer_max_frame,
+                    |block| hpack::encode_status(StatusCode::CONTINUE, block),
+                );
             }
             stream.credit += taken as u32;
             if stream.credit >= WINDOW / 2 {
@@ -1135,6 +1157,8 @@ struct Made {
     recv: Option<body::Sender>,
     /// Its `content-length`.
     expect: Option<u64>,
+    /// It has a body to come and `expect: 100-continue`.
+    expect_continue: bool,
     /// An extended CONNECT's way to its tunnel.
     upgrade: Option<(tokio::sync::oneshot::Sender<Upgraded>, RecvBody)>,
 }
@@ -1245,6 +1269,13 @@ impl Fields {
         if end_stream && expect.is_some_and(|n| n > 0) {
             return Err("a content-length and no body");
         }
+        let expect_continue = !end_stream
+            && protocol.is_none()
+            && self.headers.get(header::EXPECT).is_some_and(|v| {
+                v.as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"100-continue")
+            });
         let mut upgrade = None;
         let (body, recv) = if end_stream {
             (Incoming::empty(), None)
@@ -1271,6 +1302,7 @@ impl Fields {
             request,
             recv,
             expect,
+            expect_continue,
             upgrade,
         })
     }
