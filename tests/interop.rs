@@ -762,6 +762,112 @@ backend fuseway
     proxy.shutdown().await;
 }
 
+/// Apache httpd's proxy in front of fuseway, its two clients: `mod_proxy_http` (HTTP/1.1;
+/// with `ping`, a request with a body goes with `Expect: 100-continue` and its body only
+/// after fuseway's `100 Continue`) and `mod_proxy_http2` (h2c; it holds back the body of
+/// a request carrying the expectation until `100 Continue` comes, without end). curl's
+/// uploads (`-T`, which ask for `100 Continue`), with a length and chunked, reach the
+/// destination and come back whole. (Read whole before it is answered: Apache sends all
+/// of a body before it reads the answer, so an answer streamed back while the body
+/// comes fills every buffer between them and stops both.)
+#[tokio::test]
+async fn apache_in_front_of_fuseway_sends_bodies_once_continued() {
+    let what = "Apache httpd in front of fuseway";
+    let (Some(apache_binary), Some(curl_binary)) = (
+        installed(&["apache2", "httpd"], "apache2-bin", what),
+        installed(&["curl"], "curl", what),
+    ) else {
+        return;
+    };
+    let Some(modules) = ["/usr/lib/apache2/modules", "/usr/lib64/httpd/modules"]
+        .into_iter()
+        .map(Path::new)
+        .find(|dir| dir.join("mod_proxy_http2.so").is_file())
+    else {
+        eprintln!("SKIPPED: Apache's mod_proxy_http2 was not found; {what} was not checked");
+        return;
+    };
+    let echo = backend(|req: Request<Incoming>| async move {
+        Response::new(common::full(req.collect().await.unwrap().to_bytes()))
+    })
+    .await;
+    let proxy = proxy(&simple_config(&[("echo", &echo.url())], "")).await;
+    let dir = TempDir::new("interop-apache");
+    let port = free_port();
+    let m = modules.display();
+    let d = dir.path().display();
+    let config = format!(
+        r#"LoadModule mpm_event_module {m}/mod_mpm_event.so
+LoadModule authz_core_module {m}/mod_authz_core.so
+LoadModule proxy_module {m}/mod_proxy.so
+LoadModule proxy_http_module {m}/mod_proxy_http.so
+LoadModule proxy_http2_module {m}/mod_proxy_http2.so
+Listen 127.0.0.1:{port}
+ServerName localhost
+PidFile {d}/httpd.pid
+DefaultRuntimeDir {d}
+ErrorLog {d}/error.log
+LogLevel warn
+User www-data
+Group www-data
+ProxyPass "/h1/" "http://{addr}/" ping=1
+ProxyPass "/h2/" "h2c://{addr}/"
+"#,
+        addr = proxy.addr
+    );
+    let file = dir.write("httpd.conf", &config);
+    let mut command = Command::new(&apache_binary);
+    // One process, in the foreground: the test's to stop.
+    command.arg("-X").arg("-f").arg(&file);
+    let mut apache = Program::start("Apache httpd", command, port).await;
+
+    let body = payload(3 * 1024 * 1024 + 11, 5);
+    let upload = dir.path().join("upload.bin");
+    std::fs::write(&upload, &body).unwrap();
+    let back = dir.path().join("back.bin");
+    // hyper's HTTP/2 engine never sends `100 Continue` (a listed engine difference).
+    let h2 = fuseway::server::Http2Engine::from_env() == fuseway::server::Http2Engine::Native;
+    if !h2 {
+        eprintln!("NOTE: hyper's HTTP/2 engine sends no 100 Continue: mod_proxy_http2 not checked");
+    }
+    for (prefix, client) in [("/h1/", "mod_proxy_http"), ("/h2/", "mod_proxy_http2")] {
+        if prefix == "/h2/" && !h2 {
+            continue;
+        }
+        for framing in [&[][..], &["-H", "Transfer-Encoding: chunked"][..]] {
+            let _ = std::fs::remove_file(&back);
+            let out = within(
+                "curl",
+                Command::new(&curl_binary)
+                    .args(["--silent", "--show-error", "--max-time", "5"])
+                    .arg("--upload-file")
+                    .arg(&upload)
+                    .args(framing)
+                    .arg("--output")
+                    .arg(&back)
+                    .args(["--write-out", "%{http_code}"])
+                    .arg(format!("http://127.0.0.1:{port}{prefix}up"))
+                    .stdin(Stdio::null())
+                    .output(),
+            )
+            .await
+            .unwrap();
+            let status = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && status == "200",
+                "{client} {framing:?}: status {status}, {stderr}"
+            );
+            assert!(
+                std::fs::read(&back).unwrap() == body,
+                "{client} {framing:?}: the body came back changed"
+            );
+        }
+    }
+    apache.assert_running();
+    proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_connection_nginx_closed_while_idle_is_not_reused() {
     let Some(nginx_binary) = installed(&["nginx"], "nginx", "nginx closing idle connections")
