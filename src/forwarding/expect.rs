@@ -97,7 +97,7 @@ where
         return None;
     }
     let expects = super::headers::get_few(request.headers(), &header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        .is_some_and(|v| crate::http1::expects_continue(v.as_bytes()));
     if !expects {
         return None;
     }

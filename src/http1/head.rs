@@ -538,7 +538,7 @@ impl Checks {
                 }
             }
         } else if *name == header::EXPECT {
-            self.expect_continue |= value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
+            self.expect_continue |= expects_continue(value);
         } else if *name == header::TE {
             self.trailers |= value
                 .split(|&b| b == b',')
@@ -565,6 +565,12 @@ impl Checks {
         }
         Ok(BodyLength::Chunked)
     }
+}
+
+/// Whether an `Expect` field's value asks for `100 Continue` (RFC 9110 §10.1.1: the
+/// only expectation defined, case-insensitive), whatever the version it came in.
+pub(crate) fn expects_continue(value: &[u8]) -> bool {
+    value.trim_ascii().eq_ignore_ascii_case(b"100-continue")
 }
 
 /// A `Content-Length` value: decimal digits only, within `u64`.

@@ -24,8 +24,8 @@ pub(crate) use encode::{
     Connection, Framing, RequestFraming,
 };
 pub(crate) use head::{
-    parse_length, parse_request, parse_response, BodyLength, Limits, ParseError, RequestHead,
-    ResponseBodyLength, ResponseHead,
+    expects_continue, parse_length, parse_request, parse_response, BodyLength, Limits, ParseError,
+    RequestHead, ResponseBodyLength, ResponseHead,
 };
 pub(crate) use write::{poll_write_vectored, Outgoing};
 

@@ -12,11 +12,11 @@
 //! the request body; the response's DATA sent as the client's windows allow),
 //! trailers both ways, `100 Continue` (an interim HEADERS) to a request with
 //! `expect: 100-continue` once the pipeline first waits for its body, PING answered,
-//! RST_STREAM both ways (a client's reset drops the
-//! stream's pipeline future: the destination's request is cancelled), GOAWAY on
-//! shutdown (streams in flight finish) and on protocol errors, the idle timeout
-//! (`http2_idle_timeout`), and the checks of RFC 9113 §8 on each request (a malformed
-//! one is reset with PROTOCOL_ERROR, as h2 does).
+//! RST_STREAM both ways (a client's reset drops the stream's pipeline future: the
+//! destination's request is cancelled), GOAWAY on shutdown (streams in flight finish)
+//! and on protocol errors, the idle timeout (`http2_idle_timeout`), and the checks of
+//! RFC 9113 §8 on each request (a malformed one is reset with PROTOCOL_ERROR, as h2
+//! does).
 //!
 //! Keep-alive pings (`http2_keep_alive_interval`): after that long without a frame from
 //! the client, a PING; no answer within `http2_keep_alive_timeout` closes the
@@ -1271,11 +1271,10 @@ impl Fields {
         }
         let expect_continue = !end_stream
             && protocol.is_none()
-            && self.headers.get(header::EXPECT).is_some_and(|v| {
-                v.as_bytes()
-                    .trim_ascii()
-                    .eq_ignore_ascii_case(b"100-continue")
-            });
+            && self
+                .headers
+                .get(header::EXPECT)
+                .is_some_and(|v| crate::http1::expects_continue(v.as_bytes()));
         let mut upgrade = None;
         let (body, recv) = if end_stream {
             (Incoming::empty(), None)
