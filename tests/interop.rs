@@ -787,7 +787,13 @@ async fn apache_in_front_of_fuseway_sends_bodies_once_continued() {
         eprintln!("SKIPPED: Apache's mod_proxy_http2 was not found; {what} was not checked");
         return;
     };
+    // The body is read (and the destination's `100 Continue` sent) a moment after the
+    // head comes: mod_proxy_http2 (2.0.42) loses a `100 Continue` read in the same
+    // pass as the connection's first frames, before it has looked for its client's
+    // body — it then never reads that body (a race of its own, seen under load). A
+    // destination across a network gives it that moment; on 127.0.0.1 it is given here.
     let echo = backend(|req: Request<Incoming>| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
         Response::new(common::full(req.collect().await.unwrap().to_bytes()))
     })
     .await;
@@ -856,7 +862,8 @@ ProxyPass "/h2/" "h2c://{addr}/"
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
                 out.status.success() && status == "200",
-                "{client} {framing:?}: status {status}, {stderr}"
+                "{client} {framing:?}: status {status}, {stderr}; Apache's log:\n{}",
+                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
             );
             assert!(
                 std::fs::read(&back).unwrap() == body,
