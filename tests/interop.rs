@@ -802,6 +802,14 @@ async fn apache_in_front_of_fuseway_sends_bodies_once_continued() {
     let port = free_port();
     let m = modules.display();
     let d = dir.path().display();
+    // Started as root, Apache's worker threads run as this user (as no one, where
+    // Debian's `www-data` is absent).
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let (user, group) = if passwd.lines().any(|l| l.starts_with("www-data:")) {
+        ("www-data", "www-data")
+    } else {
+        ("nobody", "nogroup")
+    };
     let config = format!(
         r#"LoadModule mpm_event_module {m}/mod_mpm_event.so
 LoadModule authz_core_module {m}/mod_authz_core.so
@@ -814,8 +822,8 @@ PidFile {d}/httpd.pid
 DefaultRuntimeDir {d}
 ErrorLog {d}/error.log
 LogLevel warn
-User www-data
-Group www-data
+User {user}
+Group {group}
 ProxyPass "/h1/" "http://{addr}/" ping=1
 ProxyPass "/h2/" "h2c://{addr}/"
 "#,
