@@ -448,6 +448,44 @@ async fn a_client_that_expects_100_continue_gets_it_when_the_body_is_wanted() {
     }
 }
 
+/// A client that sends frames the server must answer (PINGs) as fast as it can and
+/// reads none of the answers is stopped by TCP: the server reads no more of its frames
+/// while its own are left unread, instead of holding an acknowledgement for each
+/// (CVE-2019-9512; a gigabyte in six seconds before).
+#[tokio::test]
+async fn a_client_that_reads_nothing_cannot_make_the_server_hold_its_answers() {
+    let (addr, _b, _stop) = serving(ServerOptions::default()).await;
+    let mut raw = Raw::connect(addr).await;
+    let ping = [0, 0, 8, PING, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    let batch: Vec<u8> = ping
+        .iter()
+        .copied()
+        .cycle()
+        .take(ping.len() * 4096)
+        .collect();
+    // What the kernel's buffers take (a few MB each way on 127.0.0.1) can be written
+    // whatever the server does; 64 MB only if it reads them all.
+    const LIMIT: usize = 64 << 20;
+    let mut written = 0;
+    while written < LIMIT {
+        // Writes that make no progress for two seconds: the server has stopped reading.
+        match tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            raw.stream.write_all(&batch),
+        )
+        .await
+        {
+            Ok(result) => result.unwrap(),
+            Err(_) => break,
+        }
+        written += batch.len();
+    }
+    assert!(
+        written < LIMIT,
+        "the server read {written} bytes of PINGs from a client that read none of its answers"
+    );
+}
+
 /// Flow control both ways with hyper's client: a response body far larger than the
 /// client's stream window, and a request body larger than the server's 1 MiB windows;
 /// a head too large for one frame (CONTINUATION) reaches the destination whole.

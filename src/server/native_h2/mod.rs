@@ -59,6 +59,12 @@ use crate::request::ConnectionInfo;
 
 /// Buffered frames past which no more response body is taken before writing.
 const WRITE_HIGH: usize = 64 * 1024;
+/// Buffered frames past which the client's are not read until some are written: what a
+/// client's frames make the server send (a PING's or SETTINGS' acknowledgement, a
+/// RST_STREAM) is held to this, however fast it sends them without reading (the PING
+/// and SETTINGS floods, CVE-2019-9512 and -9515). Above [`WRITE_HIGH`], so that
+/// response bodies alone do not stop the reading.
+const READ_PAUSE: usize = 2 * WRITE_HIGH;
 /// The window this endpoint gives each stream, and the connection.
 const WINDOW: u32 = 1 << 20;
 /// The table size this endpoint's decoder allows (the default: no setting sent).
@@ -258,7 +264,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 self.go_away(Reason::NO_ERROR);
             }
             let mut progress = false;
-            if !self.closing {
+            // While the client leaves unread what its frames made, none more are read.
+            let paused = self.write.len() - self.written >= READ_PAUSE;
+            if !self.closing && !paused {
                 match buffers::poll_read(&mut self.io, &mut self.read, cx) {
                     Poll::Ready(Ok(0)) => {
                         tracing::debug!(remote = %self.info.remote, "HTTP/2 client closed its connection");
@@ -295,8 +303,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 let _ = Pin::new(&mut self.io).poll_shutdown(cx);
                 return Poll::Ready(());
             }
-            // Another pass when bytes came, or when the buffer was full and is written.
-            let again = progress || (flushed && self.full);
+            // Another pass when bytes came, or when the buffer was full (of response
+            // bodies, or past the point where reading stops) and is written.
+            let again = progress || (flushed && (self.full || paused));
             if !again {
                 if self.poll_keep_alive(cx) {
                     continue;
