@@ -486,6 +486,67 @@ async fn a_client_that_reads_nothing_cannot_make_the_server_hold_its_answers() {
     );
 }
 
+/// "Rapid reset" (CVE-2023-44487): a client that opens streams and resets them at once,
+/// each a request started towards the destination and cancelled, is closed with GOAWAY
+/// (ENHANCE_YOUR_CALM) once it has reset 100 more than it let finish; one whose resets
+/// are matched by answered streams is served on.
+#[tokio::test]
+async fn a_client_resetting_streams_as_it_opens_them_is_closed() {
+    const ENHANCE_YOUR_CALM: u32 = 0xb;
+    const CANCEL: [u8; 4] = [0, 0, 0, 8];
+    let (addr, _b, _stop) = serving(ServerOptions::default()).await;
+    // Answered streams first (each read to its end), then 99 more reset ones than
+    // those: served on.
+    let mut raw = Raw::connect(addr).await;
+    let mut id = 1;
+    for _ in 0..120 {
+        raw.send(HEADERS, END_HEADERS | END_STREAM, id, &get("/a"))
+            .await;
+        loop {
+            let (kind, flags, stream, _) = raw.next_event().await.unwrap();
+            assert_eq!(stream, id, "{kind}");
+            if flags & END_STREAM != 0 {
+                break;
+            }
+        }
+        id += 2;
+    }
+    for _ in 0..(120 + 99) {
+        raw.send(HEADERS, END_HEADERS | END_STREAM, id, &get("/r"))
+            .await;
+        raw.send(RST_STREAM, 0, id, &CANCEL).await;
+        id += 2;
+    }
+    raw.send(HEADERS, END_HEADERS | END_STREAM, id, &get("/after"))
+        .await;
+    loop {
+        let (kind, flags, stream, _) = raw.next_event().await.unwrap();
+        assert_ne!(kind, GOAWAY, "closed while its resets were matched");
+        if stream == id && flags & END_STREAM != 0 {
+            break;
+        }
+    }
+
+    // Nothing but resets: closed after 100 of them.
+    let mut raw = Raw::connect(addr).await;
+    let mut frames = Vec::new();
+    for n in 0..300u32 {
+        let id = 2 * n + 1;
+        for (kind, flags, payload) in [
+            (HEADERS, END_HEADERS | END_STREAM, get("/r")),
+            (RST_STREAM, 0, CANCEL.to_vec()),
+        ] {
+            frames.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+            frames.extend_from_slice(&[kind, flags]);
+            frames.extend_from_slice(&id.to_be_bytes());
+            frames.extend_from_slice(&payload);
+        }
+    }
+    // The server may close before it has read them all.
+    let _ = raw.stream.write_all(&frames).await;
+    assert_eq!(raw.goaway().await, Some(ENHANCE_YOUR_CALM));
+}
+
 /// Flow control both ways with hyper's client: a response body far larger than the
 /// client's stream window, and a request body larger than the server's 1 MiB windows;
 /// a head too large for one frame (CONTINUATION) reaches the destination whole.

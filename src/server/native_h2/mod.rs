@@ -69,6 +69,11 @@ const READ_PAUSE: usize = 2 * WRITE_HIGH;
 const WINDOW: u32 = 1 << 20;
 /// The table size this endpoint's decoder allows (the default: no setting sent).
 const TABLE_SIZE: usize = 4096;
+/// How many more streams a client may reset before their answers end than it lets end
+/// (the "rapid reset" of CVE-2023-44487: each such stream costs a request to the
+/// destination, which the reset cancels, and frees its place at once for the next). At
+/// that many, GOAWAY with ENHANCE_YOUR_CALM closes the connection.
+const RESET_LIMIT: i16 = 100;
 /// Passes over the socket and the streams in one poll before the task yields.
 const BUDGET: usize = 32;
 
@@ -159,6 +164,9 @@ struct Conn<I, P: ServeService> {
     open: u32,
     /// The highest stream the client has opened.
     last_stream: u32,
+    /// Streams the client reset before their answers ended, less the streams answered
+    /// in full ([`RESET_LIMIT`]).
+    resets_ahead: i16,
     /// A header block waiting for its CONTINUATION frames.
     partial: Option<Box<Partial>>,
     /// GOAWAY sent: no new streams; the connection ends when the open ones have.
@@ -249,6 +257,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             slots: Vec::new(),
             open: 0,
             last_stream: 0,
+            resets_ahead: 0,
             partial: None,
             goaway: false,
             closing: false,
@@ -522,6 +531,11 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 if let Some(i) = self.find(head.stream) {
                     tracing::debug!(remote = %self.info.remote, stream = head.stream, "the client reset its stream; request cancelled");
                     self.free(i, "the client reset the stream");
+                    self.resets_ahead = self.resets_ahead.saturating_add(1);
+                    if self.resets_ahead >= RESET_LIMIT {
+                        tracing::warn!(remote = %self.info.remote, "HTTP/2 client reset {RESET_LIMIT} more streams before their answers than it let finish (rapid reset); connection closed");
+                        return Err(E(Reason::ENHANCE_YOUR_CALM, "too many streams reset"));
+                    }
                 }
                 Ok(())
             }
@@ -962,6 +976,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     /// it, and some (httpx) fail a request whose stream is reset under their END_STREAM,
     /// answer and all. The late frame finds no stream and is ignored.
     fn finish(&mut self, i: usize) {
+        self.resets_ahead = self.resets_ahead.saturating_sub(1);
         let stream = self.slots[i].as_mut().project().stream;
         if stream.recv_open && stream.expect != Some(0) {
             frame::rst_stream(&mut self.write, stream.id, Reason::NO_ERROR);
