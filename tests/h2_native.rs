@@ -74,6 +74,8 @@ const PING: u8 = 6;
 const GOAWAY: u8 = 7;
 const CONTINUATION: u8 = 9;
 const END_STREAM: u8 = 1;
+/// GOAWAY's code for a peer that sends too much of something.
+const ENHANCE_YOUR_CALM: u32 = 0xb;
 const END_HEADERS: u8 = 4;
 
 impl Raw {
@@ -492,7 +494,6 @@ async fn a_client_that_reads_nothing_cannot_make_the_server_hold_its_answers() {
 /// are matched by answered streams is served on.
 #[tokio::test]
 async fn a_client_resetting_streams_as_it_opens_them_is_closed() {
-    const ENHANCE_YOUR_CALM: u32 = 0xb;
     const CANCEL: [u8; 4] = [0, 0, 0, 8];
     let (addr, _b, _stop) = serving(ServerOptions::default()).await;
     // Answered streams first (each read to its end), then 99 more reset ones than
@@ -544,6 +545,30 @@ async fn a_client_resetting_streams_as_it_opens_them_is_closed() {
     }
     // The server may close before it has read them all.
     let _ = raw.stream.write_all(&frames).await;
+    assert_eq!(raw.goaway().await, Some(ENHANCE_YOUR_CALM));
+}
+
+/// A header block that never ends (CONTINUATION frames without END_HEADERS, CVE-2024-27316)
+/// is refused once it is twice the header list limit and a frame long: GOAWAY with
+/// ENHANCE_YOUR_CALM, the connection closed, nothing decoded or kept past that.
+#[tokio::test]
+async fn a_header_block_without_end_is_refused_at_its_bound() {
+    let (addr, _b, _stop) = serving(ServerOptions::default().max_header_list_size(8192)).await;
+    let mut raw = Raw::connect(addr).await;
+    raw.send(HEADERS, 0, 1, &get("/never")).await;
+    let junk = vec![0x40; 16_384];
+    // 2 × 8 KiB + 16 KiB is the bound; a few frames past it, should the server read
+    // late.
+    for _ in 0..4 {
+        if raw
+            .stream
+            .write_all(&[&[0, 0x40, 0, CONTINUATION, 0, 0, 0, 0, 1][..], &junk].concat())
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
     assert_eq!(raw.goaway().await, Some(ENHANCE_YOUR_CALM));
 }
 
