@@ -44,6 +44,12 @@ const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 const CONN_WINDOW: u32 = 5 * 1024 * 1024;
 /// Outgoing bytes buffered past which request bodies wait for the socket.
 const WRITE_HIGH: usize = 64 * 1024;
+/// Outgoing bytes waiting past which the destination's frames are not read until some
+/// are written: what its frames make this client send (a PING's or SETTINGS'
+/// acknowledgement) is held to this when it does not read (the PING and SETTINGS
+/// floods). Above what request bodies (`WRITE_HIGH`, and the bytes being written)
+/// leave waiting, so that they alone do not stop the reading.
+const READ_PAUSE: usize = 4 * WRITE_HIGH;
 /// The largest response header block taken (h2's default header list limit).
 const MAX_BLOCK: usize = 16 * 1024 * 1024;
 /// The HPACK table size this client's decoder allows (the default: no setting sent).
@@ -683,6 +689,7 @@ where
         block: None,
         writing: Vec::new(),
         written: 0,
+        backlog: 0,
         settled: false,
         ack_due: true,
         eof: false,
@@ -703,6 +710,8 @@ pub(crate) struct Driver<I> {
     /// Bytes being written, taken from the connection's `out`.
     writing: Vec<u8>,
     written: usize,
+    /// The connection's `out` as the last frames read left it ([`READ_PAUSE`]).
+    backlog: usize,
     /// The destination's first SETTINGS has come.
     settled: bool,
     /// This client's SETTINGS (its only one, in the preface) awaits its ack.
@@ -754,6 +763,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                 self.written = 0;
                 let mut inner = self.conn.lock();
                 std::mem::swap(&mut inner.out, &mut self.writing);
+                self.backlog = 0;
                 if self.writing.is_empty() {
                     register(&mut inner.driver, cx);
                     if inner.write_blocked {
@@ -794,7 +804,9 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
 
     /// Read and take in the frames that came: whether anything was read.
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Result<bool, Error> {
-        if self.eof {
+        // While the destination leaves unread what its frames made, none more are read
+        // (the write under way is registered: its progress brings the driver back).
+        if self.eof || self.writing.len() - self.written + self.backlog >= READ_PAUSE {
             return Ok(false);
         }
         let n = match buffers::poll_read(&mut self.io, &mut self.read, cx) {
@@ -830,6 +842,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                 return Err(self.fatal(&mut inner, error.reason, error.what));
             }
         }
+        self.backlog = inner.out.len();
         if self.read.is_empty() {
             buffers::release_read(&mut self.read);
         }
@@ -1624,6 +1637,33 @@ mod tests {
         peer.write_all(&out).await.unwrap();
         let response = response_head(&mut kept).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    /// A destination that sends PINGs as fast as it can and reads none of the
+    /// acknowledgements is stopped by TCP: the client reads no more of its frames while
+    /// its own are left unread, instead of holding an acknowledgement for each.
+    #[tokio::test]
+    async fn a_destination_that_reads_nothing_cannot_make_the_client_hold_its_answers() {
+        let (_sender, mut peer) = connect(&[]).await;
+        let mut ping = Vec::new();
+        frame::write(&mut ping, kind::PING, 0, 0, b"12345678");
+        let batch = ping.repeat(4096);
+        // What the kernel's buffers take (a few MB each way on 127.0.0.1) can be
+        // written whatever the client does; 64 MB only if it reads them all.
+        const LIMIT: usize = 64 << 20;
+        let mut written = 0;
+        while written < LIMIT {
+            // Writes that make no progress for two seconds: the client stopped reading.
+            match tokio::time::timeout(Duration::from_secs(2), peer.write_all(&batch)).await {
+                Ok(result) => result.unwrap(),
+                Err(_) => break,
+            }
+            written += batch.len();
+        }
+        assert!(
+            written < LIMIT,
+            "the client read {written} bytes of PINGs from a destination that read none of its answers"
+        );
     }
 
     #[tokio::test]
