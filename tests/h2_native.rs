@@ -490,51 +490,17 @@ async fn a_client_that_reads_nothing_cannot_make_the_server_hold_its_answers() {
 
 /// "Rapid reset" (CVE-2023-44487): a client that opens streams and resets them at once,
 /// each a request started towards the destination and cancelled, is closed with GOAWAY
-/// (ENHANCE_YOUR_CALM) once it has reset 100 more than it let finish; one whose resets
-/// are matched by answered streams is served on.
+/// (ENHANCE_YOUR_CALM) once it has reset twice the stream limit (100) more than it let
+/// finish; one whose resets are matched by answered streams is served on, as is one
+/// that cancels every stream it has open (a browser leaving a page).
 #[tokio::test]
 async fn a_client_resetting_streams_as_it_opens_them_is_closed() {
     const CANCEL: [u8; 4] = [0, 0, 0, 8];
     let (addr, _b, _stop) = serving(ServerOptions::default()).await;
-    // Answered streams first (each read to its end), then 99 more reset ones than
-    // those: served on.
-    let mut raw = Raw::connect(addr).await;
-    let mut id = 1;
-    for _ in 0..120 {
-        raw.send(HEADERS, END_HEADERS | END_STREAM, id, &get("/a"))
-            .await;
-        loop {
-            let (kind, flags, stream, _) = raw.next_event().await.unwrap();
-            assert_eq!(stream, id, "{kind}");
-            if flags & END_STREAM != 0 {
-                break;
-            }
-        }
-        id += 2;
-    }
-    for _ in 0..(120 + 99) {
-        raw.send(HEADERS, END_HEADERS | END_STREAM, id, &get("/r"))
-            .await;
-        raw.send(RST_STREAM, 0, id, &CANCEL).await;
-        id += 2;
-    }
-    raw.send(HEADERS, END_HEADERS | END_STREAM, id, &get("/after"))
-        .await;
-    loop {
-        let (kind, flags, stream, _) = raw.next_event().await.unwrap();
-        assert_ne!(kind, GOAWAY, "closed while its resets were matched");
-        if stream == id && flags & END_STREAM != 0 {
-            break;
-        }
-    }
-
-    // Nothing but resets: closed after 100 of them.
-    let mut raw = Raw::connect(addr).await;
-    let mut frames = Vec::new();
-    for n in 0..300u32 {
-        let id = 2 * n + 1;
+    // A request whose body is still to come: open until the client resets it.
+    fn open_and_reset(frames: &mut Vec<u8>, id: u32) {
         for (kind, flags, payload) in [
-            (HEADERS, END_HEADERS | END_STREAM, get("/r")),
+            (HEADERS, END_HEADERS, post("/r")),
             (RST_STREAM, 0, CANCEL.to_vec()),
         ] {
             frames.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
@@ -542,6 +508,51 @@ async fn a_client_resetting_streams_as_it_opens_them_is_closed() {
             frames.extend_from_slice(&id.to_be_bytes());
             frames.extend_from_slice(&payload);
         }
+    }
+    async fn answered(raw: &mut Raw, id: u32) {
+        loop {
+            let (kind, flags, stream, _) = raw.next_event().await.unwrap();
+            assert_ne!(kind, GOAWAY, "closed");
+            if stream == id && flags & END_STREAM != 0 {
+                return;
+            }
+        }
+    }
+    let mut raw = Raw::connect(addr).await;
+    // 100 streams open, all reset: served on.
+    let mut frames = Vec::new();
+    for n in 0..100 {
+        open_and_reset(&mut frames, 2 * n + 1);
+    }
+    raw.stream.write_all(&frames).await.unwrap();
+    raw.send(HEADERS, END_HEADERS | END_STREAM, 201, &get("/a"))
+        .await;
+    answered(&mut raw, 201).await;
+    // Answered streams (each read to its end): the count of resets ahead goes from
+    // 100 - 1 (the first 100, less `/a`) to -121; then 320 more reset streams bring it
+    // to 199, one short of the limit: still served on.
+    let mut id = 203;
+    for _ in 0..220 {
+        raw.send(HEADERS, END_HEADERS | END_STREAM, id, &get("/a"))
+            .await;
+        answered(&mut raw, id).await;
+        id += 2;
+    }
+    let mut frames = Vec::new();
+    for _ in 0..320 {
+        open_and_reset(&mut frames, id);
+        id += 2;
+    }
+    raw.stream.write_all(&frames).await.unwrap();
+    raw.send(HEADERS, END_HEADERS | END_STREAM, id, &get("/after"))
+        .await;
+    answered(&mut raw, id).await;
+
+    // Nothing but resets: closed after 200 of them.
+    let mut raw = Raw::connect(addr).await;
+    let mut frames = Vec::new();
+    for n in 0..300 {
+        open_and_reset(&mut frames, 2 * n + 1);
     }
     // The server may close before it has read them all.
     let _ = raw.stream.write_all(&frames).await;

@@ -71,9 +71,15 @@ const WINDOW: u32 = 1 << 20;
 const TABLE_SIZE: usize = 4096;
 /// How many more streams a client may reset before their answers end than it lets end
 /// (the "rapid reset" of CVE-2023-44487: each such stream costs a request to the
-/// destination, which the reset cancels, and frees its place at once for the next). At
-/// that many, GOAWAY with ENHANCE_YOUR_CALM closes the connection.
-const RESET_LIMIT: i16 = 100;
+/// destination, which the reset cancels, and frees its place at once for the next):
+/// twice the stream limit, and 100 at least — a browser leaving a page cancels every
+/// stream it has open, once. At that many, GOAWAY with ENHANCE_YOUR_CALM closes the
+/// connection.
+fn reset_limit(max_concurrent_streams: u32) -> i16 {
+    max_concurrent_streams
+        .saturating_mul(2)
+        .clamp(100, i16::MAX as u32) as i16
+}
 /// Passes over the socket and the streams in one poll before the task yields.
 const BUDGET: usize = 32;
 
@@ -165,7 +171,7 @@ struct Conn<I, P: ServeService> {
     /// The highest stream the client has opened.
     last_stream: u32,
     /// Streams the client reset before their answers ended, less the streams answered
-    /// in full ([`RESET_LIMIT`]).
+    /// in full ([`reset_limit`]).
     resets_ahead: i16,
     /// A header block waiting for its CONTINUATION frames.
     partial: Option<Box<Partial>>,
@@ -532,8 +538,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                     tracing::debug!(remote = %self.info.remote, stream = head.stream, "the client reset its stream; request cancelled");
                     self.free(i, "the client reset the stream");
                     self.resets_ahead = self.resets_ahead.saturating_add(1);
-                    if self.resets_ahead >= RESET_LIMIT {
-                        tracing::warn!(remote = %self.info.remote, "HTTP/2 client reset {RESET_LIMIT} more streams before their answers than it let finish (rapid reset); connection closed");
+                    let limit = reset_limit(self.options.max_concurrent_streams);
+                    if self.resets_ahead >= limit {
+                        tracing::warn!(remote = %self.info.remote, "HTTP/2 client reset {limit} more streams before their answers than it let finish (rapid reset); connection closed");
                         return Err(E(Reason::ENHANCE_YOUR_CALM, "too many streams reset"));
                     }
                 }
