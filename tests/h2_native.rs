@@ -92,10 +92,8 @@ impl Raw {
     }
 
     async fn send(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-        let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-        frame.extend_from_slice(&[kind, flags]);
-        frame.extend_from_slice(&stream.to_be_bytes());
-        frame.extend_from_slice(payload);
+        let mut frame = Vec::new();
+        put_frame(&mut frame, kind, flags, stream, payload);
         self.stream.write_all(&frame).await.unwrap();
     }
 
@@ -136,6 +134,14 @@ impl Raw {
         }
         code
     }
+}
+
+/// A frame, appended to `out` (to write several at once).
+fn put_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+    out.extend_from_slice(&[kind, flags]);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
 }
 
 /// A string literal, not Huffman-coded (lengths under 127).
@@ -458,13 +464,9 @@ async fn a_client_that_expects_100_continue_gets_it_when_the_body_is_wanted() {
 async fn a_client_that_reads_nothing_cannot_make_the_server_hold_its_answers() {
     let (addr, _b, _stop) = serving(ServerOptions::default()).await;
     let mut raw = Raw::connect(addr).await;
-    let ping = [0, 0, 8, PING, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
-    let batch: Vec<u8> = ping
-        .iter()
-        .copied()
-        .cycle()
-        .take(ping.len() * 4096)
-        .collect();
+    let mut ping = Vec::new();
+    put_frame(&mut ping, PING, 0, 0, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    let batch = ping.repeat(4096);
     // What the kernel's buffers take (a few MB each way on 127.0.0.1) can be written
     // whatever the server does; 64 MB only if it reads them all.
     const LIMIT: usize = 64 << 20;
@@ -499,15 +501,8 @@ async fn a_client_resetting_streams_as_it_opens_them_is_closed() {
     let (addr, _b, _stop) = serving(ServerOptions::default()).await;
     // A request whose body is still to come: open until the client resets it.
     fn open_and_reset(frames: &mut Vec<u8>, id: u32) {
-        for (kind, flags, payload) in [
-            (HEADERS, END_HEADERS, post("/r")),
-            (RST_STREAM, 0, CANCEL.to_vec()),
-        ] {
-            frames.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
-            frames.extend_from_slice(&[kind, flags]);
-            frames.extend_from_slice(&id.to_be_bytes());
-            frames.extend_from_slice(&payload);
-        }
+        put_frame(frames, HEADERS, END_HEADERS, id, &post("/r"));
+        put_frame(frames, RST_STREAM, 0, id, &CANCEL);
     }
     async fn answered(raw: &mut Raw, id: u32) {
         loop {
@@ -567,16 +562,12 @@ async fn a_header_block_without_end_is_refused_at_its_bound() {
     let (addr, _b, _stop) = serving(ServerOptions::default().max_header_list_size(8192)).await;
     let mut raw = Raw::connect(addr).await;
     raw.send(HEADERS, 0, 1, &get("/never")).await;
-    let junk = vec![0x40; 16_384];
+    let mut junk = Vec::new();
+    put_frame(&mut junk, CONTINUATION, 0, 1, &[0x40; 16_384]);
     // 2 × 8 KiB + 16 KiB is the bound; a few frames past it, should the server read
     // late.
     for _ in 0..4 {
-        if raw
-            .stream
-            .write_all(&[&[0, 0x40, 0, CONTINUATION, 0, 0, 0, 0, 1][..], &junk].concat())
-            .await
-            .is_err()
-        {
+        if raw.stream.write_all(&junk).await.is_err() {
             break;
         }
     }
