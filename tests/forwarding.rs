@@ -307,6 +307,54 @@ async fn hop_by_hop_headers_are_removed_both_ways() {
     p.shutdown().await;
 }
 
+/// Java's `HttpClient` and `curl --http2` ask every `http://` request to upgrade to
+/// `h2c`. Such a request is forwarded as an ordinary one: without `Upgrade` and
+/// `HTTP2-Settings`, so that a destination willing to switch (as the h2c-smuggling
+/// attack needs) cannot, and the client's connection carries on over HTTP/1.1.
+#[tokio::test]
+async fn an_h2c_upgrade_request_is_forwarded_as_an_ordinary_request() {
+    let b = backend(|req: Request<Incoming>| async move {
+        if req.headers().contains_key("upgrade") {
+            return Response::builder()
+                .status(StatusCode::SWITCHING_PROTOCOLS)
+                .header("connection", "upgrade")
+                .header("upgrade", "h2c")
+                .body(full(""))
+                .unwrap();
+        }
+        let mut names: Vec<String> = req.headers().keys().map(|n| n.to_string()).collect();
+        names.sort();
+        let method = req.method().clone();
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        let text = format!("{method} {} [{}]", body.len(), names.join(","));
+        Response::new(full(text))
+    })
+    .await;
+    let p = proxy(&simple_config(&[("d1", &b.url())], "")).await;
+    let upgrade = "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n";
+    let resp = raw(
+        p.addr,
+        &format!(
+            "GET /a HTTP/1.1\r\nHost: front\r\nConnection: Upgrade, HTTP2-Settings\r\n{upgrade}\r\n\
+             POST /b HTTP/1.1\r\nHost: front\r\nConnection: Upgrade, close\r\n{upgrade}\
+             Content-Length: 5\r\n\r\nhello"
+        ),
+    )
+    .await;
+    let answers: Vec<&str> = resp.split("HTTP/1.1 ").skip(1).collect();
+    assert_eq!(answers.len(), 2, "two answers on one connection: {resp}");
+    for (answer, method) in answers.iter().zip(["GET 0", "POST 5"]) {
+        let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+        assert!(head.starts_with("200"), "{answer}");
+        assert!(body.starts_with(method), "{body}");
+        for hop in ["upgrade", "http2-settings", "connection"] {
+            assert!(!body.contains(hop), "{hop} reached the destination: {body}");
+        }
+    }
+    p.wait_idle("c", "d1").await;
+    p.shutdown().await;
+}
+
 #[tokio::test]
 async fn x_forwarded_headers_are_replaced_not_appended() {
     let b = echo_backend().await;

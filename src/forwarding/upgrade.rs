@@ -1,4 +1,5 @@
-//! HTTP/1.1 upgrades (WebSockets and any other `Upgrade` protocol).
+//! HTTP/1.1 upgrades (WebSockets and any other `Upgrade` protocol but `h2c`, see
+//! [`upgrade_protocol`]).
 //!
 //! An upgrade request is forwarded over HTTP/1.1 whatever the cluster's version, with
 //! its `Upgrade` and `Connection: upgrade` headers. When the destination answers `101`,
@@ -52,8 +53,16 @@ pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
 }
 
 /// The protocol an HTTP/1.1 request asks to upgrade to: `Connection: upgrade` and a
-/// non-empty `Upgrade` header (its first value). `None` for anything else, HTTP/2 and
-/// HTTP/1.0 included.
+/// non-empty `Upgrade` header (its first value) that does not name `h2c`. `None` for
+/// anything else, HTTP/2 and HTTP/1.0 included.
+///
+/// An upgrade to `h2c` (HTTP/2 over cleartext, RFC 7540 §3.2 — Java's `HttpClient`
+/// and `curl --http2` ask for it on every `http://` request) is no upgrade here: the
+/// request goes on as an ordinary one, its `Upgrade` removed with the other hop-by-hop
+/// fields, as YARP (which upgrades only to WebSocket and SPDY) and Envoy do.
+/// Forwarded, it would cost a destination connection of its own per request, and a
+/// destination that switched would give the client an HTTP/2 connection of its own to
+/// it, past the routes (h2c smuggling).
 pub(crate) fn upgrade_protocol(headers: &HeaderMap, version: Version) -> Option<&HeaderValue> {
     if version != Version::HTTP_11 {
         return None;
@@ -62,6 +71,16 @@ pub(crate) fn upgrade_protocol(headers: &HeaderMap, version: Version) -> Option<
         .get(header::UPGRADE)
         .filter(|p| !p.as_bytes().trim_ascii().is_empty())
         .filter(|_| connection_has(headers, "upgrade"))
+        .filter(|_| !upgrade_names_h2c(headers))
+}
+
+/// Whether any `Upgrade` field of `headers` lists `h2c`.
+fn upgrade_names_h2c(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"))
 }
 
 /// Where the client's connection comes from once upgraded: hyper, or fuseway's own
@@ -480,6 +499,14 @@ mod tests {
         // An empty `Upgrade` names no protocol (found by cargo-fuzz).
         assert_eq!(protocol(h11, "upgrade", Some("")), None);
         assert_eq!(protocol(h11, "upgrade", Some("  ")), None);
+        // h2c is no upgrade, in any case or place in the list.
+        assert_eq!(protocol(h11, "Upgrade, HTTP2-Settings", Some("h2c")), None);
+        assert_eq!(protocol(h11, "upgrade", Some("H2C")), None);
+        assert_eq!(protocol(h11, "upgrade", Some("websocket, h2c")), None);
+        assert_eq!(
+            protocol(h11, "upgrade", Some("h2c-x")).as_deref(),
+            Some("h2c-x")
+        );
         assert_eq!(
             protocol(Version::HTTP_10, "upgrade", Some("websocket")),
             None
