@@ -552,9 +552,15 @@ async fn heads_over_the_limit_are_431() {
 
 // ===== slow clients =====
 
+/// A 300 ms header read timeout and an 800 ms keep-alive timeout.
 fn slow_options() -> ServerOptions {
-    options().header_read_timeout(Duration::from_millis(300))
+    options()
+        .header_read_timeout(Duration::from_millis(300))
+        .keep_alive_timeout(KEEP_ALIVE)
 }
+
+/// `slow_options`' keep-alive timeout.
+const KEEP_ALIVE: Duration = Duration::from_millis(800);
 
 /// Wait (bounded) until the proxy closes `s`; returns how long that took.
 async fn closed_within(s: &mut TcpStream, what: &str) -> Duration {
@@ -604,6 +610,8 @@ async fn slowloris_headers_are_cut_off_by_the_header_read_timeout() {
     f.proxy.shutdown().await;
 }
 
+/// Connections that send nothing, or part of a head, are closed by the header read
+/// timeout; an idle keep-alive connection by the keep-alive timeout, not before.
 #[tokio::test]
 async fn silent_connections_are_closed_by_the_header_read_timeout() {
     let f = Recorded::new(slow_options()).await;
@@ -618,19 +626,60 @@ async fn silent_connections_are_closed_by_the_header_read_timeout() {
         .unwrap();
     let mut partial = TcpStream::connect(f.proxy.addr).await.unwrap();
     partial.write_all(b"GET /api/x HTT").await.unwrap();
+    let started = Instant::now();
     for (s, what) in [
         (&mut silent, "a silent connection"),
         (&mut preface, "half an HTTP/2 preface"),
-        (&mut idle, "an idle keep-alive connection"),
         (&mut partial, "half a request line"),
     ] {
-        let took = closed_within(s, what).await;
+        closed_within(s, what).await;
+        let took = started.elapsed();
         assert!(
             took < Duration::from_secs(3),
             "{what}: closed after {took:?}"
         );
     }
+    closed_within(&mut idle, "an idle keep-alive connection").await;
+    let took = started.elapsed();
+    assert!(
+        took >= KEEP_ALIVE - Duration::from_millis(100) && took < Duration::from_secs(3),
+        "an idle keep-alive connection: closed after {took:?}, for a {KEEP_ALIVE:?} keep-alive timeout"
+    );
     assert_eq!(f.api_seen().len(), 1, "the complete request was served");
+    f.still_serves().await;
+    f.proxy.shutdown().await;
+}
+
+/// After a response, a kept connection waits for the keep-alive timeout; a head that
+/// begins meanwhile must end within the header read timeout of its first byte (here
+/// 200 ms, begun 300 ms into a 990 ms wait: closed at ~500 ms, not at the wait's end).
+#[tokio::test]
+async fn a_head_begun_on_a_kept_connection_gets_the_header_read_timeout() {
+    let options = options()
+        .header_read_timeout(Duration::from_millis(200))
+        .keep_alive_timeout(Duration::from_millis(990));
+    let f = Recorded::new(options).await;
+    let mut s = TcpStream::connect(f.proxy.addr).await.unwrap();
+    s.write_all(b"GET /api/one HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    assert!(fill(&mut s, &mut buf, 1).await, "the first answer");
+    let answered = Instant::now();
+    // Past the header read timeout, within the keep-alive one: still open.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.write_all(b"GET /api/two HTT").await.unwrap();
+    closed_within(&mut s, "a kept connection with part of a head").await;
+    let took = answered.elapsed();
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_millis(850),
+        "closed {took:?} after the response, for a head begun at 300 ms and a 200 ms header read timeout"
+    );
+    assert_eq!(
+        f.api_seen().len(),
+        1,
+        "only the complete request was served"
+    );
     f.still_serves().await;
     f.proxy.shutdown().await;
 }
@@ -661,20 +710,25 @@ async fn h1_connection(
 }
 
 /// A keep-alive connection that waits past the park time (1 s; the native engine's
-/// task ends and a smaller one waits on the socket) answers its next request as
-/// before, keeps its header read timeout counted from the end of the last response
-/// (bytes of a head arriving while parked do not restart it), and closes on shutdown.
+/// task ends and a smaller one waits on the socket) and past the header read timeout
+/// answers its next request as before (it waits for the keep-alive timeout); a head
+/// that starts while it is parked gets the header read timeout from its first byte;
+/// and a parked connection closes on shutdown.
 #[tokio::test]
 async fn parked_keep_alive_connections_resume_and_keep_their_deadlines() {
-    const TIMEOUT: Duration = Duration::from_secs(3);
+    const HEADER: Duration = Duration::from_millis(1500);
+    const KEEP_ALIVE: Duration = Duration::from_secs(6);
     let b = backend(|req: Request<Incoming>| async move {
         Response::new(full(req.uri().path().to_string()))
     })
     .await;
-    let options = options().header_read_timeout(TIMEOUT);
+    let options = options()
+        .header_read_timeout(HEADER)
+        .keep_alive_timeout(KEEP_ALIVE);
     let proxy = start(&simple_config(&[("d", &b.url())], ""), options).await;
 
-    // Idle past the park time, twice: every request is answered on the same connection.
+    // Idle past the park time and the header read timeout, twice: every request is
+    // answered on the same connection.
     let (mut sender, connection) = h1_connection(proxy.addr).await;
     for path in ["/first", "/after-parking", "/after-parking-again"] {
         let r = within("a request on the kept connection", async {
@@ -684,12 +738,14 @@ async fn parked_keep_alive_connections_resume_and_keep_their_deadlines() {
         })
         .await;
         assert_eq!(&r[..], path.as_bytes());
-        // The idle time under test (not a synchronisation): past the park time.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // The idle time under test (not a synchronisation): past the park time and
+        // the header read timeout.
+        tokio::time::sleep(Duration::from_millis(2000)).await;
     }
 
-    // Part of a head after parking: closed when the timeout counted from the previous
-    // response ends (3 s), not 3 s after the bytes came (4.5 s).
+    // Part of a head after parking: closed the header read timeout after its first
+    // byte (2 + 1.5 s after the response), long before the keep-alive wait would have
+    // ended (6 s).
     let mut raw = TcpStream::connect(proxy.addr).await.unwrap();
     raw.write_all(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
@@ -697,14 +753,14 @@ async fn parked_keep_alive_connections_resume_and_keep_their_deadlines() {
     let mut buf = Vec::new();
     assert!(fill(&mut raw, &mut buf, 1).await);
     let answered = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     raw.write_all(b"GET /two HTT").await.unwrap();
     closed_within(&mut raw, "a parked connection with part of a head").await;
     let took = answered.elapsed();
+    let due = Duration::from_millis(2000) + HEADER;
     assert!(
-        took >= TIMEOUT - Duration::from_millis(100)
-            && took < TIMEOUT + Duration::from_millis(1200),
-        "closed {took:?} after the response, for a {TIMEOUT:?} header read timeout"
+        took >= due - Duration::from_millis(100) && took < due + Duration::from_millis(1200),
+        "closed {took:?} after the response, for a head begun 2 s after it and a {HEADER:?} header read timeout"
     );
 
     // Shutdown closes a parked connection at once.
@@ -720,7 +776,7 @@ async fn parked_keep_alive_connections_resume_and_keep_their_deadlines() {
     let _ = within("the client connection to end", connection).await;
     proxy.shutdown().await;
     let took = closed_within(&mut parked, "a parked connection on shutdown").await;
-    assert!(took < TIMEOUT, "closed after {took:?}");
+    assert!(took < HEADER, "closed after {took:?}");
 }
 
 /// The header read timeout bounds only the wait for a request head: a response that
@@ -804,8 +860,8 @@ async fn slow_bodies_outlive_the_header_read_timeout_and_idle_starts_after_them(
         .expect("closed cleanly");
     let took = idle.elapsed();
     assert!(
-        took >= Duration::from_millis(250) && took < Duration::from_secs(3),
-        "closed {took:?} after the last response for a 300 ms timeout"
+        took >= KEEP_ALIVE - Duration::from_millis(100) && took < Duration::from_secs(3),
+        "closed {took:?} after the last response for a {KEEP_ALIVE:?} keep-alive timeout"
     );
     proxy.shutdown().await;
 }

@@ -326,7 +326,7 @@ async fn what_rfc_9112_refuses_is_refused_and_never_forwarded() {
 /// follows a wait (for the destination) in which the connection watched its client
 /// for going away. The native engine then checks the socket's readiness instead of
 /// reading it again (`read_client`); were the task not registered for it, the next
-/// request would sit unread until the header read timeout closed the connection —
+/// request would sit unread until the keep-alive timeout closed the connection —
 /// one second here, short enough that the connection never parks (where another
 /// poller would find the request).
 #[tokio::test]
@@ -335,7 +335,9 @@ async fn a_client_waiting_for_each_answer_gets_every_one() {
     for kind in [Http1Engine::Native, Http1Engine::Hyper] {
         let p = start(
             &CONFIG.replace("BACKEND", &slow.url()),
-            engine(kind).header_read_timeout(std::time::Duration::from_secs(1)),
+            engine(kind)
+                .header_read_timeout(std::time::Duration::from_secs(1))
+                .keep_alive_timeout(std::time::Duration::from_secs(1)),
         )
         .await;
         let mut s = TcpStream::connect(p.addr).await.unwrap();

@@ -31,7 +31,11 @@ pub(super) async fn run(args: &super::Args) -> Result<(), BoxError> {
     } else {
         args.listen.clone()
     };
-    let server = Server::bind(&addrs).await?.graceful_timeout(args.grace);
+    let server = Server::bind(&addrs)
+        .await?
+        .header_read_timeout(args.header_read_timeout)
+        .keep_alive_timeout(args.keep_alive_timeout)
+        .graceful_timeout(args.grace);
     let proxy = server.local_addrs()[0];
     let readiness = Readiness::starting();
     let admin_task = super::spawn_admin(args.admin, &state, &readiness).await?;

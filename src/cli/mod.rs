@@ -67,6 +67,16 @@ pub struct Args {
     /// long to finish before the rest are closed. A second signal exits at once.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "30s")]
     pub grace: Duration,
+    /// How long a client may take to send an HTTP/1.1 request head: the first from the
+    /// accept, a later one from its first byte (Kestrel's `RequestHeadersTimeout`).
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "30s")]
+    pub header_read_timeout: Duration,
+    /// How long an idle HTTP/1.1 client connection is kept for its next request
+    /// (Kestrel's `KeepAliveTimeout`). Keep it above the idle timeout of a load balancer
+    /// in front (AWS's ALB: 60 s), or the balancer will now and then send a request on a
+    /// connection fuseway is closing.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "130s")]
+    pub keep_alive_timeout: Duration,
     /// Worker threads serving requests, each with its own single-threaded runtime and
     /// connection pools (nginx's worker model). Default: one per CPU.
     #[arg(long)]
@@ -240,6 +250,8 @@ async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxErr
     }
     .http1_engine(engine)
     .http2_engine(engine2)
+    .header_read_timeout(args.header_read_timeout)
+    .keep_alive_timeout(args.keep_alive_timeout)
     .graceful_timeout(args.grace);
     let state = Arc::new(build_state(&providers, config)?);
     let sources = sources(&providers);

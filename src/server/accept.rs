@@ -119,19 +119,19 @@ pub(super) fn served<S>(service: S, info: ConnectionInfo) -> (Served<S>, Arc<idl
     (svc, activity)
 }
 
-/// Drive a connection to its end; it is closed once it has had no request in flight for
-/// `timeout` (on HTTP/1.1 the header read timeout: waiting for a request head; on
-/// HTTP/2 the idle timeout).
+/// Drive a connection to its end; it is closed once it has waited too long with no
+/// request in flight (on HTTP/1.1 the header read and keep-alive timeouts, see
+/// [`idle::Activity`]; on HTTP/2 the idle timeout, given as both).
 pub(super) async fn drive<F, E>(
     connection: F,
     activity: Arc<idle::Activity>,
-    timeout: Duration,
+    (header, keep_alive): (Duration, Duration),
     remote: SocketAddr,
 ) where
     F: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let ended = idle::IdleLimited::new(connection, activity, timeout).await;
+    let ended = idle::IdleLimited::new(connection, activity, header, keep_alive).await;
     match ended {
         Some(Ok(())) => {}
         Some(Err(e)) => tracing::debug!(error = %e, %remote, "connection ended with an error"),
@@ -228,13 +228,15 @@ where
                 TokioIo::new(super::linger::Lingering::new(
                     io,
                     shared.options.header_read_timeout,
+                    activity.clone(),
                 )),
                 service,
             )
             .into_owned();
+        let options = &shared.options;
         let timeout = match protocol {
-            Protocol::Http1 => shared.options.header_read_timeout,
-            _ => shared.options.http2_idle_timeout,
+            Protocol::Http1 => (options.header_read_timeout, options.keep_alive_timeout),
+            _ => (options.http2_idle_timeout, options.http2_idle_timeout),
         };
         Either::Right(Either::Right(Box::pin(drive(
             WithStreams::new(drain::watch(drain, connection)),

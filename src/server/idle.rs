@@ -1,25 +1,28 @@
-//! The HTTP/1.1 header read timeout (and the HTTP/2 idle timeout), kept once per
-//! connection instead of once per request.
+//! The HTTP/1.1 header read and keep-alive timeouts (and the HTTP/2 idle timeout), kept
+//! once per connection instead of once per request.
 //!
 //! hyper's own `header_read_timeout` arms a boxed timer each time it starts reading a
 //! request head — an allocation, a registration in the runtime's timer wheel and its
 //! removal for every request on a keep-alive connection. Here each HTTP/1.1
 //! connection has one timer, re-armed only when it fires: the connection counts the
 //! requests it is answering ([`Activity::enter`], released when the response body has
-//! been sent or dropped) and stamps the moment it last became idle. When the timer
-//! fires on a connection that has been idle — reading a request head, or waiting for
-//! one — for the whole timeout, the connection is closed; otherwise the timer is set
-//! for the new expiry. The result is what hyper's timer enforces (a head must
-//! arrive within the timeout of the previous response's end, or of the accept), at no
-//! per-request cost beyond a few uncontended atomic operations and one clock read.
+//! been sent or dropped), stamps the moment it last became idle, and the moment the
+//! first byte after that was read ([`Activity::read`], from the connection's reader).
+//! When the timer fires on a connection that has waited too long for a request head,
+//! the connection is closed; otherwise the timer is set for the new expiry. The first
+//! head must arrive within the header read timeout of the accept; after a response,
+//! the connection waits for the keep-alive timeout, and a head that has started must
+//! end within the header read timeout of its first byte (Kestrel's
+//! `KeepAliveTimeout` and `RequestHeadersTimeout`) — at no per-request cost beyond a
+//! few uncontended atomic operations and one clock read.
 //!
 //! HTTP/2 connections served by hyper get the same limit with
-//! [`ServerOptions::http2_idle_timeout`](super::ServerOptions::http2_idle_timeout): one
-//! with no stream in flight for that long is closed.
+//! [`ServerOptions::http2_idle_timeout`](super::ServerOptions::http2_idle_timeout) as
+//! both timeouts: one with no stream in flight for that long is closed.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -31,12 +34,19 @@ use tokio::time::{Instant, Sleep};
 
 use crate::body::ProxyBody;
 
-/// One connection's requests in flight and when it last became idle.
+/// One connection's requests in flight, when it last became idle and when the first
+/// byte after that came.
 #[derive(Debug)]
 pub(crate) struct Activity {
     in_flight: AtomicUsize,
-    /// When the last request in flight ended, in nanoseconds since `origin`.
+    /// When the last request in flight ended, in nanoseconds since `origin` plus one
+    /// (0: no request has ended yet).
     idle_since: AtomicU64,
+    /// When the first byte read after that came, the same way (0: none yet).
+    head_since: AtomicU64,
+    /// `head_since` was just stamped: the timer is to be set anew (its deadline may be
+    /// sooner now).
+    rearm: AtomicBool,
     origin: Instant,
 }
 
@@ -46,6 +56,8 @@ impl Activity {
         Arc::new(Activity {
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
+            head_since: AtomicU64::new(0),
+            rearm: AtomicBool::new(false),
             origin: Instant::now(),
         })
     }
@@ -53,18 +65,54 @@ impl Activity {
     /// A request head has arrived: the connection is busy until the guard is dropped.
     pub(crate) fn enter(self: &Arc<Self>) -> Busy {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.head_since.store(0, Ordering::Relaxed);
         Busy(self.clone())
     }
 
-    /// When the connection must be closed if nothing happens before: `None` when that
+    /// Bytes were read from the client: on an idle connection, the first of them start
+    /// the next head's header read timeout.
+    pub(crate) fn read(&self) {
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && self.head_since.load(Ordering::Relaxed) == 0
+        {
+            self.head_since
+                .store(self.stamp(crate::clock::now()), Ordering::Release);
+            self.rearm.store(true, Ordering::Release);
+        }
+    }
+
+    /// `at` as stored: nanoseconds since `origin`, plus one.
+    fn stamp(&self, at: Instant) -> u64 {
+        let since = at.saturating_duration_since(self.origin).as_nanos();
+        u64::try_from(since).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    /// The moment a stamp stands for (`None`: never stamped).
+    fn at(&self, stamp: &AtomicU64) -> Option<Instant> {
+        match stamp.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(self.origin + Duration::from_nanos(n - 1)),
+        }
+    }
+
+    /// When the connection must be closed if nothing happens before (`header`: the
+    /// header read timeout, `keep_alive`: the keep-alive timeout): `None` when that
     /// moment has passed.
-    fn expiry(&self, timeout: Duration) -> Option<Instant> {
+    fn expiry(&self, header: Duration, keep_alive: Duration) -> Option<Instant> {
         let now = Instant::now();
         if self.in_flight.load(Ordering::Acquire) > 0 {
-            return Some(now + timeout);
+            return Some(now + header);
         }
-        let idle = self.origin + Duration::from_nanos(self.idle_since.load(Ordering::Acquire));
-        let expiry = idle + timeout;
+        let expiry = match self.at(&self.idle_since) {
+            None => self.origin + header,
+            Some(idle) => {
+                let waited = idle + keep_alive;
+                match self.at(&self.head_since) {
+                    Some(head) => waited.min(head + header),
+                    None => waited,
+                }
+            }
+        };
         (expiry > now).then_some(expiry)
     }
 }
@@ -78,12 +126,8 @@ impl Drop for Busy {
         let activity = &self.0;
         // Stamp first: the timer reads the count, then the stamp.
         if activity.in_flight.load(Ordering::Relaxed) == 1 {
-            let since = crate::clock::now()
-                .saturating_duration_since(activity.origin)
-                .as_nanos();
-            activity
-                .idle_since
-                .store(u64::try_from(since).unwrap_or(u64::MAX), Ordering::Release);
+            let stamp = activity.stamp(crate::clock::now());
+            activity.idle_since.store(stamp, Ordering::Release);
         }
         activity.in_flight.fetch_sub(1, Ordering::Release);
     }
@@ -142,8 +186,8 @@ impl Body for ServedBody {
 }
 
 pin_project! {
-    /// Drives an HTTP/1.1 connection until it ends (`Some(output)`) or has been idle
-    /// for the header read timeout (`None`: dropping it closes the connection).
+    /// Drives an HTTP/1.1 connection until it ends (`Some(output)`) or has waited too
+    /// long for a request head (`None`: dropping it closes the connection).
     #[must_use = "futures do nothing unless polled"]
     pub(crate) struct IdleLimited<F> {
         #[pin]
@@ -153,18 +197,27 @@ pin_project! {
         // The timer has been polled since it was last set: it will wake the task.
         armed: bool,
         activity: Arc<Activity>,
-        timeout: Duration,
+        header: Duration,
+        keep_alive: Duration,
     }
 }
 
 impl<F: Future> IdleLimited<F> {
-    pub(crate) fn new(connection: F, activity: Arc<Activity>, timeout: Duration) -> Self {
+    /// `header`: the header read timeout; `keep_alive`: the keep-alive timeout (see
+    /// [`Activity`]).
+    pub(crate) fn new(
+        connection: F,
+        activity: Arc<Activity>,
+        header: Duration,
+        keep_alive: Duration,
+    ) -> Self {
         IdleLimited {
             connection,
-            timer: tokio::time::sleep_until(activity.origin + timeout),
+            timer: tokio::time::sleep_until(activity.origin + header),
             armed: false,
             activity,
-            timeout,
+            header,
+            keep_alive,
         }
     }
 }
@@ -177,6 +230,18 @@ impl<F: Future> Future for IdleLimited<F> {
         if let Poll::Ready(output) = this.connection.poll(cx) {
             return Poll::Ready(Some(output));
         }
+        // A head has begun on an idle connection (read in the poll above): its
+        // deadline may be sooner than the timer's.
+        let rearm = &this.activity.rearm;
+        if rearm.load(Ordering::Relaxed) && rearm.swap(false, Ordering::Acquire) {
+            match this.activity.expiry(*this.header, *this.keep_alive) {
+                Some(expiry) => {
+                    this.timer.as_mut().reset(expiry);
+                    *this.armed = false;
+                }
+                None => return Poll::Ready(None),
+            }
+        }
         // The timer keeps the task's waker once polled; it is looked at again only
         // when it has fired.
         while !*this.armed || this.timer.is_elapsed() {
@@ -184,7 +249,7 @@ impl<F: Future> Future for IdleLimited<F> {
                 *this.armed = true;
                 break;
             }
-            match this.activity.expiry(*this.timeout) {
+            match this.activity.expiry(*this.header, *this.keep_alive) {
                 Some(expiry) => {
                     this.timer.as_mut().reset(expiry);
                     *this.armed = false;
@@ -204,16 +269,58 @@ mod tests {
     async fn idle_connections_expire_and_busy_ones_do_not() {
         let timeout = Duration::from_secs(30);
         let activity = Activity::new();
-        assert!(activity.expiry(timeout).is_some(), "fresh");
+        assert!(activity.expiry(timeout, timeout).is_some(), "fresh");
         tokio::time::advance(Duration::from_secs(31)).await;
-        assert_eq!(activity.expiry(timeout), None, "idle since the accept");
+        assert_eq!(
+            activity.expiry(timeout, timeout),
+            None,
+            "idle since the accept"
+        );
 
         let busy = activity.enter();
         tokio::time::advance(Duration::from_secs(60)).await;
-        assert!(activity.expiry(timeout).is_some(), "a request in flight");
+        assert!(
+            activity.expiry(timeout, timeout).is_some(),
+            "a request in flight"
+        );
         drop(busy);
-        let expiry = activity.expiry(timeout).expect("idle from now on");
+        let expiry = activity.expiry(timeout, timeout).expect("idle from now on");
         assert_eq!(expiry, Instant::now() + timeout);
+    }
+
+    /// The first head within the header read timeout of the accept; after a response,
+    /// the keep-alive timeout, and a head that has started within the header read
+    /// timeout of its first byte (and by the end of the keep-alive timeout).
+    #[tokio::test(start_paused = true)]
+    async fn kept_connections_wait_for_the_keep_alive_timeout() {
+        let (header, keep_alive) = (Duration::from_secs(30), Duration::from_secs(130));
+        let activity = Activity::new();
+        let expiry = || activity.expiry(header, keep_alive);
+        assert_eq!(expiry(), Some(activity.origin + header), "the first head");
+        activity.read();
+        assert_eq!(
+            expiry(),
+            Some(activity.origin + header),
+            "its bytes change nothing"
+        );
+        drop(activity.enter());
+        let ended = Instant::now();
+        tokio::time::advance(Duration::from_secs(110)).await;
+        assert_eq!(expiry(), Some(ended + keep_alive), "idle after a response");
+        activity.read();
+        assert_eq!(
+            expiry(),
+            Some(ended + keep_alive),
+            "a head started 20 s before the wait's end ends with it"
+        );
+        drop(activity.enter());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        activity.read();
+        assert_eq!(
+            expiry(),
+            Some(Instant::now() + header),
+            "a head started early: its header read timeout"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -222,7 +329,7 @@ mod tests {
         let activity = Activity::new();
         let busy = activity.enter();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let connection = IdleLimited::new(rx, activity.clone(), timeout);
+        let connection = IdleLimited::new(rx, activity.clone(), timeout, timeout);
         let handle = tokio::spawn(connection);
         // Busy for three timeouts: still open.
         tokio::time::sleep(Duration::from_secs(90)).await;

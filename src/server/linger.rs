@@ -18,6 +18,7 @@ use std::any::Any;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::idle::Activity;
 use super::native::Io;
 
 /// Longest wait for the next byte of what a closing connection's client still sends
@@ -42,13 +44,16 @@ pub(crate) struct Lingering<I: Io> {
     io: Option<I>,
     /// The wait for the next byte ([`IDLE`], or the header read timeout when shorter).
     idle: Duration,
+    /// Told of every read (a head's first byte starts its header read timeout).
+    activity: Arc<Activity>,
 }
 
 impl<I: Io> Lingering<I> {
-    pub(crate) fn new(io: I, header_read_timeout: Duration) -> Self {
+    pub(crate) fn new(io: I, header_read_timeout: Duration, activity: Arc<Activity>) -> Self {
         Lingering {
             io: Some(io),
             idle: header_read_timeout.min(IDLE),
+            activity,
         }
     }
 
@@ -114,7 +119,12 @@ impl<I: Io> AsyncRead for Lingering<I> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.io().poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = self.io().poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.read();
+        }
+        read
     }
 }
 

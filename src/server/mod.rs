@@ -249,6 +249,20 @@ impl Server {
         self
     }
 
+    /// How long an HTTP/1.1 head may take (default 30 s; see
+    /// [`ServerOptions::header_read_timeout`]).
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Server {
+        self.options.header_read_timeout = timeout;
+        self
+    }
+
+    /// How long an HTTP/1.1 connection waits for its next request (default 130 s; see
+    /// [`ServerOptions::keep_alive_timeout`]).
+    pub fn keep_alive_timeout(mut self, timeout: Duration) -> Server {
+        self.options.keep_alive_timeout = timeout;
+        self
+    }
+
     /// Serve HTTP/2 with `engine` (default: [`Http2Engine::from_env`]).
     pub fn http2_engine(mut self, engine: Http2Engine) -> Server {
         self.options.http2_engine = engine;

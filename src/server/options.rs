@@ -12,11 +12,18 @@ pub struct ServerOptions {
     /// Most concurrent HTTP/2 streams per connection (default 100).
     pub max_concurrent_streams: u32,
     /// Time allowed to receive a request's headers on HTTP/1.1 before the connection is
-    /// closed (slowloris; default 30 s), counted from the accept or from the end of the
-    /// previous response: also how long an idle keep-alive connection is kept. A
-    /// response or request body taking longer is not cut (the cluster's
-    /// `ActivityTimeout` bounds those).
+    /// closed (slowloris; default 30 s, Kestrel's `RequestHeadersTimeout`): the first
+    /// request's counted from the accept, a later one's from its first byte. A response
+    /// or request body taking longer is not cut (the cluster's `ActivityTimeout` bounds
+    /// those).
     pub header_read_timeout: Duration,
+    /// How long an HTTP/1.1 connection is kept open after a response while nothing of
+    /// the next request comes (default 130 s, Kestrel's `KeepAliveTimeout`: longer than
+    /// the idle timeouts of the load balancers usually in front — AWS's 60 s, nginx's
+    /// upstream `keepalive_timeout` 60 s — so that fuseway does not close a connection
+    /// just as one of them sends on it). A head that starts must still end within the
+    /// header read timeout of its first byte, and by the end of this one.
+    pub keep_alive_timeout: Duration,
     /// Largest request head on HTTP/1.1 (bytes); larger ones get 431 (default 64 KiB).
     pub max_header_size: usize,
     /// Longest request line on HTTP/1.1 (bytes); longer ones get 414 (default 8 KiB,
@@ -131,6 +138,7 @@ impl Default for ServerOptions {
             max_connections: 10_000,
             max_concurrent_streams: 100,
             header_read_timeout: Duration::from_secs(30),
+            keep_alive_timeout: Duration::from_secs(130),
             max_header_size: 64 * 1024,
             max_request_line: 8 * 1024,
             http1_engine: Http1Engine::from_env(),
@@ -186,6 +194,12 @@ impl ServerOptions {
     /// Sets `header_read_timeout`.
     pub fn header_read_timeout(mut self, value: Duration) -> Self {
         self.header_read_timeout = value;
+        self
+    }
+
+    /// Sets `keep_alive_timeout`.
+    pub fn keep_alive_timeout(mut self, value: Duration) -> Self {
+        self.keep_alive_timeout = value;
         self
     }
 

@@ -46,7 +46,9 @@ pub struct Replayed {
 pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let service = recording(&seen);
-    let options = ServerOptions::default().header_read_timeout(Duration::from_secs(2));
+    let options = ServerOptions::default()
+        .header_read_timeout(Duration::from_secs(2))
+        .keep_alive_timeout(Duration::from_secs(2));
     let (client, server) = tokio::io::duplex(1 << 16);
     let serving = async move {
         match engine {

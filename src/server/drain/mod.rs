@@ -401,6 +401,17 @@ impl Signal {
         self.set_deadline(&mut table, now, after);
     }
 
+    /// The deadline `after` from now, if that is sooner than the one set; without
+    /// registering a waker (as [`restart`](Self::restart)).
+    pub(crate) fn shorten(&mut self, after: Duration) {
+        let now = self.shared.now();
+        let mut table = self.shared.lock();
+        let millis = u64::try_from(after.as_millis()).unwrap_or(NEVER - 1);
+        if now.saturating_add(millis.max(1)) < table.slot(self.slot).deadline {
+            self.set_deadline(&mut table, now, after);
+        }
+    }
+
     fn set_deadline(&self, table: &mut Table, now: u64, after: Duration) {
         let millis = u64::try_from(after.as_millis()).unwrap_or(NEVER - 1);
         let deadline = now.saturating_add(millis.max(1)).min(NEVER - 1);

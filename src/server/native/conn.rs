@@ -182,13 +182,15 @@ impl<I: Io> Conn<I> {
     }
 
     /// Wait for the next request head and hand it to `start` where it was parsed: each
-    /// step a head (~200 bytes) is returned through is a copy of it.
+    /// step a head (~200 bytes) is returned through is a copy of it. `idle`: how long
+    /// the connection waits with nothing of a head; `header`: how long a head may take
+    /// from its first byte (and not past the end of `idle`).
     pub(super) fn poll_head<T>(
         &mut self,
         cx: &mut Context<'_>,
         drain: &mut Signal,
         wait: &mut Wait,
-        timeout: Duration,
+        (idle, header): (Duration, Duration),
         start: &mut impl FnMut(&mut Self, crate::http1::RequestHead) -> T,
     ) -> Poll<Waited<T>> {
         let draining = drain.poll_draining(cx);
@@ -221,31 +223,40 @@ impl<I: Io> Conn<I> {
                 Poll::Pending => {
                     // Nothing in hand: wait without a buffer.
                     buffers::release_read(&mut self.read_buf);
+                    let nothing = self.read_buf.is_empty();
                     let restart = match *wait {
-                        Wait::Starts { parks: true }
-                            if self.read_buf.is_empty() && timeout > PARK_AFTER =>
-                        {
+                        Wait::Starts { parks: true } if nothing && idle > PARK_AFTER => {
                             *wait = Wait::Parking;
                             Some(PARK_AFTER)
                         }
+                        Wait::Starts { .. } if nothing => {
+                            *wait = Wait::Idle;
+                            Some(idle)
+                        }
+                        // Part of a head is in hand: its header read timeout runs, and
+                        // ends by the end of the idle wait (a second of which, at most,
+                        // has passed while parking).
                         Wait::Starts { .. } => {
                             *wait = Wait::Counting;
-                            Some(timeout)
+                            Some(header.min(idle))
                         }
-                        Wait::Parking | Wait::Counting => None,
+                        Wait::Parking if !nothing => {
+                            *wait = Wait::Counting;
+                            Some(header.min(idle - PARK_AFTER))
+                        }
+                        Wait::Idle if !nothing => {
+                            *wait = Wait::Counting;
+                            drain.shorten(header);
+                            None
+                        }
+                        Wait::Parking | Wait::Idle | Wait::Counting => None,
                     };
                     ready!(drain.poll_deadline(cx, restart));
                     std::hint::cold_path();
                     if *wait == Wait::Parking {
-                        if self.read_buf.is_empty() {
-                            return Poll::Ready(Waited::Park);
-                        }
-                        // Part of a head came: the rest of the timeout (a deadline
-                        // just set is pending).
-                        *wait = Wait::Counting;
-                        return drain
-                            .poll_deadline(cx, Some(timeout - PARK_AFTER))
-                            .map(|()| Waited::TimedOut);
+                        // Nothing came for the park time (bytes would have moved the
+                        // wait on above).
+                        return Poll::Ready(Waited::Park);
                     }
                     return Poll::Ready(Waited::TimedOut);
                 }

@@ -42,7 +42,7 @@ pub(crate) struct Lot {
     /// Registers parked sockets in the lot's epoll set.
     registry: mio::Registry,
     /// Deadlines are milliseconds since this instant (wrapping: a deadline is never
-    /// more than a header read timeout away).
+    /// more than a keep-alive timeout away).
     origin: Instant,
 }
 
@@ -178,7 +178,7 @@ impl Lot {
     }
 
     /// Park `stream` until it becomes readable, for at most `rest` (what is left of its
-    /// header read timeout); closed at once if the lot has shut down.
+    /// wait for a head); closed at once if the lot has shut down.
     pub(crate) fn park(
         &self,
         stream: tokio::net::TcpStream,
@@ -269,7 +269,7 @@ impl Lot {
         table.records = Chunked::default();
     }
 
-    /// What is left of a record's header read timeout.
+    /// What is left of a record's wait for a head.
     fn left(&self, record: &Record) -> Duration {
         let left = record.deadline.wrapping_sub(self.now()) as i32;
         Duration::from_millis(u64::try_from(left).unwrap_or(0))

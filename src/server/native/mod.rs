@@ -4,9 +4,9 @@
 //! message on it; a request body is handed to the pipeline through a slot allocated
 //! once per connection ([`channel`]).
 //!
-//! Per message: wait for a head (bounded by the header read timeout, counted from the
-//! accept or from the end of the previous response; a shutdown closes a connection
-//! that waits), parse and check it (400 / 414 / 431 and close on anything ambiguous),
+//! Per message: wait for a head (the first within the header read timeout of the
+//! accept; after a response, for the keep-alive timeout, and a head within the header
+//! read timeout of its first byte; a shutdown closes a connection that waits), parse and check it (400 / 414 / 431 and close on anything ambiguous),
 //! call the pipeline, and while its future runs pump the request body and watch the
 //! socket for the client going away (which drops the future: the destination's
 //! request is cancelled). The response head and small bodies are written with one
@@ -18,11 +18,12 @@
 //! lingering close does (`Conn::close`, [`super::linger`]), so that the answer is not
 //! lost to a reset.
 //!
-//! A plain TCP connection that has waited [`PARK_AFTER`] for its next request with
-//! nothing in hand parks: its task ends and its socket waits in the listener's
+//! A plain TCP connection that has answered a request and waited [`PARK_AFTER`] for its
+//! next one with nothing in hand parks: its task ends and its socket waits in the listener's
 //! [`lot`] (64 bytes, no task), which starts a new connection task when the socket
-//! becomes readable. The header read timeout still counts from the end of the previous
-//! response, and shutdown closes a parked connection as it does a waiting one.
+//! becomes readable. The wait still ends when it would have (the lot closes the
+//! socket then), a head that comes gets its header read timeout within it, and
+//! shutdown closes a parked connection as it does a waiting one.
 
 mod channel;
 mod conn;
@@ -87,15 +88,15 @@ const DISCARD_MAX: u64 = 256 * 1024;
 /// The future of a call of a connection's pipeline (what an in-flight slot holds first).
 pub(crate) type CallOf<P> = <P as hyper::service::Service<Request<Incoming>>>::Future;
 
-/// Serve HTTP/1.1 on `io` until the client closes, the connection idles past the
-/// header read timeout, shutdown, an error, or an upgrade.
+/// Serve HTTP/1.1 on `io` until the client closes, the connection waits for a head past
+/// the header read or keep-alive timeout, shutdown, an error, or an upgrade.
 ///
 /// A function returning an `async` block rather than an `async fn`: the block keeps
 /// what it captures in place, where an `async fn` would hold its arguments twice (as
 /// captured and as moved into its body's locals) for the connection's whole life.
 ///
 /// `resumed`: the connection was parked ([`Parked`]) and has bytes to read; its wait
-/// for this head keeps the deadline it had.
+/// for this head has the deadline the lot set (see `slots_with_lot`).
 pub(crate) fn serve_connection<I, P>(
     io: I,
     pipeline: P,
@@ -123,11 +124,8 @@ where
         body_failed: false,
         read_armed: false,
     };
-    // Kept as milliseconds (at least one): it lives in the connection's future for its
-    // whole life.
-    let timeout_ms =
-        u32::try_from(slots.options.header_read_timeout.as_millis().max(1)).unwrap_or(u32::MAX);
-    let timeout = move || Duration::from_millis(timeout_ms.into());
+    // Whether a head has come: later ones are waited for as on a kept connection.
+    let mut served = false;
     // Only plain TCP connections park: their readiness is the socket's.
     let parks = TypeId::of::<I>() == TypeId::of::<TcpStream>() && slots.lot.is_some();
     // One clock reading per poll of the task (see `clock`).
@@ -146,12 +144,17 @@ where
             // head or the discarding of an unread body (a state of the task as large as
             // the largest).
             let keep_alive = {
-                // The header read timeout, counted from when the connection starts
-                // waiting (a resumed connection's wait started before it parked).
+                // The wait for a head, counted from when the connection starts waiting
+                // (a resumed connection's deadline was set when it was resumed).
                 let mut wait = if std::mem::take(&mut resumed) {
                     Wait::Counting
                 } else {
-                    Wait::Starts { parks }
+                    // Only kept connections park: every record in the lot then has
+                    // the same wait (the keep-alive timeout's), and the lot keeps them
+                    // in deadline order by parking order.
+                    Wait::Starts {
+                        parks: parks && served,
+                    }
                 };
                 let (called, message) = {
                     // The request is made and the pipeline called where its head is
@@ -171,20 +174,31 @@ where
                         (called.map_err(|panic| log_panic(&panic)).is_ok(), message)
                     };
                     match poll_fn(|cx| {
-                        conn.poll_head(cx, &mut drain, &mut wait, timeout(), &mut start)
+                        conn.poll_head(
+                            cx,
+                            &mut drain,
+                            &mut wait,
+                            waits(&slots.options, served),
+                            &mut start,
+                        )
                     })
                     .await
                     {
-                        Waited::Head(started) => started,
+                        Waited::Head(started) => {
+                            // Later heads are waited for as on a kept connection.
+                            served = true;
+                            started
+                        }
                         Waited::Closed => return,
                         Waited::Park => {
                             std::hint::cold_path();
-                            park(conn.io, info, &slots, drain, timeout() - PARK_AFTER);
+                            let (idle, _) = waits(&slots.options, served);
+                            park(conn.io, info, &slots, drain, idle - PARK_AFTER);
                             return;
                         }
                         Waited::TimedOut => {
                             std::hint::cold_path();
-                            tracing::debug!(remote = %info.remote, "no request head within the header read timeout; closing");
+                            tracing::debug!(remote = %info.remote, "no request head within the header read or keep-alive timeout; closing");
                             return;
                         }
                         Waited::Refused(error) => {
@@ -285,7 +299,8 @@ where
             };
             if !keep_alive {
                 std::hint::cold_path();
-                conn.close(&mut drain, timeout()).await;
+                conn.close(&mut drain, slots.options.header_read_timeout)
+                    .await;
                 return;
             }
             // The body the pipeline left unread is read and thrown away (up to a bound),
@@ -298,11 +313,17 @@ where
                     if drain.poll_draining(cx) {
                         return Poll::Ready(false);
                     }
-                    conn.poll_discard(cx, &mut drain, &mut starts, timeout())
+                    conn.poll_discard(
+                        cx,
+                        &mut drain,
+                        &mut starts,
+                        slots.options.header_read_timeout,
+                    )
                 })
                 .await;
                 if !discarded {
-                    conn.close(&mut drain, timeout()).await;
+                    conn.close(&mut drain, slots.options.header_read_timeout)
+                        .await;
                     return;
                 }
             }
@@ -322,7 +343,8 @@ where
         .await;
         if written {
             // The rest of the refused message may be on its way.
-            conn.close(&mut drain, timeout()).await;
+            conn.close(&mut drain, slots.options.header_read_timeout)
+                .await;
         }
     })
 }
@@ -331,9 +353,23 @@ where
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a keep-alive connection waits for its next request in its own task before
-/// it parks (when the header read timeout is longer): a connection under load never
+/// it parks (when its wait is longer): a connection under load never
 /// waits that long, and one that does gives its task back.
 const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// The waits for a head: (with nothing of it in hand, from its first byte). The first
+/// request's is due within the header read timeout of the accept; after a response,
+/// the connection waits for the keep-alive timeout, and a head within the header read
+/// timeout of its first byte.
+fn waits(options: &ServerOptions, served: bool) -> (Duration, Duration) {
+    let header = options.header_read_timeout.max(Duration::from_millis(1));
+    let idle = if served {
+        options.keep_alive_timeout.max(Duration::from_millis(1))
+    } else {
+        header
+    };
+    (idle, header)
+}
 
 /// How far the wait for a request head has gone.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -342,12 +378,15 @@ enum Wait {
     Starts { parks: bool },
     /// Waiting [`PARK_AFTER`] with nothing in hand.
     Parking,
-    /// The header read timeout runs.
+    /// Waiting with nothing of a head in hand: the keep-alive timeout runs (the header
+    /// read timeout for a connection's first request).
+    Idle,
+    /// Part of a head has come: its header read timeout runs.
     Counting,
 }
 
 /// End the connection's task; its socket waits for the next request in the
-/// listener's lot. `rest`: what is left of the header read timeout.
+/// listener's lot. `rest`: what is left of its wait for a head.
 fn park<I: Io, F, B>(
     io: I,
     info: ConnectionInfo,
@@ -401,8 +440,10 @@ pub(crate) fn slots_with_lot<P: ServeService>(
             let Ok(io) = TcpStream::from_std(stream) else {
                 return;
             };
+            // Bytes came (or the close): a head's header read timeout starts, within
+            // what was left of the wait.
             let mut drain = signal.sibling(place);
-            drain.restart(left);
+            drain.restart(left.min(for_resumed.options.header_read_timeout));
             let info = ConnectionInfo {
                 remote,
                 local,
