@@ -6,22 +6,23 @@
 //!
 //! Per message: wait for a head (the first within the header read timeout of the
 //! accept; after a response, for the keep-alive timeout, and a head within the header
-//! read timeout of its first byte; a shutdown closes a connection that waits), parse and check it (400 / 414 / 431 and close on anything ambiguous),
-//! call the pipeline, and while its future runs pump the request body and watch the
-//! socket for the client going away (which drops the future: the destination's
-//! request is cancelled). The response head and small bodies are written with one
-//! vectored write; bodies are framed by length, chunks (with trailers when the
-//! client said `TE: trailers`) or, for HTTP/1.0 clients, the connection's close.
+//! read timeout of its first byte; a shutdown closes a connection that waits), parse
+//! and check it (400 / 414 / 431 and close on anything ambiguous), call the pipeline,
+//! and while its future runs pump the request body and watch the socket for the client
+//! going away (which drops the future: the destination's request is cancelled). The
+//! response head and small bodies are written with one vectored write; bodies are
+//! framed by length, chunks (with trailers when the client said `TE: trailers`) or, for
+//! HTTP/1.0 clients, the connection's close.
 //! A `101` hands the socket, and whatever was read past the head, to the tunnel. A
 //! connection that closes while its client may still be sending (a refused or unread
 //! body, a refused head) reads and drops what comes for a while first, as nginx's
 //! lingering close does (`Conn::close`, [`super::linger`]), so that the answer is not
 //! lost to a reset.
 //!
-//! A plain TCP connection that has answered a request and waited [`PARK_AFTER`] for its
-//! next one with nothing in hand parks: its task ends and its socket waits in the listener's
-//! [`lot`] (64 bytes, no task), which starts a new connection task when the socket
-//! becomes readable. The wait still ends when it would have (the lot closes the
+//! A plain TCP connection that has answered a request and waited [`PARK_AFTER`] for
+//! its next one with nothing in hand parks: its task ends and its socket waits in the
+//! listener's [`lot`] (64 bytes, no task), which starts a new connection task when the
+//! socket becomes readable. The wait still ends when it would have (the lot closes the
 //! socket then), a head that comes gets its header read timeout within it, and
 //! shutdown closes a parked connection as it does a waiting one.
 
