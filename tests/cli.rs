@@ -326,6 +326,72 @@ async fn a_bad_duration_names_its_option() {
     assert!(err.contains("--grace") && err.contains("soon"), "{err}");
 }
 
+/// `--keep-alive-timeout` and `--header-read-timeout` reach the server: with both at
+/// 1 s, a kept connection idle for longer is closed, one used within it is served; and
+/// `--max-connections 0` is refused with the option named.
+#[tokio::test]
+async fn the_connection_timeouts_are_set_from_the_command_line() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = common::echo_backend().await;
+    let dir = TempDir::new("cli-timeouts");
+    let file = dir.path().join("proxy.json");
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{ "ReverseProxy": {{
+                "Routes": {{ "r": {{ "ClusterId": "c", "Match": {{ "Path": "{{**all}}" }} }} }},
+                "Clusters": {{ "c": {{ "Destinations": {{ "d": {{ "Address": "{}" }} }} }} }} }} }}"#,
+            backend.url()
+        ),
+    )
+    .unwrap();
+    let mut child = fuseway()
+        .args([
+            "--keep-alive-timeout",
+            "1s",
+            "--header-read-timeout",
+            "1s",
+            "--config",
+        ])
+        .arg(&file)
+        .env("RUST_LOG", "info")
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child).await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 4096];
+    for wait in [
+        std::time::Duration::from_millis(300),
+        std::time::Duration::from_millis(1600),
+    ] {
+        s.write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let n = within("an answer", s.read(&mut buf)).await.unwrap();
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        // The idle time under test (not a synchronisation).
+        tokio::time::sleep(wait).await;
+    }
+    // Idle 1.6 s after the second answer: closed by the 1 s keep-alive timeout.
+    let n = within("the close", s.read(&mut buf)).await.unwrap_or(0);
+    assert_eq!(n, 0, "the connection was closed");
+    child.start_kill().unwrap();
+
+    let out = within(
+        "fuseway to refuse the argument",
+        fuseway().args(["--max-connections", "0"]).output(),
+    )
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--max-connections"), "{err}");
+}
+
 /// The example configurations shipped in `contrib/examples` are valid (`--check`), so
 /// what the packaging docs point at works.
 #[tokio::test]

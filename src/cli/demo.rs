@@ -33,6 +33,7 @@ pub(super) async fn run(args: &super::Args) -> Result<(), BoxError> {
     };
     let server = Server::bind(&addrs)
         .await?
+        .max_connections(args.max_connections)
         .header_read_timeout(args.header_read_timeout)
         .keep_alive_timeout(args.keep_alive_timeout)
         .graceful_timeout(args.grace);

@@ -67,6 +67,11 @@ pub struct Args {
     /// long to finish before the rest are closed. A second signal exits at once.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "30s")]
     pub grace: Duration,
+    /// Most client connections open at once; further ones wait in the listening
+    /// socket's backlog until one closes. Idle keep-alive connections count (see
+    /// `--keep-alive-timeout`).
+    #[arg(long, value_name = "N", value_parser = at_least_one, default_value = "10000")]
+    pub max_connections: usize,
     /// How long a client may take to send an HTTP/1.1 request head: the first from the
     /// accept, a later one from its first byte (Kestrel's `RequestHeadersTimeout`).
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "30s")]
@@ -144,6 +149,15 @@ fn duration(text: &str) -> Result<Duration, String> {
     text.parse::<config::ConfigDuration>()
         .map(config::ConfigDuration::get)
         .map_err(|e| e.to_string())
+}
+
+/// A count of at least one.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The providers `--config` names, each started (files read and watched, etcd being
@@ -250,6 +264,7 @@ async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxErr
     }
     .http1_engine(engine)
     .http2_engine(engine2)
+    .max_connections(args.max_connections)
     .header_read_timeout(args.header_read_timeout)
     .keep_alive_timeout(args.keep_alive_timeout)
     .graceful_timeout(args.grace);

@@ -249,6 +249,13 @@ impl Server {
         self
     }
 
+    /// Most client connections open at once, over all listeners and workers (default
+    /// 10 000; see [`ServerOptions::max_connections`]).
+    pub fn max_connections(mut self, max: usize) -> Server {
+        self.options.max_connections = max;
+        self
+    }
+
     /// How long an HTTP/1.1 head may take (default 30 s; see
     /// [`ServerOptions::header_read_timeout`]).
     pub fn header_read_timeout(mut self, timeout: Duration) -> Server {
