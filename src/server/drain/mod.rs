@@ -406,15 +406,13 @@ impl Signal {
     pub(crate) fn shorten(&mut self, after: Duration) {
         let now = self.shared.now();
         let mut table = self.shared.lock();
-        let millis = u64::try_from(after.as_millis()).unwrap_or(NEVER - 1);
-        if now.saturating_add(millis.max(1)) < table.slot(self.slot).deadline {
+        if deadline_after(now, after) < table.slot(self.slot).deadline {
             self.set_deadline(&mut table, now, after);
         }
     }
 
     fn set_deadline(&self, table: &mut Table, now: u64, after: Duration) {
-        let millis = u64::try_from(after.as_millis()).unwrap_or(NEVER - 1);
-        let deadline = now.saturating_add(millis.max(1)).min(NEVER - 1);
+        let deadline = deadline_after(now, after);
         let slot = table.slot(self.slot);
         slot.deadline = deadline;
         slot.expired = false;
@@ -446,6 +444,12 @@ impl Signal {
 }
 
 /// Keep `cx`'s waker in `slot` (cloned only when it changed).
+/// The deadline `after` from `now` (milliseconds; at least one ahead, never `NEVER`).
+fn deadline_after(now: u64, after: Duration) -> u64 {
+    let millis = u64::try_from(after.as_millis()).unwrap_or(NEVER - 1);
+    now.saturating_add(millis.max(1)).min(NEVER - 1)
+}
+
 fn set_waker(slot: &mut Slot, cx: &Context<'_>) {
     match &slot.waker {
         Some(waker) if waker.will_wake(cx.waker()) => {}
