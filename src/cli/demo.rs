@@ -31,12 +31,7 @@ pub(super) async fn run(args: &super::Args) -> Result<(), BoxError> {
     } else {
         args.listen.clone()
     };
-    let server = Server::bind(&addrs)
-        .await?
-        .max_connections(args.max_connections)
-        .header_read_timeout(args.header_read_timeout)
-        .keep_alive_timeout(args.keep_alive_timeout)
-        .graceful_timeout(args.grace);
+    let server = args.connection_settings(Server::bind(&addrs).await?);
     let proxy = server.local_addrs()[0];
     let readiness = Readiness::starting();
     let admin_task = super::spawn_admin(args.admin, &state, &readiness).await?;

@@ -70,7 +70,12 @@ pub struct Args {
     /// Most client connections open at once; further ones wait in the listening
     /// socket's backlog until one closes. Idle keep-alive connections count (see
     /// `--keep-alive-timeout`).
-    #[arg(long, value_name = "N", value_parser = at_least_one, default_value = "10000")]
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..),
+        default_value = "10000"
+    )]
     pub max_connections: usize,
     /// How long a client may take to send an HTTP/1.1 request head: the first from the
     /// accept, a later one from its first byte (Kestrel's `RequestHeadersTimeout`).
@@ -143,21 +148,24 @@ pub async fn run(args: Args) -> Result<(), BoxError> {
     }
 }
 
+impl Args {
+    /// `server` with the connection settings given on the command line (limit,
+    /// timeouts, graceful shutdown): what every way of running applies.
+    fn connection_settings(&self, server: Server) -> Server {
+        server
+            .max_connections(self.max_connections)
+            .header_read_timeout(self.header_read_timeout)
+            .keep_alive_timeout(self.keep_alive_timeout)
+            .graceful_timeout(self.grace)
+    }
+}
+
 /// A duration argument, written as durations are in the configuration (`500ms`, `30s`,
 /// `2m`, or YARP's `00:00:30`).
 fn duration(text: &str) -> Result<Duration, String> {
     text.parse::<config::ConfigDuration>()
         .map(config::ConfigDuration::get)
         .map_err(|e| e.to_string())
-}
-
-/// A count of at least one.
-fn at_least_one(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 /// The providers `--config` names, each started (files read and watched, etcd being
@@ -263,11 +271,8 @@ async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxErr
         Server::bind(&listen_addrs(&args.listen, &config)?).await?
     }
     .http1_engine(engine)
-    .http2_engine(engine2)
-    .max_connections(args.max_connections)
-    .header_read_timeout(args.header_read_timeout)
-    .keep_alive_timeout(args.keep_alive_timeout)
-    .graceful_timeout(args.grace);
+    .http2_engine(engine2);
+    let server = args.connection_settings(server);
     let state = Arc::new(build_state(&providers, config)?);
     let sources = sources(&providers);
     for addr in server.local_addrs() {
