@@ -334,17 +334,10 @@ async fn the_connection_timeouts_are_set_from_the_command_line() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let backend = common::echo_backend().await;
     let dir = TempDir::new("cli-timeouts");
-    let file = dir.path().join("proxy.json");
-    std::fs::write(
-        &file,
-        format!(
-            r#"{{ "ReverseProxy": {{
-                "Routes": {{ "r": {{ "ClusterId": "c", "Match": {{ "Path": "{{**all}}" }} }} }},
-                "Clusters": {{ "c": {{ "Destinations": {{ "d": {{ "Address": "{}" }} }} }} }} }} }}"#,
-            backend.url()
-        ),
-    )
-    .unwrap();
+    let file = dir.write(
+        "proxy.json",
+        &common::simple_config(&[("d", &backend.url())], ""),
+    );
     let mut child = fuseway()
         .args([
             "--keep-alive-timeout",

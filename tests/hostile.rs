@@ -717,14 +717,14 @@ async fn h1_connection(
 #[tokio::test]
 async fn parked_keep_alive_connections_resume_and_keep_their_deadlines() {
     const HEADER: Duration = Duration::from_millis(1500);
-    const KEEP_ALIVE: Duration = Duration::from_secs(6);
+    const WAIT: Duration = Duration::from_secs(6);
     let b = backend(|req: Request<Incoming>| async move {
         Response::new(full(req.uri().path().to_string()))
     })
     .await;
     let options = options()
         .header_read_timeout(HEADER)
-        .keep_alive_timeout(KEEP_ALIVE);
+        .keep_alive_timeout(WAIT);
     let proxy = start(&simple_config(&[("d", &b.url())], ""), options).await;
 
     // Idle past the park time and the header read timeout, twice: every request is
