@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
+use fuseway::server::Http1Engine;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
@@ -41,6 +42,13 @@ async fn connections_over_the_cap_wait_for_a_free_slot() {
     assert!(request_on(&mut second, "/2")
         .await
         .starts_with("HTTP/1.1 200"));
+    // Both begin a request (not idle: the limit never closes a connection in the
+    // middle of one).
+    for conn in [&mut first, &mut second] {
+        conn.write_all(b"GET /busy HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+    }
     // The third connects (the kernel's backlog) but is not served while two are open.
     let mut third = TcpStream::connect(p.addr).await.unwrap();
     let waiting =
@@ -59,10 +67,68 @@ async fn connections_over_the_cap_wait_for_a_free_slot() {
     })
     .await;
     assert!(out.starts_with(b"HTTP/1.1 200"));
-    assert!(request_on(&mut second, "/again")
-        .await
-        .starts_with("HTTP/1.1 200"));
+    // The second's request, finished, is answered.
+    second.write_all(b"\r\n").await.unwrap();
+    let answer = within("the second's request", read_response(&mut second)).await;
+    assert!(answer.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
     drop((second, third));
+    p.shutdown().await;
+}
+
+/// At the cap, an idle keep-alive connection is closed to admit a new one (as nginx,
+/// out of `worker_connections`, does) — on the native engine, whose idle connections
+/// park. hyper's keeps its idle connections: the new one waits.
+#[tokio::test]
+async fn at_the_cap_an_idle_connection_is_closed_to_admit_a_new_one() {
+    let _serial = SERIAL.lock().await;
+    let b = echo_backend().await;
+    let p = start(
+        &simple_config(&[("d", &b.url())], ""),
+        options().max_connections(2),
+    )
+    .await;
+    let mut idle = Vec::new();
+    for path in ["/1", "/2"] {
+        let mut conn = TcpStream::connect(p.addr).await.unwrap();
+        assert!(request_on(&mut conn, path)
+            .await
+            .starts_with("HTTP/1.1 200"));
+        idle.push(conn);
+    }
+    let mut third = TcpStream::connect(p.addr).await.unwrap();
+    third
+        .write_all(b"GET /3 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    if Http1Engine::from_env() == Http1Engine::Hyper {
+        // Past the time the native engine's connections take to park.
+        let served =
+            tokio::time::timeout(Duration::from_millis(1500), read_response(&mut third)).await;
+        assert!(served.is_err(), "served over the cap: {served:?}");
+        drop(idle.remove(0));
+        let answer = within("the third, once one closed", read_response(&mut third)).await;
+        assert!(answer.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
+        p.shutdown().await;
+        return;
+    }
+    // Served once the idle ones park (a second after their answers): one of them is
+    // closed for it, the other still serves.
+    let answer = within("the third, at the cap", read_response(&mut third)).await;
+    assert!(answer.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
+    let mut answered = 0;
+    for conn in &mut idle {
+        // A write to the closed one may still succeed; its read ends.
+        let _ = conn.write_all(b"GET /4 HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        if let Some(answer) = within("an answer or the close", read_response(conn)).await {
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            answered += 1;
+        }
+    }
+    assert_eq!(
+        answered, 1,
+        "one idle connection closed for the new one, one kept"
+    );
+    drop((idle, third));
     p.shutdown().await;
 }
 

@@ -14,7 +14,8 @@ use common::*;
 use fuseway::body::{Incoming, ProxyBody};
 use fuseway::server::{Server, ServerOptions};
 use http::{Request, Response};
-use support::request_on;
+use support::{read_response, request_on};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// Which worker answered a `GET` on `stream` (the body is `worker N`).
@@ -118,6 +119,48 @@ async fn connections_up_to_the_limit_are_served_whichever_worker_they_reach() {
         .await;
     }
     drop(streams);
+    let _ = stop.send(());
+    within("the proxy to stop", serving).await.unwrap().unwrap();
+}
+
+/// At the limit, a new connection closes an idle keep-alive connection to get in,
+/// whichever worker holds it (the native engine's idle connections park; hyper's stay,
+/// and the new one waits for one to end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_limit_an_idle_connection_on_any_worker_makes_room() {
+    const LIMIT: usize = 4;
+    let (addr, stop, serving) = serve(ServerOptions::default().max_connections(LIMIT)).await;
+    let mut streams = connect_all(addr, LIMIT).await;
+    let mut held = [0usize; WORKERS];
+    for stream in &mut streams {
+        held[within("a response", worker_of(stream)).await] += 1;
+    }
+    println!("connections per worker: {held:?}");
+    // As many again: each closes an idle connection to get in (or, on hyper's engine,
+    // gets in when one is closed here).
+    let mut more = Vec::new();
+    for _ in 0..LIMIT {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        if fuseway::server::Http1Engine::from_env() == fuseway::server::Http1Engine::Hyper {
+            drop(streams.pop());
+        }
+        within("a response at the limit", worker_of(&mut stream)).await;
+        more.push(stream);
+    }
+    // Four connections are open, and no more: as many answer a request now.
+    let mut answered = 0;
+    for stream in streams.iter_mut().chain(&mut more) {
+        // A write to a closed one may still succeed; its read ends.
+        let _ = stream.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        if within("an answer or the close", read_response(stream))
+            .await
+            .is_some()
+        {
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, LIMIT);
+    drop((streams, more));
     let _ = stop.send(());
     within("the proxy to stop", serving).await.unwrap().unwrap();
 }

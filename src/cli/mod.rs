@@ -67,9 +67,10 @@ pub struct Args {
     /// long to finish before the rest are closed. A second signal exits at once.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "30s")]
     pub grace: Duration,
-    /// Most client connections open at once; further ones wait in the listening
-    /// socket's backlog until one closes. Idle keep-alive connections count (see
-    /// `--keep-alive-timeout`).
+    /// Most client connections open at once. Idle keep-alive connections count (see
+    /// `--keep-alive-timeout`); at the limit a new connection closes the plain HTTP/1.1
+    /// one idle longest to get in (native engine), or with none such waits in the
+    /// listening socket's backlog until one closes.
     #[arg(
         long,
         value_name = "N",

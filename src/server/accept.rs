@@ -287,6 +287,7 @@ pub(super) async fn accept_loop<S>(
             service.clone(),
             local,
             graceful.signal(None),
+            &lane.balance,
         ),
         _ => native::Slots::new(options.clone()),
     };

@@ -8,13 +8,20 @@
 //! the connection (not yet read from) to that worker, whose accept loop takes it from
 //! its inbox. Only connections that would deepen an imbalance move; each move costs
 //! a channel message and moving the socket between the workers' reactors.
+//!
+//! At the server's connection limit a new connection does not simply wait for one to
+//! end: idle keep-alive connections parked by the native HTTP/1.1 engine (each worker's
+//! lots, see [`Reclaim`]) are closed, the longest-waiting of a lot first, to admit it —
+//! as nginx, out of `worker_connections`, closes its idle keep-alive connections. Only
+//! when none is parked does the new connection wait (in the kernel's backlog behind it).
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore, SemaphorePermit, TryAcquireError};
 
 /// A worker keeps a connection it accepted while it holds fewer than this many more
 /// than the least-loaded worker.
@@ -29,11 +36,38 @@ const FULL: usize = usize::MAX / 4;
 pub(super) struct Balance {
     /// Free places under the server's connection limit.
     connections: Semaphore,
+    /// The limit.
+    limit: usize,
     /// Connections held by each worker.
     open: Box<[AtomicUsize]>,
     /// Listener `l`'s inbox on worker `w` at `l * workers + w`.
     inboxes: Box<[mpsc::UnboundedSender<Handoff>]>,
+    /// Where idle connections wait without a task, to be closed at the limit.
+    idle: Mutex<Idle>,
+    /// Woken when a connection goes idle while the limit is reached: a connection
+    /// waiting for a place may close it.
+    went_idle: Notify,
 }
+
+/// The places idle connections wait in, and what the log has been told of closing them.
+#[derive(Default)]
+struct Idle {
+    lots: Vec<Arc<dyn Reclaim>>,
+    /// Idle connections closed to admit others since the last warning.
+    closed: u64,
+    warned: Option<Instant>,
+}
+
+/// A set of idle connections the server may close to admit new ones at its connection
+/// limit (the native engine's lot of parked keep-alive connections).
+pub(crate) trait Reclaim: Send + Sync {
+    /// Close the idle connection that has waited longest, if there is one (its place
+    /// under the limit is given back as it drops): whether one was closed.
+    fn close_oldest(&self) -> bool;
+}
+
+/// At most one warning this often that the connection limit closes idle connections.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// A connection one worker accepted and gave to another.
 pub(super) struct Handoff {
@@ -80,8 +114,11 @@ impl Balance {
             .unzip();
         let balance = Arc::new(Balance {
             connections: Semaphore::new(max_connections),
+            limit: max_connections,
             open: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
             inboxes: inboxes.into(),
+            idle: Mutex::default(),
+            went_idle: Notify::new(),
         });
         let mut receivers = receivers.into_iter();
         let mut lanes: Vec<Vec<Lane>> = (0..workers).map(|_| Vec::new()).collect();
@@ -98,14 +135,72 @@ impl Balance {
         lanes
     }
 
-    /// A place under the connection limit (waiting for one to be free) for a
-    /// connection worker `me` accepted, on the worker that is to serve it.
+    /// A place under the connection limit for a connection worker `me` accepted, on
+    /// the worker that is to serve it. At the limit, an idle connection is closed to
+    /// make one; with none idle, it waits for a connection to end or go idle. `None`
+    /// once the limit is closed.
     pub(super) async fn admit(self: &Arc<Self>, me: usize) -> Option<Place> {
-        self.connections.acquire().await.ok()?.forget();
+        match self.connections.try_acquire() {
+            Ok(permit) => permit.forget(),
+            Err(TryAcquireError::Closed) => return None,
+            Err(TryAcquireError::NoPermits) => self.admit_at_limit().await?.forget(),
+        }
         Some(Place {
             balance: self.clone(),
             worker: self.choose(me),
         })
+    }
+
+    /// [`Balance::admit`] at the limit.
+    async fn admit_at_limit(&self) -> Option<SemaphorePermit<'_>> {
+        loop {
+            // Listening for connections going idle before looking for one, so that one
+            // parked after the look still wakes this.
+            let went_idle = self.went_idle.notified();
+            let mut went_idle = std::pin::pin!(went_idle);
+            went_idle.as_mut().enable();
+            match self.connections.try_acquire() {
+                Ok(permit) => return Some(permit),
+                Err(TryAcquireError::Closed) => return None,
+                Err(TryAcquireError::NoPermits) => {}
+            }
+            if self.close_idle() {
+                continue;
+            }
+            tokio::select! {
+                permit = self.connections.acquire() => return permit.ok(),
+                () = went_idle => {}
+            }
+        }
+    }
+
+    /// Close one idle connection, the longest-waiting of the first lot that has one:
+    /// whether one was closed.
+    fn close_idle(&self) -> bool {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if !idle.lots.iter().any(|lot| lot.close_oldest()) {
+            return false;
+        }
+        idle.closed += 1;
+        if idle.warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+            tracing::warn!(
+                limit = self.limit,
+                closed = idle.closed,
+                "at the connection limit: closing idle keep-alive connections to admit new ones"
+            );
+            idle.warned = Some(Instant::now());
+            idle.closed = 0;
+        }
+        true
+    }
+
+    /// Let the connection limit close `lot`'s idle connections to admit new ones.
+    pub(super) fn reclaim_from(&self, lot: Arc<dyn Reclaim>) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .lots
+            .push(lot);
     }
 
     /// The worker to serve a connection `me` accepted, counted on it: `me` unless it
@@ -184,6 +279,16 @@ impl Place {
     /// The worker serving the connection.
     pub(super) fn worker(&self) -> usize {
         self.worker
+    }
+}
+
+impl Place {
+    /// The connection holding this place has gone idle where the limit may close it
+    /// ([`Reclaim`]): at the limit, a connection waiting for a place is woken to.
+    pub(crate) fn went_idle(&self) {
+        if self.balance.connections.available_permits() == 0 {
+            self.balance.went_idle.notify_waiters();
+        }
     }
 }
 

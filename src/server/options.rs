@@ -6,8 +6,12 @@ use super::*;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerOptions {
-    /// Most client connections open at once across all listeners; further accepts wait
-    /// until one closes (default 10,000).
+    /// Most client connections open at once across all listeners (default 10,000). At
+    /// the limit an idle keep-alive connection is closed to admit a new one — the
+    /// longest-idle plain HTTP/1.1 connection the native engine has parked, as nginx
+    /// does out of `worker_connections`; with none parked (TLS, HTTP/2 and hyper's
+    /// engine keep their idle connections open), the new one waits until one closes or
+    /// parks.
     pub max_connections: usize,
     /// Most concurrent HTTP/2 streams per connection (default 100).
     pub max_concurrent_streams: u32,

@@ -194,11 +194,19 @@ pub async fn request_on(s: &mut TcpStream, path: &str) -> String {
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
         .await
         .unwrap();
+    read_response(s).await.expect("a response, not the close")
+}
+
+/// Read one response (sized by `Content-Length`, or none) from `s`: `None` if the
+/// connection closes (or fails) before it is whole.
+pub async fn read_response(s: &mut TcpStream) -> Option<String> {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(n > 0, "closed");
+        let n = s.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            return None;
+        }
         out.extend_from_slice(&buf[..n]);
         let text = String::from_utf8_lossy(&out);
         if let Some((head, body)) = text.split_once("\r\n\r\n") {
@@ -211,7 +219,7 @@ pub async fn request_on(s: &mut TcpStream, path: &str) -> String {
                 })
                 .unwrap_or(0);
             if body.len() >= len {
-                return text.into_owned();
+                return Some(text.into_owned());
             }
         }
     }

@@ -223,6 +223,10 @@ impl Lot {
                 waker.wake();
             }
         }
+        // At the connection limit, a new connection may close this one to get in.
+        if let Some(place) = &table.record(index).place {
+            place.went_idle();
+        }
     }
 
     /// Take the record of the connection `token` names out of the lot and its epoll
@@ -279,6 +283,20 @@ impl Lot {
     #[cfg(test)]
     pub(crate) fn parked(&self) -> usize {
         self.lock().parked
+    }
+}
+
+impl crate::server::balance::Reclaim for Lot {
+    /// The parked connection whose wait ends first closes: the one parked longest, as
+    /// the connections of a lot wait as long (see [`Table::put`]).
+    fn close_oldest(&self) -> bool {
+        let oldest = {
+            let mut table = self.lock();
+            let head = table.head;
+            table.take(head)
+        };
+        // Dropped unlocked: the socket closes and its place under the limit is released.
+        oldest.is_some()
     }
 }
 
@@ -429,6 +447,30 @@ mod tests {
         let remote = server.peer_addr().unwrap();
         lot.park(server, remote, None, Duration::from_secs(30));
         closed(&mut client).await;
+        assert_eq!(lot.parked(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_connection_limit_closes_the_parked_connection_whose_wait_ends_first() {
+        use crate::server::balance::Reclaim;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let drain = Drain::new(Duration::from_secs(1));
+        let (lot, _resumed) = lot(&drain);
+        let mut clients = Vec::new();
+        for secs in [30, 10, 20] {
+            let (client, server) = tcp_pair(&listener).await;
+            let remote = server.peer_addr().unwrap();
+            lot.park(server, remote, None, Duration::from_secs(secs));
+            clients.push(client);
+        }
+        assert!(lot.close_oldest());
+        closed(&mut clients[1]).await;
+        assert!(lot.close_oldest());
+        closed(&mut clients[2]).await;
+        assert_eq!(lot.parked(), 1);
+        assert!(lot.close_oldest());
+        closed(&mut clients[0]).await;
+        assert!(!lot.close_oldest(), "none left");
         assert_eq!(lot.parked(), 0);
     }
 

@@ -419,16 +419,18 @@ fn park<I: Io, F, B>(
 
 /// Slots for a listener's plain TCP connections on this worker, with a lot their idle
 /// keep-alive connections park in, watched by a task of its own that `signal` (the
-/// listener's) ends on shutdown. Without an epoll set, slots whose connections do not
-/// park.
-pub(crate) fn slots_with_lot<P: ServeService>(
+/// listener's) ends on shutdown, and which `balance` may close parked connections of
+/// at the connection limit. Without an epoll set, slots whose connections do not park.
+pub(super) fn slots_with_lot<P: ServeService>(
     options: Arc<ServerOptions>,
     service: P,
     local: std::net::SocketAddr,
     signal: Signal,
+    balance: &super::balance::Balance,
 ) -> Arc<Slots<CallOf<P>, ProxyBody>> {
     #[cfg(unix)]
     if let Some((lot, poll)) = lot::Lot::new() {
+        balance.reclaim_from(lot.clone());
         let slots = Slots::with_lot(options, Some(lot.clone()));
         let for_resumed = slots.clone();
         let resume = move |record: lot::Record, left: Duration, signal: &Signal| {
@@ -462,7 +464,7 @@ pub(crate) fn slots_with_lot<P: ServeService>(
         tokio::spawn(lot::watch(lot, poll, signal, resume));
         return slots;
     }
-    let _ = (service, local, signal);
+    let _ = (service, local, signal, balance);
     Slots::new(options)
 }
 
