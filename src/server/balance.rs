@@ -280,9 +280,7 @@ impl Place {
     pub(super) fn worker(&self) -> usize {
         self.worker
     }
-}
 
-impl Place {
     /// The connection holding this place has gone idle where the limit may close it
     /// ([`Reclaim`]): at the limit, a connection waiting for a place is woken to.
     pub(crate) fn went_idle(&self) {
