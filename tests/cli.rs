@@ -316,7 +316,11 @@ async fn a_route_naming_an_unregistered_policy_is_refused() {
 /// refused with the option and the value named.
 #[tokio::test]
 async fn a_bad_option_value_names_its_option() {
-    for (option, value) in [("--grace", "soon"), ("--max-connections", "0")] {
+    for (option, value) in [
+        ("--grace", "soon"),
+        ("--max-connections", "0"),
+        ("--min-request-body-rate", "fast"),
+    ] {
         let out = within(
             "fuseway to refuse the argument",
             fuseway().args([option, value]).output(),
@@ -374,6 +378,50 @@ async fn the_connection_timeouts_are_set_from_the_command_line() {
     // Idle 1.6 s after the second answer: closed by the 1 s keep-alive timeout.
     let n = within("the close", s.read(&mut buf)).await.unwrap_or(0);
     assert_eq!(n, 0, "the connection was closed");
+    child.start_kill().unwrap();
+}
+
+/// By default a request body is held to Kestrel's minimum rate (240 bytes a second
+/// after 5 s): one that stops is answered 408 once 5 s have been spent waiting for it.
+#[tokio::test]
+async fn a_request_body_that_stops_is_answered_408_after_the_grace_period() {
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A destination that reads the whole body before it answers.
+    let backend = common::backend(|request: http::Request<hyper::body::Incoming>| async move {
+        let body = request.into_body().collect().await;
+        http::Response::new(common::full(format!("{}", body.is_ok())))
+    })
+    .await;
+    let dir = TempDir::new("cli-body-rate");
+    let file = dir.write(
+        "proxy.json",
+        &common::simple_config(&[("d", &backend.url())], ""),
+    );
+    let mut child = fuseway()
+        .args(["--http1-engine", "native", "--config"])
+        .arg(&file)
+        .env("RUST_LOG", "info")
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child).await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    let sent = std::time::Instant::now();
+    let mut answer = Vec::new();
+    within("the 408", s.read_to_end(&mut answer)).await.unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 408"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    let waited = sent.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(5),
+        "answered after {waited:?}"
+    );
     child.start_kill().unwrap();
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use fuseway::server::ServerOptions;
+use fuseway::server::{Http1Engine, MinDataRate, ServerOptions};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -895,6 +895,10 @@ impl Drop for EndGuard {
 
 impl Gated {
     async fn new() -> Gated {
+        Gated::with_options(options()).await
+    }
+
+    async fn with_options(options: ServerOptions) -> Gated {
         let (started_tx, started) = mpsc::unbounded_channel();
         let (ended_tx, ended) = mpsc::unbounded_channel();
         let release = Arc::new(Notify::new());
@@ -940,7 +944,7 @@ impl Gated {
             r#""HealthCheck": { "Passive": { "Enabled": true } },"#,
         );
         Gated {
-            proxy: start(&config, options()).await,
+            proxy: start(&config, options).await,
             _backend: b,
             started,
             ended,
@@ -1061,6 +1065,87 @@ async fn client_gone_during_the_body_cancels_the_upstream_request() {
     send.send_reset(h2::Reason::CANCEL);
     assert_eq!(g.ended().await, ("/upload2".to_owned(), false));
     g.assert_abandoned("h2 upload").await;
+    g.proxy.shutdown().await;
+}
+
+/// A request body trickling in slower than the minimum data rate (Kestrel's
+/// `MinRequestBodyDataRate`) is answered `408` once the time spent waiting for it is
+/// past the grace period, the connection closed and the destination's request
+/// cancelled; a body that pauses within the grace period is not cut. (Native engine;
+/// hyper's keeps no minimum rate.)
+#[tokio::test]
+async fn a_request_body_slower_than_the_minimum_rate_is_answered_408() {
+    let rate = MinDataRate::new(1_000, Duration::from_millis(500));
+    let mut g = Gated::with_options(options().min_request_body_data_rate(Some(rate))).await;
+    let native = Http1Engine::from_env() == Http1Engine::Native;
+
+    // 10 of 1 000 bytes, then the rest after a pause within the grace period: served.
+    let mut s = TcpStream::connect(g.proxy.addr).await.unwrap();
+    s.write_all(b"POST /paused HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    assert_eq!(g.started().await, "/paused");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    s.write_all(&[b'a'; 990]).await.unwrap();
+    let answer = within("the paused body's answer", read_response(&mut s)).await;
+    assert!(answer.is_some_and(|a| a.starts_with("HTTP/1.1 200")));
+    assert_eq!(g.ended().await, ("/paused".to_owned(), true));
+    g.proxy.wait_idle("c", "d").await;
+    g.recorded.1 += 1;
+
+    // Then a byte every 50 ms (20 bytes a second) on the same connection.
+    s.write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    assert_eq!(g.started().await, "/upload");
+    let (mut read, mut write) = s.into_split();
+    let trickle = tokio::spawn(async move {
+        while write.write_all(b"a").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let started = Instant::now();
+    if native {
+        let mut answer = Vec::new();
+        within("the 408 and the close", read.read_to_end(&mut answer))
+            .await
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{answer}"
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "cut within the grace period"
+        );
+    } else {
+        // Past the grace period and then some: hyper's engine still reads it.
+        let mut byte = [0u8; 1];
+        let got = tokio::time::timeout(Duration::from_millis(1_500), read.read(&mut byte)).await;
+        assert!(got.is_err(), "answered or closed: {got:?}");
+    }
+    trickle.abort();
+    drop(read);
+    assert_eq!(g.ended().await, ("/upload".to_owned(), false));
+    g.assert_abandoned("a body below the minimum rate").await;
+
+    // A body that stops: the connection is woken to answer it.
+    if native {
+        let mut s = TcpStream::connect(g.proxy.addr).await.unwrap();
+        s.write_all(b"POST /stopped HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789")
+            .await
+            .unwrap();
+        assert_eq!(g.started().await, "/stopped");
+        let mut answer = Vec::new();
+        within("the 408 and the close", s.read_to_end(&mut answer))
+            .await
+            .unwrap();
+        assert!(answer.starts_with(b"HTTP/1.1 408"));
+        assert_eq!(g.ended().await, ("/stopped".to_owned(), false));
+        g.assert_abandoned("a body that stopped").await;
+    }
     g.proxy.shutdown().await;
 }
 

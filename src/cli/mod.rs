@@ -19,7 +19,7 @@ use crate::config::{self, ProxyConfig};
 use crate::health::ActiveHealthChecker;
 use crate::pipeline;
 use crate::providers::{ConfigProvider, FileProvider, Providers};
-use crate::server::{Http1Engine, Http2Engine, Server};
+use crate::server::{Http1Engine, Http2Engine, MinDataRate, Server};
 use crate::state::ProxyState;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -88,6 +88,11 @@ pub struct Args {
     /// connection fuseway is closing.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "130s")]
     pub keep_alive_timeout: Duration,
+    /// The slowest, in bytes a second, an HTTP/1.1 request body may arrive while it is
+    /// waited for, after a grace period of 5 s (Kestrel's `MinRequestBodyDataRate`); a
+    /// slower one is answered 408. 0: no minimum.
+    #[arg(long, value_name = "BYTES", default_value = "240")]
+    pub min_request_body_rate: u64,
     /// Worker threads serving requests, each with its own single-threaded runtime and
     /// connection pools (nginx's worker model). Default: one per CPU.
     #[arg(long)]
@@ -157,6 +162,12 @@ impl Args {
             .max_connections(self.max_connections)
             .header_read_timeout(self.header_read_timeout)
             .keep_alive_timeout(self.keep_alive_timeout)
+            .min_request_body_data_rate((self.min_request_body_rate > 0).then(|| {
+                MinDataRate::new(
+                    self.min_request_body_rate,
+                    MinDataRate::default().grace_period,
+                )
+            }))
             .graceful_timeout(self.grace)
     }
 }

@@ -40,7 +40,7 @@ use tokio_rustls::TlsAcceptor;
 use accept::{accept_loop, bind, worker_listener};
 use balance::Balance;
 pub(crate) use balance::Place;
-pub use options::{Http1Engine, Http2Engine, ServerOptions};
+pub use options::{Http1Engine, Http2Engine, MinDataRate, ServerOptions};
 use service::Served;
 pub use service::{IntoResponse, ProxyService};
 pub use tls::{tls_config_from_files, tls_config_from_pem, TlsError, TlsPart};
@@ -267,6 +267,13 @@ impl Server {
     /// [`ServerOptions::keep_alive_timeout`]).
     pub fn keep_alive_timeout(mut self, timeout: Duration) -> Server {
         self.options.keep_alive_timeout = timeout;
+        self
+    }
+
+    /// The slowest an HTTP/1.1 request body may arrive (default 240 bytes a second
+    /// after 5 s; see [`ServerOptions::min_request_body_data_rate`]).
+    pub fn min_request_body_data_rate(mut self, rate: Option<MinDataRate>) -> Server {
+        self.options.min_request_body_data_rate = rate;
         self
     }
 

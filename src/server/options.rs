@@ -52,6 +52,49 @@ pub struct ServerOptions {
     /// An HTTP/2 connection with no request in flight for this long is closed (default
     /// 130 s, Kestrel's `KeepAliveTimeout`).
     pub http2_idle_timeout: Duration,
+    /// The slowest an HTTP/1.1 request body may arrive while the pipeline waits for it
+    /// (default 240 bytes a second after a 5 s grace period, Kestrel's
+    /// `MinRequestBodyDataRate`; `None`: no minimum). A body below it is answered `408`
+    /// and its connection closed. Applies to the native engine.
+    pub min_request_body_data_rate: Option<MinDataRate>,
+}
+
+/// A minimum data rate: Kestrel's `MinDataRate`. A body is too slow once the time spent
+/// waiting for it is past the grace period and it has come at fewer bytes a second than
+/// this over that time.
+///
+/// ```
+/// use std::time::Duration;
+/// use fuseway::server::{MinDataRate, ServerOptions};
+///
+/// let options = ServerOptions::default()
+///     .min_request_body_data_rate(Some(MinDataRate::new(1_000, Duration::from_secs(2))));
+/// assert_eq!(options.min_request_body_data_rate.unwrap().bytes_per_second, 1_000);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MinDataRate {
+    /// The least bytes a second.
+    pub bytes_per_second: u64,
+    /// How long the rate is not checked, from the first wait for the body.
+    pub grace_period: Duration,
+}
+
+impl MinDataRate {
+    /// At least `bytes_per_second` once `grace_period` has been spent waiting.
+    pub fn new(bytes_per_second: u64, grace_period: Duration) -> Self {
+        MinDataRate {
+            bytes_per_second,
+            grace_period,
+        }
+    }
+}
+
+impl Default for MinDataRate {
+    /// Kestrel's default: 240 bytes a second after 5 s.
+    fn default() -> Self {
+        MinDataRate::new(240, Duration::from_secs(5))
+    }
 }
 
 /// The engine that serves HTTP/1.1 connections.
@@ -152,6 +195,7 @@ impl Default for ServerOptions {
             http2_keep_alive_interval: None,
             http2_keep_alive_timeout: Duration::from_secs(20),
             http2_idle_timeout: Duration::from_secs(130),
+            min_request_body_data_rate: Some(MinDataRate::default()),
         }
     }
 }
@@ -180,6 +224,12 @@ impl ServerOptions {
     /// Sets `http2_idle_timeout`.
     pub fn http2_idle_timeout(mut self, value: Duration) -> Self {
         self.http2_idle_timeout = value;
+        self
+    }
+
+    /// Sets `min_request_body_data_rate`.
+    pub fn min_request_body_data_rate(mut self, value: Option<MinDataRate>) -> Self {
+        self.min_request_body_data_rate = value;
         self
     }
 

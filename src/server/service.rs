@@ -193,8 +193,13 @@ pub(super) fn log_panic(panic: &Box<dyn Any + Send>) {
 
 /// The answer to a request whose pipeline panicked.
 pub(super) fn internal_error() -> Response<ProxyBody> {
+    status_response(http::StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// An empty response of `status`, answered by the server itself.
+pub(super) fn status_response(status: http::StatusCode) -> Response<ProxyBody> {
     let mut response = Response::new(ProxyBody::empty());
-    *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+    *response.status_mut() = status;
     response
 }
 

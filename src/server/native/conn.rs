@@ -43,6 +43,19 @@ struct Closing {
     restart: bool,
 }
 
+/// The pace of a request body, as [`Conn::pump`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Paced {
+    /// Nothing waits for the client (or no minimum rate is kept).
+    Moving,
+    /// The reader waits for the client's bytes: the body falls below the minimum rate
+    /// unless some come within this.
+    Waiting(Duration),
+    /// The body came slower than the minimum rate: it is no longer read, and the
+    /// connection closes after the response.
+    TooSlow,
+}
+
 /// A response body being sent: `Framing::Length` counts the bytes still to come.
 pub(super) struct Sending {
     pub(super) framing: Framing,
@@ -281,17 +294,19 @@ impl<I: Io> Conn<I> {
     }
 
     /// Move the request body along: when its reader waits and the slot is free,
-    /// decode the next frame (reading the socket if needed) and hand it over.
+    /// decode the next frame (reading the socket if needed) and hand it over. With a
+    /// minimum `rate`, also times the waits for the client (see [`Paced`]).
     #[inline(always)]
-    pub(super) fn pump(&mut self, cx: &mut Context<'_>) {
+    pub(super) fn pump(&mut self, cx: &mut Context<'_>, rate: Option<MinDataRate>) -> Paced {
         // Most requests have no body left to move: a test, not a call.
         if self.continue_pending || self.body.is_some() {
-            self.pump_body(cx);
+            return self.pump_body(cx, rate);
         }
+        Paced::Moving
     }
 
     #[inline(never)]
-    fn pump_body(&mut self, cx: &mut Context<'_>) {
+    fn pump_body(&mut self, cx: &mut Context<'_>, rate: Option<MinDataRate>) -> Paced {
         // `Expect: 100-continue`: the client sends its body once the reader first asks
         // for it. Written and flushed like any response bytes (what a full socket
         // leaves goes out ahead of the response head).
@@ -308,16 +323,25 @@ impl<I: Io> Conn<I> {
             let _ = self.poll_write_out(cx);
         }
         let Some(decoder) = self.body.as_mut() else {
-            return;
+            return Paced::Moving;
         };
         let Some(channel) = &self.channel else {
-            return;
+            return Paced::Moving;
         };
         let mut state = channel.lock();
         state.driver_waits(cx);
+        // A wait for the client's bytes ends with each look at the socket.
+        let paced = rate.map(|rate| (rate, crate::clock::now()));
+        if let Some((_, now)) = paced {
+            state.pace.resume(now);
+        }
+        let mut waiting = Paced::Moving;
         while state.ready_for_frame() {
             match decoder.decode(&mut self.read_buf, self.limits.max_head()) {
-                Ok(Decoded::Data(data)) => state.put_data(data),
+                Ok(Decoded::Data(data)) => {
+                    state.pace.received(data.len());
+                    state.put_data(data);
+                }
                 Ok(Decoded::Trailers(trailers)) => state.put_end(Some(trailers)),
                 Ok(Decoded::End) => state.put_end(None),
                 Ok(Decoded::NeedMore) => {
@@ -334,7 +358,22 @@ impl<I: Io> Conn<I> {
                             self.read_eof = true;
                             state.put_error("reading the request body failed");
                         }
-                        Poll::Pending => return,
+                        Poll::Pending => {
+                            // The reader waits for the client.
+                            if let Some((rate, now)) = paced {
+                                waiting = match state.pace.wait(now, rate) {
+                                    Some(left) => Paced::Waiting(left),
+                                    None => {
+                                        std::hint::cold_path();
+                                        drop(state);
+                                        self.body = None;
+                                        self.body_failed = true;
+                                        return Paced::TooSlow;
+                                    }
+                                };
+                            }
+                            break;
+                        }
                     }
                 }
                 Err(e) => state.put_error(e.0),
@@ -354,6 +393,7 @@ impl<I: Io> Conn<I> {
             self.body = None;
             self.body_failed = true;
         }
+        waiting
     }
 
     /// Send the response body (the head is in the write buffer).
@@ -364,7 +404,7 @@ impl<I: Io> Conn<I> {
         sending: &mut Sending,
     ) -> Poll<io::Result<()>> {
         loop {
-            self.pump(cx);
+            self.pump(cx, None);
             if sending.done {
                 ready!(self.poll_write_out(cx))?;
                 return Poll::Ready(Ok(()));

@@ -58,14 +58,14 @@ use tokio::sync::oneshot;
 
 pub(crate) use channel::BodyReader;
 use channel::Channel;
-use conn::{Conn, Waited};
+use conn::{Conn, Paced, Waited};
 pub(crate) use slots::{give_free, take_free, Slots};
 use slots::{InFlight, InFlightProj, Lent};
 pub(crate) use upgrade::{Handoff, OnUpgrade, UpgradedIo};
 
 use super::drain::Signal;
-use super::service::{internal_error, log_panic};
-use super::{ServeService, ServerOptions};
+use super::service::{internal_error, log_panic, status_response};
+use super::{MinDataRate, ServeService, ServerOptions};
 use crate::body::{Incoming, ProxyBody};
 use crate::http1::{
     buffers, parse_request, write_response_head, BodyDecoder, Connection, Decoded, Framing, Limits,
@@ -223,8 +223,19 @@ where
                             &mut conn, &mut lent, response, &message, draining,
                         )))
                     } else {
+                        let rate = slots.options.min_request_body_data_rate;
                         poll_fn(|cx| {
-                            conn.pump(cx);
+                            let paced = conn.pump(cx, rate);
+                            if paced == Paced::TooSlow {
+                                std::hint::cold_path();
+                                tracing::debug!(remote = %info.remote, "the request body came slower than the minimum data rate; 408");
+                                // Answered as Kestrel does; the connection closes after it.
+                                let response = status_response(StatusCode::REQUEST_TIMEOUT);
+                                let draining = drain.is_draining();
+                                return Poll::Ready(Some(Ok(begin_response(
+                                    &mut conn, &mut lent, response, &message, draining,
+                                ))));
+                            }
                             let polled = match lent.get().project() {
                                 InFlightProj::Calling { future } => {
                                     let _current = info.enter();
@@ -244,7 +255,13 @@ where
                                     std::hint::cold_path();
                                     return Poll::Ready(None);
                                 }
-                                Ok(Poll::Pending) => return Poll::Pending,
+                                Ok(Poll::Pending) => {
+                                    if let Paced::Waiting(left) = paced {
+                                        // Woken to look at the pace again.
+                                        let _ = drain.poll_deadline(cx, Some(left));
+                                    }
+                                    return Poll::Pending;
+                                }
                                 Err(panic) => {
                                     std::hint::cold_path();
                                     log_panic(&panic);
