@@ -320,6 +320,7 @@ async fn a_bad_option_value_names_its_option() {
         ("--grace", "soon"),
         ("--max-connections", "0"),
         ("--min-request-body-rate", "fast"),
+        ("--min-response-rate", "slow"),
     ] {
         let out = within(
             "fuseway to refuse the argument",

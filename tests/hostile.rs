@@ -1149,6 +1149,99 @@ async fn a_request_body_slower_than_the_minimum_rate_is_answered_408() {
     g.proxy.shutdown().await;
 }
 
+/// A client that stops reading a response is cut once a write to it has waited past
+/// what the minimum response data rate allows (Kestrel's `MinResponseDataRate`), and the
+/// destination's response is dropped; one that reads on gets all of it. (Native engine;
+/// hyper's keeps no minimum.)
+#[tokio::test]
+async fn a_client_taking_a_response_slower_than_the_minimum_rate_is_cut() {
+    const SIZE: usize = 24 << 20;
+    const CHUNK: usize = 64 * 1024;
+    /// Tells whether the response body was sent to its end when it is dropped.
+    struct Ends(mpsc::UnboundedSender<bool>, bool);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            let _ = self.0.send(self.1);
+        }
+    }
+    let (ends_tx, mut ends) = mpsc::unbounded_channel::<bool>();
+    let b = backend(move |_req: Request<Incoming>| {
+        let ends = Ends(ends_tx.clone(), false);
+        async move {
+            let chunks = futures_util::stream::unfold((0, ends), |(sent, mut ends)| async move {
+                if sent == SIZE {
+                    return None;
+                }
+                // The last chunk: hyper may not poll past it, the length being met.
+                ends.1 = sent + CHUNK == SIZE;
+                let chunk = Frame::data(Bytes::from(vec![b'x'; CHUNK]));
+                Some((Ok::<_, BoxError>(chunk), (sent + CHUNK, ends)))
+            });
+            let mut response = Response::new(BodyExt::boxed(StreamBody::new(chunks)));
+            response.headers_mut().insert("content-length", SIZE.into());
+            response
+        }
+    })
+    .await;
+    let rate = MinDataRate::new(1_000_000, Duration::from_millis(500));
+    let proxy = start(
+        &simple_config(&[("d", &b.url())], ""),
+        options().min_response_data_rate(Some(rate)),
+    )
+    .await;
+
+    // A client that reads: the whole body.
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0;
+    within("the whole response", async {
+        // The head, then the body.
+        while got < SIZE + 20 {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed after {got} bytes");
+            got += n;
+        }
+    })
+    .await;
+    assert!(within("the body's end", ends.recv()).await.unwrap());
+
+    // One that stops reading after the head, with a small receive buffer.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(proxy.addr).await.unwrap();
+    s.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    if Http1Engine::from_env() == Http1Engine::Native {
+        // The response is dropped before the client reads on, and the connection ends
+        // short of the body.
+        let ended = within("the response to be dropped", ends.recv()).await;
+        assert_eq!(ended, Some(false));
+        let mut read = 0;
+        within("the close", async {
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => read += n,
+                }
+            }
+        })
+        .await;
+        assert!(read < SIZE, "the whole body came");
+    } else {
+        let ended = tokio::time::timeout(Duration::from_millis(1_500), ends.recv()).await;
+        assert!(ended.is_err(), "the response ended: {ended:?}");
+    }
+    drop(s);
+    proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn client_gone_while_waiting_cancels_the_upstream_request() {
     let mut g = Gated::new().await;

@@ -93,6 +93,11 @@ pub struct Args {
     /// slower one is answered 408. 0: no minimum.
     #[arg(long, value_name = "BYTES", default_value = "240")]
     pub min_request_body_rate: u64,
+    /// The slowest, in bytes a second, an HTTP/1.1 client may take a response: a write
+    /// to it that waits longer than 5 s and than its bytes take at this rate closes the
+    /// connection (Kestrel's `MinResponseDataRate`). 0: no minimum.
+    #[arg(long, value_name = "BYTES", default_value = "240")]
+    pub min_response_rate: u64,
     /// Worker threads serving requests, each with its own single-threaded runtime and
     /// connection pools (nginx's worker model). Default: one per CPU.
     #[arg(long)]
@@ -162,14 +167,16 @@ impl Args {
             .max_connections(self.max_connections)
             .header_read_timeout(self.header_read_timeout)
             .keep_alive_timeout(self.keep_alive_timeout)
-            .min_request_body_data_rate((self.min_request_body_rate > 0).then(|| {
-                MinDataRate::new(
-                    self.min_request_body_rate,
-                    MinDataRate::default().grace_period,
-                )
-            }))
+            .min_request_body_data_rate(rate(self.min_request_body_rate))
+            .min_response_data_rate(rate(self.min_response_rate))
             .graceful_timeout(self.grace)
     }
+}
+
+/// A minimum data rate of `bytes_per_second` with Kestrel's grace period (`None` for 0).
+fn rate(bytes_per_second: u64) -> Option<MinDataRate> {
+    (bytes_per_second > 0)
+        .then(|| MinDataRate::new(bytes_per_second, MinDataRate::default().grace_period))
 }
 
 /// A duration argument, written as durations are in the configuration (`500ms`, `30s`,

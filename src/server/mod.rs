@@ -277,6 +277,13 @@ impl Server {
         self
     }
 
+    /// The slowest an HTTP/1.1 client may take a response (default 240 bytes a second
+    /// after 5 s; see [`ServerOptions::min_response_data_rate`]).
+    pub fn min_response_data_rate(mut self, rate: Option<MinDataRate>) -> Server {
+        self.options.min_response_data_rate = rate;
+        self
+    }
+
     /// Serve HTTP/2 with `engine` (default: [`Http2Engine::from_env`]).
     pub fn http2_engine(mut self, engine: Http2Engine) -> Server {
         self.options.http2_engine = engine;

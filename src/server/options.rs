@@ -57,6 +57,11 @@ pub struct ServerOptions {
     /// `MinRequestBodyDataRate`; `None`: no minimum). A body below it is answered `408`
     /// and its connection closed. Applies to the native engine.
     pub min_request_body_data_rate: Option<MinDataRate>,
+    /// The slowest an HTTP/1.1 client may take a response (default 240 bytes a second
+    /// with a 5 s grace period, Kestrel's `MinResponseDataRate`; `None`: no minimum):
+    /// a write to the client that waits longer than the grace period and than its bytes
+    /// take at this rate closes the connection. Applies to the native engine.
+    pub min_response_data_rate: Option<MinDataRate>,
 }
 
 /// A minimum data rate: Kestrel's `MinDataRate`. A body is too slow once the time spent
@@ -87,6 +92,19 @@ impl MinDataRate {
             bytes_per_second,
             grace_period,
         }
+    }
+}
+
+impl MinDataRate {
+    /// How long `bytes` may take at this rate: the grace period, or longer.
+    pub(crate) fn allowance(&self, bytes: u64) -> Duration {
+        self.grace_period.max(self.time_for(bytes))
+    }
+
+    /// How long `bytes` take at this rate.
+    pub(crate) fn time_for(&self, bytes: u64) -> Duration {
+        let worth = bytes as f64 / self.bytes_per_second.max(1) as f64;
+        Duration::try_from_secs_f64(worth).unwrap_or(Duration::MAX)
     }
 }
 
@@ -196,6 +214,7 @@ impl Default for ServerOptions {
             http2_keep_alive_timeout: Duration::from_secs(20),
             http2_idle_timeout: Duration::from_secs(130),
             min_request_body_data_rate: Some(MinDataRate::default()),
+            min_response_data_rate: Some(MinDataRate::default()),
         }
     }
 }
@@ -230,6 +249,12 @@ impl ServerOptions {
     /// Sets `min_request_body_data_rate`.
     pub fn min_request_body_data_rate(mut self, value: Option<MinDataRate>) -> Self {
         self.min_request_body_data_rate = value;
+        self
+    }
+
+    /// Sets `min_response_data_rate`.
+    pub fn min_response_data_rate(mut self, value: Option<MinDataRate>) -> Self {
+        self.min_response_data_rate = value;
         self
     }
 

@@ -73,10 +73,7 @@ impl BodyPace {
     pub(crate) fn wait(&mut self, now: Instant, rate: MinDataRate) -> Option<Duration> {
         // Too slow once the time waited is past the grace period and past the time the
         // bytes that came are worth at the rate.
-        let worth = self.bytes as f64 / rate.bytes_per_second.max(1) as f64;
-        let allowed = rate
-            .grace_period
-            .max(Duration::try_from_secs_f64(worth).unwrap_or(Duration::MAX));
+        let allowed = rate.allowance(self.bytes);
         if self.waited > allowed {
             return None;
         }

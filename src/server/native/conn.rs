@@ -43,6 +43,12 @@ struct Closing {
     restart: bool,
 }
 
+/// `after` past `at`; a century if that overflows (a rate's allowance can be that long).
+fn later(at: tokio::time::Instant, after: Duration) -> tokio::time::Instant {
+    at.checked_add(after)
+        .unwrap_or_else(|| at + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
 /// The pace of a request body, as [`Conn::pump`] found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Paced {
@@ -57,10 +63,13 @@ pub(super) enum Paced {
 }
 
 /// A response body being sent: `Framing::Length` counts the bytes still to come.
-pub(super) struct Sending {
+pub(crate) struct Sending {
     pub(super) framing: Framing,
     pub(super) trailers: bool,
     pub(super) done: bool,
+    /// A write to the client is waiting: by when it must be done, at the minimum
+    /// response rate.
+    late: Option<tokio::time::Instant>,
 }
 
 pub(super) struct Conn<I> {
@@ -186,6 +195,7 @@ impl<I: Io> Conn<I> {
             framing,
             trailers: message.accepts_trailers && framing == Framing::Chunked,
             done: bodiless,
+            late: None,
         };
         (body, sending, keep_alive, upgrading)
     }
@@ -396,25 +406,28 @@ impl<I: Io> Conn<I> {
         waiting
     }
 
-    /// Send the response body (the head is in the write buffer).
+    /// Send the response body (the head is in the write buffer), at `rate` at least
+    /// (see [`Conn::poll_write_paced`]).
     pub(super) fn poll_send(
         &mut self,
         cx: &mut Context<'_>,
         mut body: Pin<&mut ProxyBody>,
         sending: &mut Sending,
+        rate: Option<(MinDataRate, &mut Signal)>,
     ) -> Poll<io::Result<()>> {
+        let mut rate = rate;
         loop {
             self.pump(cx, None);
             if sending.done {
-                ready!(self.poll_write_out(cx))?;
+                ready!(self.poll_write_paced(cx, sending, &mut rate))?;
                 return Poll::Ready(Ok(()));
             }
             if self.out.holds_data() || self.out.pending() >= WRITE_HIGH {
-                ready!(self.poll_write_out(cx))?;
+                ready!(self.poll_write_paced(cx, sending, &mut rate))?;
             }
             match body.as_mut().poll_frame(cx) {
                 Poll::Pending => {
-                    ready!(self.poll_write_out(cx))?;
+                    ready!(self.poll_write_paced(cx, sending, &mut rate))?;
                     // A client that goes away while the destination is silent ends
                     // the response (and so the exchange) now, not when the
                     // destination speaks again.
@@ -431,6 +444,10 @@ impl<I: Io> Conn<I> {
                 }
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
+                        // Queued behind a waiting write: its time at the rate is added.
+                        if let (Some(late), Some((rate, _))) = (&mut sending.late, &rate) {
+                            *late = later(*late, rate.time_for(data.len() as u64));
+                        }
                         self.queue_data(sending, data)?;
                         if body.is_end_stream() {
                             self.finish_body(sending, None)?;
@@ -496,6 +513,43 @@ impl<I: Io> Conn<I> {
     /// Write what is queued; flush.
     pub(super) fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.out.poll_write(&mut self.io, cx)
+    }
+
+    /// Write what is queued, at a minimum `rate` (Kestrel's `MinResponseDataRate`): a
+    /// write that waits for the client must be done within the grace period or the
+    /// time its bytes take at the rate, whichever is longer (more bytes queued behind
+    /// it add theirs); the connection's deadline (`Signal`) wakes the task for that
+    /// moment. Past it, an error: the connection closes.
+    fn poll_write_paced(
+        &mut self,
+        cx: &mut Context<'_>,
+        sending: &mut Sending,
+        rate: &mut Option<(MinDataRate, &mut Signal)>,
+    ) -> Poll<io::Result<()>> {
+        match self.poll_write_out(cx) {
+            Poll::Ready(written) => {
+                sending.late = None;
+                Poll::Ready(written)
+            }
+            Poll::Pending => {
+                if let Some((rate, drain)) = rate {
+                    let now = crate::clock::now();
+                    let pending = self.out.pending() as u64;
+                    let late = *sending
+                        .late
+                        .get_or_insert_with(|| later(now, rate.allowance(pending)));
+                    if now >= late {
+                        std::hint::cold_path();
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "the client took the response slower than the minimum data rate",
+                        )));
+                    }
+                    let _ = drain.poll_deadline(cx, Some(late - now));
+                }
+                Poll::Pending
+            }
+        }
     }
 
     /// Read and throw away the rest of a request body the pipeline left unread (at

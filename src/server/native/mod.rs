@@ -214,7 +214,7 @@ where
 
                 // The pipeline runs; meanwhile the request body is pumped and the socket
                 // watched for the client's going away.
-                let (mut sending, keep_alive, upgrading) = {
+                let (keep_alive, upgrading) = {
                     let started = if !called {
                         std::hint::cold_path();
                         let draining = drain.is_draining();
@@ -290,7 +290,13 @@ where
                     }
                 };
                 let written = poll_fn(|cx| match lent.get().project() {
-                    InFlightProj::Sending { body } => conn.poll_send(cx, body, &mut sending),
+                    InFlightProj::Sending { body, sending } => {
+                        // Read from the options where used: a copy would live in the
+                        // connection's future.
+                        let rate = slots.options.min_response_data_rate;
+                        let rate = rate.map(|rate| (rate, &mut drain));
+                        conn.poll_send(cx, body, sending, rate)
+                    }
                     _ => Poll::Ready(Ok(())),
                 })
                 .await;
@@ -486,18 +492,18 @@ pub(super) fn slots_with_lot<P: ServeService>(
 }
 
 /// Begin answering with `response`: the pipeline's future is dropped, the response's
-/// head written into the write buffer and its body put in the in-flight slot. Returns how
-/// the body is sent, whether the connection stays open and whether it is upgraded.
+/// head written into the write buffer and its body, with how it is sent, put in the
+/// in-flight slot. Returns whether the connection stays open and whether it is upgraded.
 fn begin_response<I: Io, F: 'static>(
     conn: &mut Conn<I>,
     lent: &mut Lent<'_, F, ProxyBody>,
     response: Response<ProxyBody>,
     message: &conn::Message,
     draining: bool,
-) -> (conn::Sending, bool, bool) {
+) -> (bool, bool) {
     // The future is done (or abandoned): dropped now, before the body takes its place.
     lent.get().set(InFlight::Idle);
     let (body, sending, keep_alive, upgrading) = conn.start_response(response, message, draining);
-    lent.get().set(InFlight::Sending { body });
-    (sending, keep_alive, upgrading)
+    lent.get().set(InFlight::Sending { body, sending });
+    (keep_alive, upgrading)
 }

@@ -14,7 +14,7 @@ pin_project_lite::pin_project! {
     pub(crate) enum InFlight<F, B> {
         Idle,
         Calling { #[pin] future: F },
-        Sending { #[pin] body: B },
+        Sending { #[pin] body: B, sending: super::conn::Sending },
     }
 }
 
