@@ -307,7 +307,7 @@ impl<I: Io> Conn<I> {
     /// decode the next frame (reading the socket if needed) and hand it over. With a
     /// minimum `rate`, also times the waits for the client (see [`Paced`]).
     #[inline(always)]
-    pub(super) fn pump(&mut self, cx: &mut Context<'_>, rate: Option<MinDataRate>) -> Paced {
+    pub(super) fn pump(&mut self, cx: &mut Context<'_>, rate: &Option<MinDataRate>) -> Paced {
         // Most requests have no body left to move: a test, not a call.
         if self.continue_pending || self.body.is_some() {
             return self.pump_body(cx, rate);
@@ -316,7 +316,7 @@ impl<I: Io> Conn<I> {
     }
 
     #[inline(never)]
-    fn pump_body(&mut self, cx: &mut Context<'_>, rate: Option<MinDataRate>) -> Paced {
+    fn pump_body(&mut self, cx: &mut Context<'_>, rate: &Option<MinDataRate>) -> Paced {
         // `Expect: 100-continue`: the client sends its body once the reader first asks
         // for it. Written and flushed like any response bytes (what a full socket
         // leaves goes out ahead of the response head).
@@ -413,21 +413,21 @@ impl<I: Io> Conn<I> {
         cx: &mut Context<'_>,
         mut body: Pin<&mut ProxyBody>,
         sending: &mut Sending,
-        rate: Option<(MinDataRate, &mut Signal)>,
+        rate: &Option<MinDataRate>,
+        drain: &mut Signal,
     ) -> Poll<io::Result<()>> {
-        let mut rate = rate;
         loop {
-            self.pump(cx, None);
+            self.pump(cx, &None);
             if sending.done {
-                ready!(self.poll_write_paced(cx, sending, &mut rate))?;
+                ready!(self.poll_write_paced(cx, sending, rate, drain))?;
                 return Poll::Ready(Ok(()));
             }
             if self.out.holds_data() || self.out.pending() >= WRITE_HIGH {
-                ready!(self.poll_write_paced(cx, sending, &mut rate))?;
+                ready!(self.poll_write_paced(cx, sending, rate, drain))?;
             }
             match body.as_mut().poll_frame(cx) {
                 Poll::Pending => {
-                    ready!(self.poll_write_paced(cx, sending, &mut rate))?;
+                    ready!(self.poll_write_paced(cx, sending, rate, drain))?;
                     // A client that goes away while the destination is silent ends
                     // the response (and so the exchange) now, not when the
                     // destination speaks again.
@@ -445,7 +445,7 @@ impl<I: Io> Conn<I> {
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
                         // Queued behind a waiting write: its time at the rate is added.
-                        if let (Some(late), Some((rate, _))) = (&mut sending.late, &rate) {
+                        if let (Some(late), Some(rate)) = (&mut sending.late, rate) {
                             *late = later(*late, rate.time_for(data.len() as u64));
                         }
                         self.queue_data(sending, data)?;
@@ -518,38 +518,50 @@ impl<I: Io> Conn<I> {
     /// Write what is queued, at a minimum `rate` (Kestrel's `MinResponseDataRate`): a
     /// write that waits for the client must be done within the grace period or the
     /// time its bytes take at the rate, whichever is longer (more bytes queued behind
-    /// it add theirs); the connection's deadline (`Signal`) wakes the task for that
+    /// it add theirs); the connection's deadline (`drain`) wakes the task for that
     /// moment. Past it, an error: the connection closes.
+    #[inline(always)]
     fn poll_write_paced(
         &mut self,
         cx: &mut Context<'_>,
         sending: &mut Sending,
-        rate: &mut Option<(MinDataRate, &mut Signal)>,
+        rate: &Option<MinDataRate>,
+        drain: &mut Signal,
     ) -> Poll<io::Result<()>> {
         match self.poll_write_out(cx) {
             Poll::Ready(written) => {
                 sending.late = None;
                 Poll::Ready(written)
             }
-            Poll::Pending => {
-                if let Some((rate, drain)) = rate {
-                    let now = crate::clock::now();
-                    let pending = self.out.pending() as u64;
-                    let late = *sending
-                        .late
-                        .get_or_insert_with(|| later(now, rate.allowance(pending)));
-                    if now >= late {
-                        std::hint::cold_path();
-                        return Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "the client took the response slower than the minimum data rate",
-                        )));
-                    }
-                    let _ = drain.poll_deadline(cx, Some(late - now));
-                }
-                Poll::Pending
-            }
+            Poll::Pending => match rate {
+                Some(rate) => self.write_waits(cx, sending, rate, drain),
+                None => Poll::Pending,
+            },
         }
+    }
+
+    /// A write waits for the client (see [`Conn::poll_write_paced`]).
+    #[inline(never)]
+    fn write_waits(
+        &mut self,
+        cx: &mut Context<'_>,
+        sending: &mut Sending,
+        rate: &MinDataRate,
+        drain: &mut Signal,
+    ) -> Poll<io::Result<()>> {
+        let now = crate::clock::now();
+        let pending = self.out.pending() as u64;
+        let late = *sending
+            .late
+            .get_or_insert_with(|| later(now, rate.allowance(pending)));
+        if now >= late {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took the response slower than the minimum data rate",
+            )));
+        }
+        let _ = drain.poll_deadline(cx, Some(late - now));
+        Poll::Pending
     }
 
     /// Read and throw away the rest of a request body the pipeline left unread (at

@@ -223,7 +223,7 @@ where
                             &mut conn, &mut lent, response, &message, draining,
                         )))
                     } else {
-                        let rate = slots.options.min_request_body_data_rate;
+                        let rate = &slots.options.min_request_body_data_rate;
                         poll_fn(|cx| {
                             let paced = conn.pump(cx, rate);
                             if paced == Paced::TooSlow {
@@ -293,9 +293,8 @@ where
                     InFlightProj::Sending { body, sending } => {
                         // Read from the options where used: a copy would live in the
                         // connection's future.
-                        let rate = slots.options.min_response_data_rate;
-                        let rate = rate.map(|rate| (rate, &mut drain));
-                        conn.poll_send(cx, body, sending, rate)
+                        let rate = &slots.options.min_response_data_rate;
+                        conn.poll_send(cx, body, sending, rate, &mut drain)
                     }
                     _ => Poll::Ready(Ok(())),
                 })
