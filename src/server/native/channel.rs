@@ -12,13 +12,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::server::MinDataRate;
-
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Frame, SizeHint};
+use tokio::time::Instant;
+
+use crate::server::MinDataRate;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
