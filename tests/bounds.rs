@@ -25,15 +25,21 @@ use tokio::sync::Semaphore;
 /// at a time: each holds this lock for its whole run.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-#[tokio::test]
-async fn connections_over_the_cap_wait_for_a_free_slot() {
-    let _serial = SERIAL.lock().await;
+/// A proxy to an echo backend, with a cap of two connections.
+async fn capped_at_two() -> (Backend, TestProxy) {
     let b = echo_backend().await;
     let p = start(
         &simple_config(&[("d", &b.url())], ""),
         options().max_connections(2),
     )
     .await;
+    (b, p)
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_wait_for_a_free_slot() {
+    let _serial = SERIAL.lock().await;
+    let (_b, p) = capped_at_two().await;
     let mut first = TcpStream::connect(p.addr).await.unwrap();
     let mut second = TcpStream::connect(p.addr).await.unwrap();
     assert!(request_on(&mut first, "/1")
@@ -81,12 +87,7 @@ async fn connections_over_the_cap_wait_for_a_free_slot() {
 #[tokio::test]
 async fn at_the_cap_an_idle_connection_is_closed_to_admit_a_new_one() {
     let _serial = SERIAL.lock().await;
-    let b = echo_backend().await;
-    let p = start(
-        &simple_config(&[("d", &b.url())], ""),
-        options().max_connections(2),
-    )
-    .await;
+    let (_b, p) = capped_at_two().await;
     let mut idle = Vec::new();
     for path in ["/1", "/2"] {
         let mut conn = TcpStream::connect(p.addr).await.unwrap();

@@ -146,14 +146,18 @@ async fn runs_a_config_file_and_stops_on_sigterm() {
     assert!(status.success(), "{status:?}");
 }
 
-/// Start `fuseway --config FILE` (with `env`), wait for its listening line, return the
-/// child and the address.
+/// Start `fuseway ARGS --config FILE` (with `env`), wait for its listening line, return
+/// the child and the address.
 async fn start_with(
     file: &std::path::Path,
+    args: &[&str],
     env: &[(&str, &str)],
 ) -> (tokio::process::Child, std::net::SocketAddr) {
     let mut cmd = fuseway();
-    cmd.env("RUST_LOG", "info").arg("--config").arg(file);
+    cmd.env("RUST_LOG", "info")
+        .args(args)
+        .arg("--config")
+        .arg(file);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -172,6 +176,7 @@ async fn yarp_sample_appsettings_is_served_unchanged_with_an_env_override() {
         .join("tests/fixtures/yarp-basic-sample.json");
     let (mut child, addr) = start_with(
         &file,
+        &[],
         &[(
             "ReverseProxy__Clusters__cluster1__Destinations__destination1__Address",
             &backend.url(),
@@ -211,7 +216,7 @@ async fn lower_camel_case_file_is_served() {
         ),
     )
     .unwrap();
-    let (mut child, addr) = start_with(&file, &[]).await;
+    let (mut child, addr) = start_with(&file, &[], &[]).await;
     let client = h1_client();
     let r = client
         .get(format!("http://{addr}/api/x"))
@@ -345,19 +350,12 @@ async fn the_connection_timeouts_are_set_from_the_command_line() {
         "proxy.json",
         &common::simple_config(&[("d", &backend.url())], ""),
     );
-    let mut child = fuseway()
-        .args([
-            "--keep-alive-timeout",
-            "1s",
-            "--header-read-timeout",
-            "1s",
-            "--config",
-        ])
-        .arg(&file)
-        .env("RUST_LOG", "info")
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child).await;
+    let (mut child, addr) = start_with(
+        &file,
+        &["--keep-alive-timeout", "1s", "--header-read-timeout", "1s"],
+        &[],
+    )
+    .await;
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut buf = [0u8; 4096];
     for wait in [
@@ -399,13 +397,7 @@ async fn a_request_body_that_stops_is_answered_408_after_the_grace_period() {
         "proxy.json",
         &common::simple_config(&[("d", &backend.url())], ""),
     );
-    let mut child = fuseway()
-        .args(["--http1-engine", "native", "--config"])
-        .arg(&file)
-        .env("RUST_LOG", "info")
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child).await;
+    let (mut child, addr) = start_with(&file, &["--http1-engine", "native"], &[]).await;
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789")
         .await
