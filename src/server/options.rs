@@ -64,9 +64,10 @@ pub struct ServerOptions {
     pub min_response_data_rate: Option<MinDataRate>,
 }
 
-/// A minimum data rate: Kestrel's `MinDataRate`. A body is too slow once the time spent
-/// waiting for it is past the grace period and it has come at fewer bytes a second than
-/// this over that time.
+/// A minimum data rate: Kestrel's `MinDataRate`, at least `bytes_per_second` once
+/// `grace_period` has passed. How each minimum is timed (a request body's waits, a
+/// response's writes): [`ServerOptions::min_request_body_data_rate`],
+/// [`ServerOptions::min_response_data_rate`].
 ///
 /// ```
 /// use std::time::Duration;
@@ -81,21 +82,19 @@ pub struct ServerOptions {
 pub struct MinDataRate {
     /// The least bytes a second.
     pub bytes_per_second: u64,
-    /// How long the rate is not checked, from the first wait for the body.
+    /// How long the rate is not checked.
     pub grace_period: Duration,
 }
 
 impl MinDataRate {
-    /// At least `bytes_per_second` once `grace_period` has been spent waiting.
+    /// At least `bytes_per_second` once `grace_period` has passed.
     pub fn new(bytes_per_second: u64, grace_period: Duration) -> Self {
         MinDataRate {
             bytes_per_second,
             grace_period,
         }
     }
-}
 
-impl MinDataRate {
     /// How long `bytes` may take at this rate: the grace period, or longer.
     pub(crate) fn allowance(&self, bytes: u64) -> Duration {
         self.grace_period.max(self.time_for(bytes))

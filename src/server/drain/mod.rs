@@ -443,13 +443,13 @@ impl Signal {
     }
 }
 
-/// Keep `cx`'s waker in `slot` (cloned only when it changed).
 /// The deadline `after` from `now` (milliseconds; at least one ahead, never `NEVER`).
 fn deadline_after(now: u64, after: Duration) -> u64 {
     let millis = u64::try_from(after.as_millis()).unwrap_or(NEVER - 1);
     now.saturating_add(millis.max(1)).min(NEVER - 1)
 }
 
+/// Keep `cx`'s waker in `slot` (cloned only when it changed).
 fn set_waker(slot: &mut Slot, cx: &Context<'_>) {
     match &slot.waker {
         Some(waker) if waker.will_wake(cx.waker()) => {}
