@@ -488,6 +488,20 @@ static MANY_FIELDS: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
     answer
 });
 
+/// `n` interim `102 Processing` answers, then `200 ok`.
+fn after_interim(n: usize) -> Vec<u8> {
+    let mut answer = b"HTTP/1.1 102 Processing\r\n\r\n".repeat(n);
+    answer.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    answer
+}
+
+/// 100 interim answers (2 800 bytes) before the answer.
+static SOME_INTERIM: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| after_interim(100));
+
+/// 3 000 interim answers (84 000 bytes, more than a head may have) before the answer.
+static MANY_INTERIM: std::sync::LazyLock<Vec<u8>> =
+    std::sync::LazyLock::new(|| after_interim(3_000));
+
 /// What a scripted destination answers to `path`, and whether it closes the connection
 /// after (close-delimited bodies, and the refused answers).
 fn scripted(path: &str) -> (&'static [u8], bool) {
@@ -511,6 +525,10 @@ fn scripted(path: &str) -> (&'static [u8], bool) {
         // Relayed by the native client, as by .NET's under YARP (only the head's size,
         // 64 KiB, bounds it); refused by hyper's (100 fields at most): 502.
         "/many-fields" => (&MANY_FIELDS, false),
+        "/some-interim" => (&SOME_INTERIM, false),
+        // Refused by the native client (502): the interim heads count in the head's
+        // 64 KiB, as in .NET's client; hyper's takes any number of them.
+        "/many-interim" => (&MANY_INTERIM, true),
         // Refused by the native client (502); hyper's takes the coding.
         "/length-and-chunked" => (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", true),
         _ => (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", false),
@@ -643,6 +661,20 @@ async fn both_engines_relay_destination_answers_alike() {
     );
     let hyper_answer = &answers(&exchange(hyper.addr, request).await, false)[0];
     assert_eq!(hyper_answer.status, 502);
+
+    // Interim answers: skipped by both, unless they are more than a head may have — then
+    // the native client refuses the answer.
+    for (path, native_status) in [("/some-interim", 200), ("/many-interim", 502)] {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        for (proxy, status) in [(&native, native_status), (&hyper, 200)] {
+            let raw = exchange(proxy.addr, request.as_bytes()).await;
+            let answer = &answers(&raw, false)[0];
+            assert_eq!(answer.status, status, "{path}");
+            if status == 200 {
+                assert_eq!(&answer.body[..], b"ok", "{path}");
+            }
+        }
+    }
 
     // A response chunk cut short fails the response after its head: the client sees
     // the connection end without the body's end on both.

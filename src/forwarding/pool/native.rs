@@ -48,7 +48,9 @@ use crate::http1::{
 };
 
 /// Largest response head (and trailer section) taken from a destination; a larger one
-/// fails the exchange (502), as nginx's `proxy_buffer_size` does.
+/// fails the exchange (502), as nginx's `proxy_buffer_size` does. A response's interim
+/// (1xx) heads count in it, as in .NET's client under YARP (`MaxResponseHeadersLength`),
+/// so that a destination cannot hold a request with them forever.
 pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
 /// Request body bytes buffered past which they are written before more are taken.
@@ -157,7 +159,8 @@ impl AsyncWrite for Stream {
 /// What is left to read of the response.
 #[derive(Debug)]
 enum Recv {
-    Head,
+    /// The head, after the interim (1xx) heads' bytes read so far.
+    Head(usize),
     Body(BodyDecoder),
     Done,
 }
@@ -291,7 +294,7 @@ impl<B: SendBody> Inner<B> {
             _ => 0,
         };
         self.body = (framing != RequestFraming::Empty).then_some(body);
-        self.recv = Recv::Head;
+        self.recv = Recv::Head(0);
         self.keep_alive = true;
         self.checked = false;
         self.sent = false;
@@ -378,7 +381,8 @@ impl<B: SendBody> Inner<B> {
         cx: &mut Context<'_>,
         armed: bool,
     ) -> Poll<Result<crate::http1::ResponseHead, Option<BoxError>>> {
-        let Link::Native { conn, .. } = &mut self.link else {
+        let (Link::Native { conn, .. }, Recv::Head(interim)) = (&mut self.link, &mut self.recv)
+        else {
             return Poll::Ready(Err(Some("no connection".into())));
         };
         if armed && conn.read_buf.is_empty() {
@@ -386,7 +390,9 @@ impl<B: SendBody> Inner<B> {
         }
         loop {
             if !conn.read_buf.is_empty() {
-                match parse_response(&mut conn.read_buf, MAX_RESPONSE_HEAD, self.to_head, |n| {
+                let had = conn.read_buf.len();
+                let max_head = MAX_RESPONSE_HEAD - *interim;
+                match parse_response(&mut conn.read_buf, max_head, self.to_head, |n| {
                     buffers::Heads::Responses.take(n)
                 }) {
                     Ok(Some(head)) => {
@@ -394,6 +400,8 @@ impl<B: SendBody> Inner<B> {
                         if !status.is_informational() || status == StatusCode::SWITCHING_PROTOCOLS {
                             return Poll::Ready(Ok(head));
                         }
+                        // Within `max_head`: the sum stays within the limit.
+                        *interim += had - conn.read_buf.len();
                         if status == StatusCode::CONTINUE {
                             if let Some(gate) = self.gate.take() {
                                 gate.continued();
@@ -412,8 +420,13 @@ impl<B: SendBody> Inner<B> {
                     Err(_) => {
                         return Poll::Ready(Err(Some(
                             format!(
-                                "response head too large (over {} KiB)",
-                                MAX_RESPONSE_HEAD / 1024
+                                "response head too large (over {} KiB{})",
+                                MAX_RESPONSE_HEAD / 1024,
+                                if *interim > 0 {
+                                    " with the interim heads before it"
+                                } else {
+                                    ""
+                                }
                             )
                             .into(),
                         )))
