@@ -19,7 +19,9 @@
 //! resets it with CANCEL), GOAWAY (streams the destination did not take fail; the
 //! others finish), and the checks of RFC 9113 §8 on responses (a malformed one fails
 //! its request and its stream is reset with PROTOCOL_ERROR). Informational (1xx)
-//! responses are skipped. Server push is refused in the SETTINGS.
+//! responses are skipped; a response's header list is held to 64 KiB, its interim
+//! heads counting in it, its trailers held apart ([`MAX_HEADER_LIST`]). Server push is
+//! refused in the SETTINGS.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -50,8 +52,17 @@ const WRITE_HIGH: usize = 64 * 1024;
 /// floods). Above what request bodies (`WRITE_HIGH`, and the bytes being written)
 /// leave waiting, so that they alone do not stop the reading.
 const READ_PAUSE: usize = 4 * WRITE_HIGH;
-/// The largest response header block taken (h2's default header list limit).
-const MAX_BLOCK: usize = 16 * 1024 * 1024;
+/// The bound on a response's header list, as RFC 9113 §6.5.2 counts it (each field's
+/// name and value and 32 bytes): .NET's client's `MaxResponseHeadersLength` under YARP
+/// (64 KiB), and this client's `SETTINGS_MAX_HEADER_LIST_SIZE`. A list this large or
+/// larger fails its stream (the largest taken is a byte under, as in the h2 crate). A
+/// response's interim (1xx) heads count in its final head's; its trailers have one of
+/// their own.
+pub(crate) const MAX_HEADER_LIST: usize = 64 * 1024;
+/// The largest header block taken, compressed: no block larger can decode to a list
+/// within [`MAX_HEADER_LIST`] (a field's encoding takes at most ~4 times its characters,
+/// the longest Huffman codes being 30 bits).
+const MAX_BLOCK: usize = 4 * MAX_HEADER_LIST;
 /// The HPACK table size this client's decoder allows (the default: no setting sent).
 const TABLE_SIZE: usize = 4096;
 /// The payload of this client's pings.
@@ -166,6 +177,9 @@ struct Slot {
     /// The response is a `204` or a `304`, which ends with its header section: no
     /// content and no trailers may follow (RFC 9110 §15.3.5, §15.4.5).
     ends_with_head: bool,
+    /// The header list sizes of the interim (1xx) heads received so far: what is left
+    /// of [`MAX_HEADER_LIST`] is the final head's.
+    interim: usize,
 }
 
 impl Slot {
@@ -649,6 +663,7 @@ where
         &[
             (setting::ENABLE_PUSH, 0),
             (setting::INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+            (setting::MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST as u32),
         ],
     );
     frame::window_update(&mut out, 0, CONN_WINDOW - frame::DEFAULT_WINDOW);
@@ -1177,10 +1192,15 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
         let mut status = None;
         // A response head's fields go into a map from the thread's pool (the server
         // gives it back once the head is written); trailers into a new one.
-        let head = inner.find(id).is_some_and(|at| {
+        let (head, interim) = inner.find(id).map_or((false, 0), |at| {
             let slot = &inner.slots[at];
-            slot.response.is_none() && !slot.answered && !slot.recv_ended
+            let head = slot.response.is_none() && !slot.answered && !slot.recv_ended;
+            (head, if head { slot.interim } else { 0 })
         });
+        // Past it the block is still decoded (the table's state depends on it), its
+        // fields no longer kept; interim heads take theirs out of their final head's.
+        let budget = MAX_HEADER_LIST.saturating_sub(interim);
+        let mut size = 0;
         let mut headers = if head {
             let mut map = buffers::Heads::Responses.take(0);
             map.clear();
@@ -1190,20 +1210,34 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
         };
         let mut malformed = None;
         self.decoder
-            .decode(&block, |field| match field {
-                Field::Pseudo(Pseudo::Status, value) if status.is_none() && headers.is_empty() => {
-                    status = Some(value)
+            .decode(&block, |field| {
+                size += field.size();
+                if size >= budget {
+                    std::hint::cold_path();
+                    return;
                 }
-                Field::Pseudo(..) => malformed = Some("a bad pseudo-header field"),
-                Field::Header(name, value) => {
-                    if forbidden_field(&name, &value) {
-                        malformed = Some("a connection-specific field");
+                match field {
+                    Field::Pseudo(Pseudo::Status, value)
+                        if status.is_none() && headers.is_empty() =>
+                    {
+                        status = Some(value)
                     }
-                    headers.append(name, value);
+                    Field::Pseudo(..) => malformed = Some("a bad pseudo-header field"),
+                    Field::Header(name, value) => {
+                        if forbidden_field(&name, &value) {
+                            malformed = Some("a connection-specific field");
+                        }
+                        headers.append(name, value);
+                    }
+                    Field::Invalid { .. } => malformed = Some("an invalid field"),
                 }
-                Field::Invalid { .. } => malformed = Some("an invalid field"),
             })
             .map_err(|e| Error::new(Reason::COMPRESSION_ERROR, e.0))?;
+        if size >= budget {
+            // As h2 does with a list at its limit or over (the largest it takes is one
+            // byte under): the stream fails, the connection goes on.
+            malformed = Some("a header list over 64 KiB");
+        }
         if inner.idle(id) {
             return Err(Error::new(
                 Reason::PROTOCOL_ERROR,
@@ -1242,6 +1276,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                             "an informational response with a length",
                         ))
                     } else {
+                        slot.interim += size;
                         None
                     }
                 }
@@ -1282,7 +1317,9 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                     }
                 }
             }
-        } else if !end_stream || status.is_some() || malformed.is_some() {
+        } else if let Some(what) = malformed {
+            Some(stream_error(slot, what))
+        } else if !end_stream || status.is_some() {
             Some(stream_error(slot, "bad trailers"))
         } else if slot.ends_with_head {
             Some(stream_error(slot, "trailers after a 204 or 304"))
@@ -1461,6 +1498,13 @@ mod tests {
     fn block(status: StatusCode, fields: &[(&'static str, &str)]) -> Vec<u8> {
         let mut block = Vec::new();
         hpack::encode_status(status, &mut block);
+        block.extend(block_of(fields));
+        block
+    }
+
+    /// A header block of `fields` (trailers).
+    fn block_of(fields: &[(&'static str, &str)]) -> Vec<u8> {
+        let mut block = Vec::new();
         for (name, value) in fields {
             hpack::encode_header(
                 &header::HeaderName::from_static(name),
@@ -1556,6 +1600,67 @@ mod tests {
         peer.write_all(&out).await.unwrap();
         let response = response_head(&mut second).await.unwrap();
         assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        assert!(!sender.is_closed());
+    }
+
+    /// `block` on stream `id` as a HEADERS frame and CONTINUATION frames of 16 KiB.
+    fn split_block(out: &mut Vec<u8>, id: u32, end_stream: bool, block: &[u8]) {
+        let pieces: Vec<&[u8]> = block.chunks(16 * 1024).collect();
+        for (i, piece) in pieces.iter().enumerate() {
+            let mut flags = if i + 1 == pieces.len() {
+                flag::END_HEADERS
+            } else {
+                0
+            };
+            if i == 0 && end_stream {
+                flags |= flag::END_STREAM;
+            }
+            let kind = if i == 0 {
+                kind::HEADERS
+            } else {
+                kind::CONTINUATION
+            };
+            frame::write(out, kind, flags, id, piece);
+        }
+    }
+
+    /// The client says how large a header list it takes (`SETTINGS_MAX_HEADER_LIST_SIZE`,
+    /// 64 KiB), and holds a response to it: a head, and its trailers apart, within it
+    /// are taken; trailers over it fail their stream alone (`PROTOCOL_ERROR`).
+    #[tokio::test]
+    async fn header_lists_are_held_to_64_kib_each() {
+        let (sender, mut peer) = connect(&[]).await;
+        let (_, settings) = read_until(&mut peer, kind::SETTINGS).await;
+        let list_size = settings
+            .chunks(6)
+            .find(|s| u16::from_be_bytes([s[0], s[1]]) == setting::MAX_HEADER_LIST_SIZE)
+            .map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
+        assert_eq!(list_size, Some(64 * 1024));
+        let big = "v".repeat(60_000);
+        let mut within_limit = open(&sender, &get("/1")).await;
+        let mut over = open(&sender, &get("/3")).await;
+        let mut out = Vec::new();
+        split_block(&mut out, 1, false, &block(StatusCode::OK, &[("x-a", &big)]));
+        split_block(&mut out, 1, true, &block_of(&[("x-t", &big)]));
+        head(&mut out, 3, StatusCode::OK, &[]);
+        // 60 035 and 6 035 bytes as the list counts them.
+        let more = "u".repeat(6_000);
+        split_block(
+            &mut out,
+            3,
+            true,
+            &block_of(&[("x-t", &big), ("x-u", &more)]),
+        );
+        peer.write_all(&out).await.unwrap();
+        let response = response_head(&mut within_limit).await.unwrap();
+        assert_eq!(response.headers()["x-a"].len(), 60_000);
+        let trailers = within("the trailers", poll_fn(|cx| within_limit.poll_trailers(cx)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(trailers["x-t"].len(), 60_000);
+        response_head(&mut over).await.unwrap();
+        assert_eq!(body_error(&mut over).await, Reason::PROTOCOL_ERROR);
         assert!(!sender.is_closed());
     }
 

@@ -503,7 +503,8 @@ pub(super) fn h2_handshake<B: SendBody>(
 /// The h2 connection to a destination.
 type H2Connection = ::h2::client::Connection<hyper_util::rt::TokioIo<Io>, Bytes>;
 
-/// The h2 crate's handshake (1 MiB send buffer besides the windows), then a first
+/// The h2 crate's handshake (1 MiB send buffer besides the windows, the native
+/// client's header list limit), then a first
 /// ping, whose answer comes after the destination's settings.
 async fn crate_handshake(
     io: hyper_util::rt::TokioIo<Io>,
@@ -513,6 +514,7 @@ async fn crate_handshake(
         .initial_window_size(2 * 1024 * 1024)
         .initial_connection_window_size(5 * 1024 * 1024)
         .max_send_buffer_size(1024 * 1024)
+        .max_header_list_size(crate::http2::client::MAX_HEADER_LIST as u32)
         .handshake::<_, Bytes>(io)
         .await?;
     let mut ping_pong = connection
