@@ -352,7 +352,14 @@ async fn the_connection_timeouts_are_set_from_the_command_line() {
     );
     let (mut child, addr) = start_with(
         &file,
-        &["--keep-alive-timeout", "1s", "--header-read-timeout", "1s"],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--keep-alive-timeout",
+            "1s",
+            "--header-read-timeout",
+            "1s",
+        ],
         &[],
     )
     .await;
@@ -397,7 +404,12 @@ async fn a_request_body_that_stops_is_answered_408_after_the_grace_period() {
         "proxy.json",
         &common::simple_config(&[("d", &backend.url())], ""),
     );
-    let (mut child, addr) = start_with(&file, &["--http1-engine", "native"], &[]).await;
+    let (mut child, addr) = start_with(
+        &file,
+        &["--listen", "127.0.0.1:0", "--http1-engine", "native"],
+        &[],
+    )
+    .await;
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789")
         .await

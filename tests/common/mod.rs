@@ -339,18 +339,28 @@ pub fn h2c_client() -> reqwest::Client {
 /// another socket before the binary binds it.
 pub fn listening_addr(line: &str) -> Option<SocketAddr> {
     // With `--log-format json`: `{"message":"fuseway listening","addr":"..."}`.
-    if let Ok(record) = serde_json::from_str::<serde_json::Value>(line) {
-        return (record["message"] == "fuseway listening")
-            .then(|| record["addr"].as_str()?.parse().ok())
-            .flatten();
-    }
-    let line = strip_ansi(line);
-    if !line.contains("fuseway listening") {
-        return None;
-    }
-    line.split_whitespace()
-        .find_map(|word| word.strip_prefix("addr="))
-        .and_then(|addr| addr.parse().ok())
+    let addr: SocketAddr = if let Ok(record) = serde_json::from_str::<serde_json::Value>(line) {
+        if record["message"] != "fuseway listening" {
+            return None;
+        }
+        record["addr"].as_str()?.parse().ok()?
+    } else {
+        let line = strip_ansi(line);
+        if !line.contains("fuseway listening") {
+            return None;
+        }
+        line.split_whitespace()
+            .find_map(|word| word.strip_prefix("addr="))
+            .and_then(|addr| addr.parse().ok())?
+    };
+    // fuseway's listeners take `SO_REUSEPORT`: two tests on the default port would share
+    // it, each getting some of the other's connections.
+    assert_ne!(
+        addr.port(),
+        8080,
+        "a test's fuseway must listen on port 0 (`--listen 127.0.0.1:0`), not the default"
+    );
+    Some(addr)
 }
 
 /// Wait for the `fuseway` binary `child`'s first listening line on its piped stderr,
