@@ -449,3 +449,91 @@ async fn the_contrib_example_configurations_pass_check() {
     }
     assert!(checked >= 3, "only {checked} example configurations");
 }
+
+/// A YARP user's `Kestrel.Limits` are applied: `MaxRequestBodySize` (a route without a
+/// limit of its own takes it: 413 over it), `KeepAliveTimeout` (an idle connection
+/// closed after 1 s) — unless the command line says otherwise (`--keep-alive-timeout`
+/// wins) — and a Kestrel key fuseway has no equivalent of is accepted and named in a
+/// warning.
+#[tokio::test]
+async fn kestrel_limits_in_appsettings_are_applied() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = common::echo_backend().await;
+    let dir = TempDir::new("cli-kestrel-limits");
+    let file = dir.write(
+        "appsettings.json",
+        &format!(
+            r#"{{
+  "Kestrel": {{ "Limits": {{
+    "MaxRequestBodySize": "10",
+    "keepAliveTimeout": "00:00:01",
+    "MaxRequestBufferSize": 1048576
+  }} }},
+  "ReverseProxy": {}
+}}"#,
+            common::simple_config(&[("d", &backend.url())], "")
+        ),
+    );
+    for (args, closes) in [
+        (&[][..], true),
+        (&["--keep-alive-timeout", "10s"][..], false),
+    ] {
+        let mut child = fuseway()
+            .env("RUST_LOG", "info")
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&file)
+            .args(args)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let logged = common::proxy_and_admin(&mut child).await;
+        assert!(
+            logged
+                .early
+                .iter()
+                .any(|l| l.contains("not applied") && l.contains("MaxRequestBufferSize")),
+            "{:#?}",
+            logged.early
+        );
+        let url = format!("http://{}/up", logged.proxy);
+        let client = h1_client();
+        let r = client
+            .post(&url)
+            .body(vec![b'x'; 100])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 413);
+        let r = client.post(&url).body("12345").send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let mut s = tokio::net::TcpStream::connect(logged.proxy).await.unwrap();
+        let mut buf = [0u8; 4096];
+        s.write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let n = within("an answer", s.read(&mut buf)).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        // The idle time under test (not a synchronisation).
+        tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+        if closes {
+            let n = within("the close", s.read(&mut buf)).await.unwrap_or(0);
+            assert_eq!(n, 0, "closed by the 1 s KeepAliveTimeout");
+        } else {
+            s.write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+                .await
+                .unwrap();
+            let n = within("an answer", s.read(&mut buf)).await.unwrap();
+            assert!(
+                buf[..n].starts_with(b"HTTP/1.1 200"),
+                "kept by --keep-alive-timeout"
+            );
+        }
+        child.start_kill().unwrap();
+    }
+}

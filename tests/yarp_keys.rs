@@ -29,7 +29,12 @@ const FULL: &str = r#"{
     "HttpRequest": {},
     "HttpClient": {},
     "Destinations": { "d": { "Address": "http://127.0.0.1:1" } }
-  } }
+  } },
+  "Limits": {
+    "MinRequestBodyDataRate": { "BytesPerSecond": 1, "GracePeriod": "00:00:05" },
+    "MinResponseDataRate": { "BytesPerSecond": 1, "GracePeriod": "00:00:05" },
+    "Http2": {}
+  }
 }"#;
 
 /// Objects whose keys are ids, and values that are data rather than keys.

@@ -70,34 +70,38 @@ pub struct Args {
     /// Most client connections open at once. Idle keep-alive connections count (see
     /// `--keep-alive-timeout`); at the limit a new connection closes the plain HTTP/1.1
     /// one idle longest to get in (native engine), or with none such waits in the
-    /// listening socket's backlog until one closes.
+    /// listening socket's backlog until one closes. Default: the configuration's
+    /// `Kestrel.Limits.MaxConcurrentConnections`, else 10000.
     #[arg(
         long,
         value_name = "N",
-        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..),
-        default_value = "10000"
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
-    pub max_connections: usize,
+    pub max_connections: Option<usize>,
     /// How long a client may take to send an HTTP/1.1 request head: the first from the
     /// accept, a later one from its first byte (Kestrel's `RequestHeadersTimeout`).
-    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "30s")]
-    pub header_read_timeout: Duration,
+    /// Default: the configuration's `Kestrel.Limits.RequestHeadersTimeout`, else 30s.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub header_read_timeout: Option<Duration>,
     /// How long an idle HTTP/1.1 client connection is kept for its next request
     /// (Kestrel's `KeepAliveTimeout`). Keep it above the idle timeout of a load balancer
     /// in front (AWS's ALB: 60 s), or the balancer will now and then send a request on a
-    /// connection fuseway is closing.
-    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "130s")]
-    pub keep_alive_timeout: Duration,
+    /// connection fuseway is closing. Default: the configuration's
+    /// `Kestrel.Limits.KeepAliveTimeout`, else 130s.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub keep_alive_timeout: Option<Duration>,
     /// The slowest, in bytes a second, an HTTP/1.1 request body may arrive while it is
     /// waited for, after a grace period of 5 s (Kestrel's `MinRequestBodyDataRate`); a
-    /// slower one is answered 408. 0: no minimum.
-    #[arg(long, value_name = "BYTES", default_value = "240")]
-    pub min_request_body_rate: u64,
+    /// slower one is answered 408. 0: no minimum. Default: the configuration's
+    /// `Kestrel.Limits.MinRequestBodyDataRate` (with its grace period), else 240.
+    #[arg(long, value_name = "BYTES")]
+    pub min_request_body_rate: Option<u64>,
     /// The slowest, in bytes a second, an HTTP/1.1 client may take a response: a write
     /// to it that waits longer than 5 s and than its bytes take at this rate closes the
-    /// connection (Kestrel's `MinResponseDataRate`). 0: no minimum.
-    #[arg(long, value_name = "BYTES", default_value = "240")]
-    pub min_response_rate: u64,
+    /// connection (Kestrel's `MinResponseDataRate`). 0: no minimum. Default: the
+    /// configuration's `Kestrel.Limits.MinResponseDataRate`, else 240.
+    #[arg(long, value_name = "BYTES")]
+    pub min_response_rate: Option<u64>,
     /// Worker threads serving requests, each with its own single-threaded runtime and
     /// connection pools (nginx's worker model). Default: one per CPU.
     #[arg(long)]
@@ -161,15 +165,36 @@ pub async fn run(args: Args) -> Result<(), BoxError> {
 
 impl Args {
     /// `server` with the connection settings given on the command line (limit,
-    /// timeouts, graceful shutdown): what every way of running applies.
-    fn connection_settings(&self, server: Server) -> Server {
-        server
-            .max_connections(self.max_connections)
-            .header_read_timeout(self.header_read_timeout)
-            .keep_alive_timeout(self.keep_alive_timeout)
-            .min_request_body_data_rate(rate(self.min_request_body_rate))
-            .min_response_data_rate(rate(self.min_response_rate))
-            .graceful_timeout(self.grace)
+    /// timeouts, graceful shutdown) over what it has (the defaults, or the
+    /// configuration's `Limits`): what every way of running applies.
+    fn connection_settings(&self, mut server: Server) -> Server {
+        if let Some(max) = self.max_connections {
+            server = server.max_connections(max);
+        }
+        if let Some(timeout) = self.header_read_timeout {
+            server = server.header_read_timeout(timeout);
+        }
+        if let Some(timeout) = self.keep_alive_timeout {
+            server = server.keep_alive_timeout(timeout);
+        }
+        if let Some(bytes) = self.min_request_body_rate {
+            server = server.min_request_body_data_rate(rate(bytes));
+        }
+        if let Some(bytes) = self.min_response_rate {
+            server = server.min_response_data_rate(rate(bytes));
+        }
+        server.graceful_timeout(self.grace)
+    }
+}
+
+/// Warn of the keys of the configuration's `Limits` that fuseway does not apply.
+fn warn_unapplied(config: &ProxyConfig) {
+    let unapplied = config.limits.unapplied();
+    if !unapplied.is_empty() {
+        tracing::warn!(
+            keys = %unapplied.join(", "),
+            "Kestrel.Limits: not applied (fuseway has no such limit)"
+        );
     }
 }
 
@@ -273,6 +298,7 @@ async fn check_config(providers: &Providers, args: &Args) -> Result<(), BoxError
     let config = load(providers, args).await?;
     Server::check_listeners(&config.listen)
         .map_err(|e| format!("invalid configuration {}: {e}", sources(providers)))?;
+    warn_unapplied(&config);
     build_state(providers, config)?;
     println!("configuration {} is valid", sources(providers));
     Ok(())
@@ -290,7 +316,9 @@ async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxErr
         Server::bind(&listen_addrs(&args.listen, &config)?).await?
     }
     .http1_engine(engine)
-    .http2_engine(engine2);
+    .http2_engine(engine2)
+    .limits(&config.limits);
+    warn_unapplied(&config);
     let server = args.connection_settings(server);
     let state = Arc::new(build_state(&providers, config)?);
     let sources = sources(&providers);

@@ -5,8 +5,9 @@
 //!
 //! * Two shapes: YARP's `appsettings.json`, where the proxy object is under
 //!   `ReverseProxy` and other top-level keys (`Logging`, `AllowedHosts`, ...) are
-//!   ignored, with a top-level `Listen` and `Kestrel.Endpoints.*.Url` read as listeners;
-//!   or the bare proxy object (`Listen`, `Routes`, `Clusters`).
+//!   ignored, with a top-level `Listen` and `Kestrel.Endpoints.*.Url` read as listeners
+//!   and `Kestrel.Limits` as the server's limits; or the bare proxy object (`Listen`,
+//!   `Routes`, `Clusters`, `Limits`).
 //! * JSON may have `//` and `/* */` comments and trailing commas (as .NET's reader
 //!   allows; `#` line comments are skipped too).
 //! * Keys match ignoring case and scalars convert from strings, as .NET's binder does
@@ -45,7 +46,7 @@ use serde_json::Value;
 use serde_path_to_error::Segment;
 
 use super::binder::Binder;
-use super::{ConfigError, ConfigErrors, ListenConfig, ListenEntry, ProxyConfig};
+use super::{ConfigError, ConfigErrors, ListenConfig, ListenEntry, ProxyConfig, ServerLimits};
 
 /// The top-level key of the proxy object in YARP's `appsettings.json`.
 const WRAPPER: &str = "ReverseProxy";
@@ -87,13 +88,15 @@ struct Document {
     kestrel: Kestrel,
 }
 
-/// The part of ASP.NET's `Kestrel` section fuseway reads: its endpoints. Kestrel's
-/// other settings (`Limits`, `EndpointDefaults`, ...) are not read.
+/// The parts of ASP.NET's `Kestrel` section fuseway reads: its endpoints and its
+/// limits. Kestrel's other settings (`EndpointDefaults`, ...) are not read.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
 struct Kestrel {
     #[serde(default)]
     endpoints: BTreeMap<String, KestrelEndpoint>,
+    #[serde(default)]
+    limits: ServerLimits,
 }
 
 /// `Kestrel.Endpoints.<name>`.
@@ -127,6 +130,20 @@ impl Document {
         if !listen.is_empty() {
             let inner = std::mem::replace(&mut config.listen, listen);
             config.listen.extend(inner);
+        }
+        if !self.kestrel.limits.is_empty() {
+            let mut errors = ConfigErrors::default();
+            super::validate::check_limits(&self.kestrel.limits, "Kestrel.Limits", &mut errors);
+            if let Some(error) = errors.iter().next() {
+                return Err(error.clone());
+            }
+            if !config.limits.is_empty() {
+                return Err(ConfigError::new(
+                    "Kestrel.Limits",
+                    "the limits are set in `ReverseProxy.Limits` too: set them in one place",
+                ));
+            }
+            config.limits = self.kestrel.limits;
         }
         Ok(config)
     }
@@ -574,6 +591,86 @@ mod tests {
         .unwrap();
         let addresses: Vec<&str> = config.listen.iter().map(|l| l.address()).collect();
         assert_eq!(addresses, ["127.0.0.1:1", "127.0.0.1:2"]);
+    }
+
+    /// `Kestrel.Limits` with .NET's binding (any case, numbers as strings, `null`), and
+    /// `Limits` in the bare shape (TOML too); errors name the key where it was written.
+    #[test]
+    fn kestrel_limits_are_read_in_either_shape() {
+        let config = parse(
+            r#"{ "kestrel": { "limits": {
+                "maxConcurrentConnections": "200",
+                "MaxRequestBodySize": null,
+                "MinResponseDataRate": null,
+                "MinRequestBodyDataRate": { "bytesPerSecond": 100, "GracePeriod": "00:00:10" },
+                "Http2": { "MaxStreamsPerConnection": 50, "InitialStreamWindowSize": 1 }
+            } }, "ReverseProxy": {} }"#,
+            Format::Json,
+        )
+        .unwrap();
+        let limits = &config.limits;
+        assert_eq!(limits.max_concurrent_connections, Some(200));
+        assert_eq!(limits.max_request_body_size, Some(None));
+        assert_eq!(limits.default_max_request_body_size(), None);
+        assert_eq!(limits.min_response_data_rate, Some(None));
+        let rate = limits.min_request_body_data_rate.unwrap().unwrap();
+        assert_eq!(
+            (rate.bytes_per_second, rate.grace_period.get().as_secs()),
+            (100, 10)
+        );
+        assert_eq!(
+            limits.http2.as_ref().unwrap().max_streams_per_connection,
+            Some(50)
+        );
+        assert_eq!(limits.unapplied(), ["Http2.InitialStreamWindowSize"]);
+
+        let config = parse(
+            "[Limits]\nMaxRequestBodySize = 1000\nKeepAliveTimeout = \"5s\"\n",
+            Format::Toml,
+        )
+        .unwrap();
+        assert_eq!(config.limits.default_max_request_body_size(), Some(1000));
+        assert!(parse("{}", Format::Json).unwrap().limits.is_empty());
+        // Environment overrides reach them as they reach the endpoints.
+        let overrides = [(
+            "Kestrel__Limits__MaxRequestBodySize".to_string(),
+            "77".to_string(),
+        )];
+        let config =
+            parse_with_overrides(r#"{ "ReverseProxy": {} }"#, Format::Json, &overrides).unwrap();
+        assert_eq!(config.limits.default_max_request_body_size(), Some(77));
+        assert_eq!(
+            parse("{}", Format::Json)
+                .unwrap()
+                .limits
+                .default_max_request_body_size(),
+            Some(crate::limits::DEFAULT_MAX_REQUEST_BODY_SIZE)
+        );
+
+        for (text, path) in [
+            (
+                r#"{ "Kestrel": { "Limits": { "KeepAliveTimeut": "00:01:00" } }, "ReverseProxy": {} }"#,
+                "Kestrel.Limits",
+            ),
+            (
+                r#"{ "Kestrel": { "Limits": { "KeepAliveTimeout": "00:00:00" } }, "ReverseProxy": {} }"#,
+                "Kestrel.Limits.KeepAliveTimeout",
+            ),
+            (
+                r#"{ "Kestrel": { "Limits": { "MinResponseDataRate": { "BytesPerSecond": 1, "GracePeriod": "00:00:01" } } }, "ReverseProxy": {} }"#,
+                "Kestrel.Limits.MinResponseDataRate.GracePeriod",
+            ),
+            (
+                r#"{ "Limits": { "MaxConcurrentConnections": 0 } }"#,
+                "Limits.MaxConcurrentConnections",
+            ),
+            (
+                r#"{ "Kestrel": { "Limits": { "MaxRequestBodySize": 1 } }, "ReverseProxy": { "Limits": { "MaxRequestBodySize": 2 } } }"#,
+                "Kestrel.Limits",
+            ),
+        ] {
+            assert_eq!(first_error(text, Format::Json).path, path, "{text}");
+        }
     }
 
     #[test]

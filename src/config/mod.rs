@@ -4,6 +4,7 @@
 mod binder;
 mod duration;
 mod error;
+mod limits;
 mod load;
 pub mod model;
 mod names;
@@ -12,6 +13,7 @@ mod validate;
 
 pub use duration::ConfigDuration;
 pub use error::{ConfigError, ConfigErrors};
+pub use limits::{DataRate, Http2Limits, Ignored, ServerLimits};
 pub use load::{
     env_overrides, load_file, load_file_with_overrides, parse, parse_value, parse_with_overrides,
     Format,

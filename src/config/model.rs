@@ -11,8 +11,9 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::duration::ConfigDuration;
+use super::ServerLimits;
 
-/// A whole proxy configuration: listeners, routes and clusters.
+/// A whole proxy configuration: listeners, routes, clusters and the server's limits.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 #[non_exhaustive]
@@ -26,6 +27,10 @@ pub struct ProxyConfig {
     /// Clusters by id.
     #[serde(default)]
     pub clusters: BTreeMap<String, ClusterConfig>,
+    /// The server's limits, with Kestrel's keys (`Kestrel.Limits` in a YARP
+    /// `appsettings.json`).
+    #[serde(default, skip_serializing_if = "ServerLimits::is_empty")]
+    pub limits: ServerLimits,
 }
 
 /// Where a server listens when neither the configuration nor the command line says.

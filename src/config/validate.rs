@@ -19,7 +19,7 @@ use super::names::{
 use super::transforms::collect_transforms;
 use super::{
     ClusterConfig, ConfigDuration, ConfigErrors, DestinationConfig, HealthCheckConfig,
-    HttpClientConfig, HttpRequestConfig, ListenConfig, ProxyConfig, RouteConfig,
+    HttpClientConfig, HttpRequestConfig, ListenConfig, ProxyConfig, RouteConfig, ServerLimits,
     SessionAffinityConfig, TlsVersions,
 };
 
@@ -45,7 +45,64 @@ impl ProxyConfig {
         for (id, cluster) in &self.clusters {
             check_cluster(id, cluster, &mut errors);
         }
+        check_limits(&self.limits, "Limits", &mut errors);
         errors.into_result()
+    }
+}
+
+/// The server's limits (at `prefix`: `Limits`, or `Kestrel.Limits`), with Kestrel's
+/// own bounds: counts, sizes and timeouts above zero, a minimum rate's grace period over
+/// a second (Kestrel's heartbeat).
+pub(super) fn check_limits(limits: &ServerLimits, prefix: &str, errors: &mut ConfigErrors) {
+    let mut positive = |value: Option<u64>, key: &str| {
+        if value == Some(0) {
+            errors.push(format!("{prefix}.{key}"), "must be greater than 0");
+        }
+    };
+    positive(
+        limits.max_concurrent_connections,
+        "MaxConcurrentConnections",
+    );
+    positive(limits.max_request_line_size, "MaxRequestLineSize");
+    positive(
+        limits.max_request_headers_total_size,
+        "MaxRequestHeadersTotalSize",
+    );
+    let http2 = limits.http2.as_ref();
+    positive(
+        http2
+            .and_then(|h| h.max_streams_per_connection)
+            .map(u64::from),
+        "Http2.MaxStreamsPerConnection",
+    );
+    for (value, key) in [
+        (limits.keep_alive_timeout, "KeepAliveTimeout"),
+        (limits.request_headers_timeout, "RequestHeadersTimeout"),
+        (
+            http2.and_then(|h| h.keep_alive_ping_timeout),
+            "Http2.KeepAlivePingTimeout",
+        ),
+        (
+            http2.and_then(|h| h.keep_alive_ping_delay),
+            "Http2.KeepAlivePingDelay",
+        ),
+    ] {
+        if value.is_some_and(|d| d.get().is_zero()) {
+            errors.push(format!("{prefix}.{key}"), "must be longer than 0");
+        }
+    }
+    for (rate, key) in [
+        (limits.min_request_body_data_rate, "MinRequestBodyDataRate"),
+        (limits.min_response_data_rate, "MinResponseDataRate"),
+    ] {
+        if let Some(Some(rate)) = rate {
+            if rate.grace_period.get() <= std::time::Duration::from_secs(1) {
+                errors.push(
+                    format!("{prefix}.{key}.GracePeriod"),
+                    "must be longer than 1 second (as Kestrel requires)",
+                );
+            }
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! | setting | when exceeded |
 //! |---|---|
-//! | `MaxRequestBodySize` (bytes; `-1` unlimited; default 30,000,000 as Kestrel) | `Content-Length` over it: 413 before any destination is contacted; a streamed body is cut at the limit and the exchange fails with 413 if the response has not started |
+//! | `MaxRequestBodySize` (bytes; `-1` unlimited; default: the server's `Limits.MaxRequestBodySize` — `Kestrel.Limits` in a YARP file — else 30,000,000 as Kestrel) | `Content-Length` over it: 413 before any destination is contacted; a streamed body is cut at the limit and the exchange fails with 413 if the response has not started |
 //! | `Timeout` | 504 if the response has not started by then; an aborted response after |
 //! | `MaxConcurrentRequests` | 503 with `Retry-After: 1`; a request counts until its response body ends |
 //! | `RateLimit { PermitsPerSecond, Burst }` | 429 with `Retry-After` (seconds until a permit is free) |
@@ -49,10 +49,15 @@ pub struct RouteLimits {
 }
 
 impl RouteLimits {
-    pub(crate) fn from_config(config: &RouteConfig, _path: &str) -> Result<Self, ConfigError> {
+    /// A route's limits; `default_body`: the body limit when it sets none (the server's
+    /// `MaxRequestBodySize`).
+    pub(crate) fn from_config(
+        config: &RouteConfig,
+        default_body: Option<u64>,
+    ) -> Result<Self, ConfigError> {
         Ok(RouteLimits {
             max_request_body_size: match config.max_request_body_size {
-                None => Some(DEFAULT_MAX_REQUEST_BODY_SIZE),
+                None => default_body,
                 Some(-1) => None,
                 Some(n) => Some(n.max(0) as u64),
             },
@@ -205,7 +210,8 @@ impl crate::state::RouteData for RouteLimits {
         source: &crate::state::RouteSource<'_>,
         _previous: Option<&Self>,
     ) -> Result<Option<Self>, crate::config::ConfigErrors> {
-        Ok(Some(RouteLimits::from_config(source.config, source.path)?))
+        let default_body = source.limits.default_max_request_body_size();
+        Ok(Some(RouteLimits::from_config(source.config, default_body)?))
     }
 }
 
@@ -224,7 +230,8 @@ impl crate::state::Route {
     /// Its limits (body size, timeout, concurrency, rate), compiled by the limits stage.
     pub fn limits(&self) -> &RouteLimits {
         static NONE_COMPILED: std::sync::LazyLock<RouteLimits> = std::sync::LazyLock::new(|| {
-            RouteLimits::from_config(&RouteConfig::default(), "").expect("the defaults")
+            RouteLimits::from_config(&RouteConfig::default(), Some(DEFAULT_MAX_REQUEST_BODY_SIZE))
+                .expect("the defaults")
         });
         self.data::<RouteLimits>().unwrap_or_else(|| &NONE_COMPILED)
     }

@@ -7,7 +7,8 @@ use crate::config::{ConfigErrors, ProxyConfig};
 
 /// One configuration of several: `parts` are `(source, configuration)` pairs. Routes and
 /// clusters are put together, an id defined in two sources being an error that names
-/// both (at the path of the second); listeners are taken in order. The result is not
+/// both (at the path of the second); listeners are taken in order; the server's limits
+/// may come from one source only. The result is not
 /// validated here (a [`ProxyState`](crate::state::ProxyState) validates it whole).
 ///
 /// ```
@@ -23,14 +24,31 @@ use crate::config::{ConfigErrors, ProxyConfig};
 /// let error = errors.iter().next().unwrap();
 /// assert_eq!(error.path, "Clusters.c1");
 /// assert!(error.message.contains("a.json") && error.message.contains("c.json"));
+///
+/// let limited = parse(r#"{ "Limits": { "MaxRequestBodySize": 1000 } }"#, Format::Json).unwrap();
+/// let errors = merge(&[("d.json", &limited), ("e.json", &limited)]).unwrap_err();
+/// assert_eq!(errors.iter().next().unwrap().path, "Limits");
 /// ```
 pub fn merge(parts: &[(&str, &ProxyConfig)]) -> Result<ProxyConfig, ConfigErrors> {
     let mut merged = ProxyConfig::default();
     let mut errors = ConfigErrors::default();
     let mut route_sources = BTreeMap::new();
     let mut cluster_sources = BTreeMap::new();
+    let mut limits_source = None;
     for &(source, config) in parts {
         merged.listen.extend(config.listen.iter().cloned());
+        if !config.limits.is_empty() {
+            match limits_source {
+                None => {
+                    limits_source = Some(source);
+                    merged.limits = config.limits.clone();
+                }
+                Some(first) => errors.push(
+                    "Limits",
+                    format!("the server's limits are set by both {first} and {source}"),
+                ),
+            }
+        }
         put(
             &mut merged.routes,
             &mut route_sources,

@@ -296,6 +296,13 @@ impl Server {
         self
     }
 
+    /// Apply a configuration's server limits (Kestrel's `Limits`; see
+    /// [`ServerOptions::limits`]).
+    pub fn limits(mut self, limits: &crate::config::ServerLimits) -> Server {
+        self.options = self.options.limits(limits);
+        self
+    }
+
     /// Replace all limits.
     pub fn options(mut self, options: ServerOptions) -> Server {
         self.options = options;

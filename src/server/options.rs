@@ -232,6 +232,69 @@ impl Default for ServerOptions {
 /// assert_eq!(options.max_connections, 50_000);
 /// ```
 impl ServerOptions {
+    /// Sets what a configuration's [`ServerLimits`](crate::config::ServerLimits) (Kestrel's
+    /// `Limits`) sets; the rest stays. `KeepAliveTimeout` is the idle timeout of HTTP/1.1
+    /// and HTTP/2 connections alike, as in Kestrel; `MaxRequestBodySize` is not a
+    /// server option (routes apply it).
+    ///
+    /// ```
+    /// use fuseway::config::{parse, Format};
+    /// use fuseway::server::ServerOptions;
+    /// let config = parse(
+    ///     r#"{ "Limits": { "MaxConcurrentConnections": 500, "MinResponseDataRate": null } }"#,
+    ///     Format::Json,
+    /// )
+    /// .unwrap();
+    /// let options = ServerOptions::default().limits(&config.limits);
+    /// assert_eq!(options.max_connections, 500);
+    /// assert_eq!(options.min_response_data_rate, None);
+    /// ```
+    pub fn limits(mut self, limits: &crate::config::ServerLimits) -> Self {
+        let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        // Kestrel's `TimeSpan.MaxValue` stands for "never": a year is as good, and no
+        // deadline overflows.
+        const NEVER: Duration = Duration::from_secs(365 * 24 * 3600);
+        let timeout = |d: crate::config::ConfigDuration| d.get().min(NEVER);
+        if let Some(n) = limits.max_concurrent_connections {
+            self.max_connections = size(n);
+        }
+        if let Some(value) = limits.keep_alive_timeout {
+            self.keep_alive_timeout = timeout(value);
+            self.http2_idle_timeout = timeout(value);
+        }
+        if let Some(value) = limits.request_headers_timeout {
+            self.header_read_timeout = timeout(value);
+        }
+        if let Some(n) = limits.max_request_line_size {
+            self.max_request_line = size(n);
+        }
+        if let Some(n) = limits.max_request_headers_total_size {
+            self.max_header_size = size(n);
+        }
+        let rate = |rate: Option<crate::config::DataRate>| {
+            rate.filter(|r| r.bytes_per_second > 0)
+                .map(|r| MinDataRate::new(r.bytes_per_second, timeout(r.grace_period)))
+        };
+        if let Some(value) = limits.min_request_body_data_rate {
+            self.min_request_body_data_rate = rate(value);
+        }
+        if let Some(value) = limits.min_response_data_rate {
+            self.min_response_data_rate = rate(value);
+        }
+        if let Some(h2) = &limits.http2 {
+            if let Some(n) = h2.max_streams_per_connection {
+                self.max_concurrent_streams = n;
+            }
+            if let Some(delay) = h2.keep_alive_ping_delay {
+                self.http2_keep_alive_interval = Some(timeout(delay)).filter(|&d| d < NEVER);
+            }
+            if let Some(value) = h2.keep_alive_ping_timeout {
+                self.http2_keep_alive_timeout = timeout(value);
+            }
+        }
+        self
+    }
+
     /// Sets `http2_keep_alive_interval` and `http2_keep_alive_timeout`.
     pub fn http2_keep_alive(mut self, interval: Option<Duration>, timeout: Duration) -> Self {
         self.http2_keep_alive_interval = interval;

@@ -143,6 +143,8 @@ pub struct RouteSource<'a> {
     pub policies: &'a Policies,
     /// The state's shared values.
     pub shared: &'a Shared,
+    /// The server's limits (the default request body limit among them).
+    pub limits: &'a crate::config::ServerLimits,
 }
 
 /// Data a stage compiles from each cluster's configuration (see

@@ -151,6 +151,7 @@ impl ProxyState {
         next.clusters.clone_from(&registry.clusters);
         next.destinations.clone_from(&registry.destinations);
         let previous = self.current.load();
+        let restart_needed = !previous.config.limits.same_at_start(&config.limits);
         let snapshot = build(
             config,
             &mut next,
@@ -183,6 +184,12 @@ impl ProxyState {
             .push(replaced);
         *registry = next;
         self.generation.send_modify(|g| *g += 1);
+        if restart_needed {
+            tracing::warn!(
+                "the server's limits (Kestrel.Limits) changed: they apply at the next start, \
+                 but for MaxRequestBodySize, which applies now"
+            );
+        }
         Ok(())
     }
 
@@ -324,6 +331,7 @@ fn build(
             cluster: cluster.map(|c| &clusters[c]),
             policies: all_policies,
             shared,
+            limits: &config.limits,
         };
         let Some(data) = compilers.route(
             &source,
