@@ -682,6 +682,63 @@ fn kestrel_endpoints_become_listeners() {
     assert_eq!(err.0[0].path, "Kestrel.Endpoints.S.Url");
     let err = listen(r#"{"S": {"Url": "http://127.0.0.1:1", "Protocols": "Http3"}}"#).unwrap_err();
     assert_eq!(err.0[0].path, "Kestrel.Endpoints.S.Protocols");
+    assert!(
+        err.0[0].message.contains("no HTTP/3"),
+        "{}",
+        err.0[0].message
+    );
+}
+
+/// Kestrel's `Protocols` (an endpoint's, else `EndpointDefaults`'), and fuseway's own
+/// `Listen[].Protocols`: what each listener serves; names in any case.
+#[test]
+fn listeners_take_kestrels_protocols() {
+    use fuseway::config::ListenProtocols;
+    let protocols = |text: &str| {
+        parse(text, Format::Json).map(|c| {
+            c.listen
+                .iter()
+                .map(|l| (l.address().to_string(), l.protocols()))
+                .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(
+        protocols(
+            r#"{"Kestrel": {
+                "EndpointDefaults": {"Protocols": "Http2"},
+                "Endpoints": {
+                    "Grpc": {"Url": "http://127.0.0.1:5001"},
+                    "Web": {"Url": "http://127.0.0.1:5002", "Protocols": "http1"},
+                    "Both": {"Url": "http://127.0.0.1:5003", "Protocols": "Http1AndHttp2"}
+                }
+            }, "ReverseProxy": {}}"#
+        )
+        .unwrap(),
+        [
+            ("127.0.0.1:5003".to_string(), ListenProtocols::Http1AndHttp2),
+            ("127.0.0.1:5001".to_string(), ListenProtocols::Http2),
+            ("127.0.0.1:5002".to_string(), ListenProtocols::Http1),
+        ]
+    );
+    assert_eq!(
+        protocols(
+            r#"{"Listen": [{"Address": "127.0.0.1:1", "Protocols": "HTTP2"}, "127.0.0.1:2"]}"#
+        )
+        .unwrap(),
+        [
+            ("127.0.0.1:1".to_string(), ListenProtocols::Http2),
+            ("127.0.0.1:2".to_string(), ListenProtocols::Http1AndHttp2),
+        ]
+    );
+    let err =
+        protocols(r#"{"Listen": [{"Address": "127.0.0.1:1", "Protocols": "Http4"}]}"#).unwrap_err();
+    assert_eq!(err.0[0].path, "Listen[0].Protocols");
+    let err = protocols(
+        r#"{"Kestrel": {"EndpointDefaults": {"Protocols": "Http1AndHttp2AndHttp3"},
+            "Endpoints": {"S": {"Url": "http://127.0.0.1:1"}}}, "ReverseProxy": {}}"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.0[0].path, "Kestrel.Endpoints.S.Protocols");
 }
 
 #[test]

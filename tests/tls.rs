@@ -672,3 +672,76 @@ async fn sighup_rotates_listener_certificates() {
     child.start_kill().unwrap();
     let _ = child.wait().await;
 }
+
+/// A listener's `Protocols` (Kestrel's): what it serves and nothing else. In clear a
+/// client speaking the other protocol has its connection closed; over TLS ALPN offers
+/// only what the listener serves (a client offering `h2` and `http/1.1` gets that one;
+/// one offering only the other fails its handshake). Both engines.
+#[tokio::test]
+async fn a_listener_serves_only_its_protocols() {
+    let backend = common::echo_backend().await;
+    let config = |listen: &str| {
+        format!(
+            r#"{{
+  "Listen": [ {listen} ],
+  "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+  "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }} }}
+}}"#,
+            backend.url()
+        )
+    };
+    let served = |r: Result<reqwest::Response, reqwest::Error>| {
+        r.ok().map(|r| (r.status().as_u16(), r.version()))
+    };
+    for (protocols, http1, http2) in [
+        ("Http1", Some((200, Version::HTTP_11)), None),
+        ("Http2", None, Some((200, Version::HTTP_2))),
+        (
+            "Http1AndHttp2",
+            Some((200, Version::HTTP_11)),
+            Some((200, Version::HTTP_2)),
+        ),
+    ] {
+        let listen = format!(r#"{{ "Address": "127.0.0.1:0", "Protocols": "{protocols}" }}"#);
+        let proxy = tls_proxy(&config(&listen), Form::Fused).await;
+        let url = format!("http://{}/p", proxy.addr);
+        let got1 = served(common::h1_client().get(&url).send().await);
+        let got2 = served(common::h2c_client().get(&url).send().await);
+        assert_eq!((got1, got2), (http1, http2), "{protocols} in clear");
+        proxy.shutdown().await;
+    }
+
+    let (cert, key) = self_signed();
+    let dir = TempDir::new("tls-protocols");
+    let cert_file = dir.write("cert.pem", &cert);
+    let key_file = dir.write("key.pem", &key);
+    for (protocols, offering_both, only_http1) in [
+        (
+            "Http1",
+            Some((200, Version::HTTP_11)),
+            Some((200, Version::HTTP_11)),
+        ),
+        ("Http2", Some((200, Version::HTTP_2)), None),
+    ] {
+        let listen = format!(
+            r#"{{ "Address": "127.0.0.1:0", "Certificate": {}, "Key": {}, "Protocols": "{protocols}" }}"#,
+            json_path(&cert_file),
+            json_path(&key_file)
+        );
+        let proxy = tls_proxy(&config(&listen), Form::Fused).await;
+        let url = format!("https://127.0.0.1:{}/p", proxy.addr.port());
+        let both = served(https_client(&cert, None).get(&url).send().await);
+        let http1 = served(
+            https_client(&cert, Some(Version::HTTP_11))
+                .get(&url)
+                .send()
+                .await,
+        );
+        assert_eq!(
+            (both, http1),
+            (offering_both, only_http1),
+            "{protocols} over TLS"
+        );
+        proxy.shutdown().await;
+    }
+}

@@ -46,7 +46,10 @@ use serde_json::Value;
 use serde_path_to_error::Segment;
 
 use super::binder::Binder;
-use super::{ConfigError, ConfigErrors, ListenConfig, ListenEntry, ProxyConfig, ServerLimits};
+use super::{
+    ConfigError, ConfigErrors, ListenConfig, ListenEntry, ListenProtocols, ProxyConfig,
+    ServerLimits,
+};
 
 /// The top-level key of the proxy object in YARP's `appsettings.json`.
 const WRAPPER: &str = "ReverseProxy";
@@ -88,8 +91,8 @@ struct Document {
     kestrel: Kestrel,
 }
 
-/// The parts of ASP.NET's `Kestrel` section fuseway reads: its endpoints and its
-/// limits. Kestrel's other settings (`EndpointDefaults`, ...) are not read.
+/// The parts of ASP.NET's `Kestrel` section fuseway reads: its endpoints (and their
+/// defaults' `Protocols`) and its limits. Kestrel's other settings are not read.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
 struct Kestrel {
@@ -97,6 +100,17 @@ struct Kestrel {
     endpoints: BTreeMap<String, KestrelEndpoint>,
     #[serde(default)]
     limits: ServerLimits,
+    #[serde(default)]
+    endpoint_defaults: KestrelEndpointDefaults,
+}
+
+/// `Kestrel.EndpointDefaults`: what its endpoints have unless they say otherwise (its
+/// `Protocols`; the rest configures ASP.NET).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct KestrelEndpointDefaults {
+    #[serde(default)]
+    protocols: Option<String>,
 }
 
 /// `Kestrel.Endpoints.<name>`.
@@ -125,7 +139,8 @@ impl Document {
         let mut config = self.reverse_proxy;
         let mut listen = self.listen;
         for (name, endpoint) in self.kestrel.endpoints {
-            listen.push(endpoint.listener(&format!("Kestrel.Endpoints.{name}"))?);
+            let path = format!("Kestrel.Endpoints.{name}");
+            listen.push(endpoint.listener(&path, &self.kestrel.endpoint_defaults)?);
         }
         if !listen.is_empty() {
             let inner = std::mem::replace(&mut config.listen, listen);
@@ -153,7 +168,11 @@ impl KestrelEndpoint {
     /// The listener a Kestrel endpoint URL stands for: `http://localhost:5000` binds
     /// `127.0.0.1:5000`; `*`, `+`, `0.0.0.0` and host names bind every IPv4 address
     /// (`0.0.0.0`); an IP binds itself. The port defaults to 80 (443 for `https`).
-    fn listener(self, path: &str) -> Result<ListenConfig, ConfigError> {
+    fn listener(
+        self,
+        path: &str,
+        defaults: &KestrelEndpointDefaults,
+    ) -> Result<ListenConfig, ConfigError> {
         let url = self.url.trim();
         let bad = |why: &str| ConfigError::new(format!("{path}.Url"), format!("`{url}`: {why}"));
         let (https, rest) = match url.split_once("://") {
@@ -182,20 +201,22 @@ impl KestrelEndpoint {
                 Err(_) => return Err(bad("the host is empty")),
             },
         };
-        if let Some(protocols) = &self.protocols {
-            if !protocols.eq_ignore_ascii_case("Http1AndHttp2") {
-                return Err(ConfigError::new(
-                    format!("{path}.Protocols"),
-                    format!(
-                        "`{protocols}` is not supported: fuseway's listeners serve HTTP/1.1 and \
-                         HTTP/2 together (`Http1AndHttp2`)"
-                    ),
-                ));
+        let protocols = match self.protocols.or(defaults.protocols.clone()) {
+            Some(protocols) => {
+                let parsed = super::validate::check_protocols(&protocols)
+                    .map_err(|e| ConfigError::new(format!("{path}.Protocols"), e))?;
+                (parsed != ListenProtocols::default()).then(|| parsed.as_str().to_string())
             }
-        }
+            None => None,
+        };
         let address = format!("{ip}:{port}");
         match (https, self.certificate) {
-            (false, None) => Ok(ListenConfig::Address(address)),
+            (false, None) if protocols.is_none() => Ok(ListenConfig::Address(address)),
+            (false, None) => Ok(ListenConfig::Full(ListenEntry {
+                address,
+                protocols,
+                ..ListenEntry::default()
+            })),
             (
                 true,
                 Some(KestrelCertificate {
@@ -206,6 +227,7 @@ impl KestrelEndpoint {
                 address,
                 certificate: Some(cert),
                 key: Some(key),
+                protocols,
             })),
             (true, _) => Err(ConfigError::new(
                 format!("{path}.Certificate"),

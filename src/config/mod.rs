@@ -21,8 +21,8 @@ pub use load::{
 pub use model::*;
 pub use names::{
     ActiveHealthPolicyName, AffinityFailurePolicyName, AvailableDestinationsPolicyName,
-    CookieSameSite, CookieSecurePolicy, HttpVersion, HttpVersionPolicy, LoadBalancingPolicyName,
-    PassiveHealthPolicyName, SessionAffinityPolicyName, TlsVersions,
+    CookieSameSite, CookieSecurePolicy, HttpVersion, HttpVersionPolicy, ListenProtocols,
+    LoadBalancingPolicyName, PassiveHealthPolicyName, SessionAffinityPolicyName, TlsVersions,
 };
 pub use transforms::{
     parse_transforms, ForwardedAction, ForwardedTransform, NodeFormat, ResponseCondition,

@@ -92,6 +92,10 @@ pub struct ListenEntry {
     /// `Certificate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// What the listener serves: `Http1`, `Http2` or `Http1AndHttp2` (the default), as
+    /// Kestrel's `Protocols` ([`ListenProtocols`](super::ListenProtocols)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocols: Option<String>,
 }
 
 // By hand rather than `#[serde(untagged)]`, so that errors say what was expected and
@@ -105,7 +109,8 @@ impl<'de> Deserialize<'de> for ListenConfig {
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "an `ip:port` string or an object with `Address` (and `Certificate`, `Key`)",
+                    "an `ip:port` string or an object with `Address` (and `Certificate`, `Key`, \
+                     `Protocols`)",
                 )
             }
 
@@ -132,6 +137,17 @@ impl ListenConfig {
         match self {
             ListenConfig::Address(a) => a,
             ListenConfig::Full(e) => &e.address,
+        }
+    }
+
+    /// What this listener serves (its `Protocols`; both HTTP/1.1 and HTTP/2 when it
+    /// names none, or a name validation refuses).
+    pub fn protocols(&self) -> super::ListenProtocols {
+        match self {
+            ListenConfig::Full(ListenEntry {
+                protocols: Some(p), ..
+            }) => p.parse().unwrap_or_default(),
+            _ => super::ListenProtocols::default(),
         }
     }
 

@@ -243,6 +243,23 @@ impl std::fmt::Display for HttpVersion {
     }
 }
 
+named_enum! {
+    /// What a listener serves (`Listen[].Protocols`, Kestrel's `Protocols`).
+    #[derive(Default)]
+    pub enum ListenProtocols("protocols") {
+        /// HTTP/1.1 only: over TLS ALPN offers `http/1.1` alone; in clear a client
+        /// opening with the HTTP/2 preface has its connection closed.
+        Http1 = "Http1",
+        /// HTTP/2 only: over TLS ALPN offers `h2` alone (a client negotiating no
+        /// protocol has its connection closed); in clear, HTTP/2 with prior knowledge
+        /// (a client sending anything else has its connection closed).
+        Http2 = "Http2",
+        /// Both, told apart by ALPN over TLS and by the first bytes in clear.
+        #[default]
+        Http1AndHttp2 = "Http1AndHttp2",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ use super::names::{
     SessionAffinityPolicyName,
 };
 use super::transforms::collect_transforms;
+use super::ListenProtocols;
 use super::{
     ClusterConfig, ConfigDuration, ConfigErrors, DestinationConfig, HealthCheckConfig,
     HttpClientConfig, HttpRequestConfig, ListenConfig, ProxyConfig, RouteConfig, ServerLimits,
@@ -121,6 +122,11 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
     let ListenConfig::Full(entry) = listen else {
         return;
     };
+    if let Some(protocols) = &entry.protocols {
+        if let Err(e) = check_protocols(protocols) {
+            errors.push(format!("Listen[{i}].Protocols"), e);
+        }
+    }
     match (&entry.certificate, &entry.key) {
         (None, None) => {}
         (Some(_), None) => errors.push(
@@ -135,6 +141,19 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
         // when binding): the configuration is plain data.
         (Some(_), Some(_)) => {}
     }
+}
+
+/// A listener's `Protocols` (Kestrel's names): the error for one fuseway does not serve.
+pub(super) fn check_protocols(protocols: &str) -> Result<ListenProtocols, String> {
+    protocols.parse::<ListenProtocols>().map_err(|e| {
+        if protocols.to_ascii_lowercase().contains("http3") {
+            format!(
+                "`{protocols}`: fuseway serves no HTTP/3; use `Http1`, `Http2` or `Http1AndHttp2`"
+            )
+        } else {
+            e
+        }
+    })
 }
 
 fn check_route(

@@ -4,6 +4,7 @@
 use super::balance::Lane;
 use super::streams::{StreamExecutor, WithStreams};
 use super::*;
+use crate::config::ListenProtocols;
 
 pub(super) async fn bind(addr: &SocketAddr) -> io::Result<TcpListener> {
     listen(addr)
@@ -105,6 +106,17 @@ pub(super) async fn protocol_known(
 pub(super) enum Protocol {
     Http1,
     Http2,
+}
+
+/// Whether a listener serving `protocols` serves a connection speaking `protocol`. One
+/// that does not is closed unanswered: hyper's engine would serve whichever protocol it
+/// finds, and a client that speaks the other one has the wrong port.
+fn serves(protocols: ListenProtocols, protocol: Protocol) -> bool {
+    match protocols {
+        ListenProtocols::Http1 => protocol == Protocol::Http1,
+        ListenProtocols::Http2 => protocol == Protocol::Http2,
+        ListenProtocols::Http1AndHttp2 => true,
+    }
 }
 
 /// The service for one connection served by hyper, and the connection's activity (the
@@ -257,7 +269,10 @@ pub(super) async fn accept_loop<S>(
     S: ServeService,
 {
     let Listener {
-        tcp: listener, tls, ..
+        tcp: listener,
+        tls,
+        protocols,
+        ..
     } = listener;
     let local = listener
         .local_addr()
@@ -351,7 +366,13 @@ pub(super) async fn accept_loop<S>(
                 // would hold its slot forever. It gets the header read timeout.
                 let detect = async move {
                     match protocol_known(&stream, timeout, &mut drain).await {
-                        Some(protocol) => Some((stream, protocol, drain)),
+                        Some(protocol) if serves(protocols, protocol) => {
+                            Some((stream, protocol, drain))
+                        }
+                        Some(protocol) => {
+                            tracing::debug!(%remote, ?protocol, "a protocol this listener does not serve; closing");
+                            None
+                        }
                         None => {
                             tracing::debug!(%remote, "no request within the header read timeout; closing");
                             None
@@ -370,10 +391,16 @@ pub(super) async fn accept_loop<S>(
                 let handshake = async move {
                     match handshake.await {
                         Ok(Ok(stream)) => {
+                            // ALPN offers only what the listener serves; a client that
+                            // negotiated none speaks HTTP/1.1.
                             let protocol = match stream.get_ref().1.alpn_protocol() {
                                 Some(b"h2") => Protocol::Http2,
                                 _ => Protocol::Http1,
                             };
+                            if !serves(protocols, protocol) {
+                                tracing::debug!(%remote, "no ALPN on a listener serving only HTTP/2; closing");
+                                return None;
+                            }
                             Some((stream, protocol, drain))
                         }
                         Ok(Err(e)) => {

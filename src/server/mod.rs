@@ -46,7 +46,7 @@ pub use service::{IntoResponse, ProxyService};
 pub use tls::{tls_config_from_files, tls_config_from_pem, TlsError, TlsPart};
 
 use crate::body::{Incoming, ProxyBody};
-use crate::config::ListenConfig;
+use crate::config::{ListenConfig, ListenProtocols};
 use crate::request::ConnectionInfo;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -107,6 +107,8 @@ struct Listener {
     tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
     /// The PEM files `tls` was read from (listeners bound from a configuration).
     tls_files: Option<(PathBuf, PathBuf)>,
+    /// What it serves.
+    protocols: ListenProtocols,
 }
 
 impl std::fmt::Debug for Listener {
@@ -123,7 +125,12 @@ impl std::fmt::Debug for Listener {
 /// certificate it had.
 #[derive(Debug, Clone)]
 pub struct TlsReloader {
-    listeners: Vec<(PathBuf, PathBuf, Arc<ArcSwap<rustls::ServerConfig>>)>,
+    listeners: Vec<(
+        PathBuf,
+        PathBuf,
+        ListenProtocols,
+        Arc<ArcSwap<rustls::ServerConfig>>,
+    )>,
 }
 
 impl TlsReloader {
@@ -132,9 +139,9 @@ impl TlsReloader {
     /// listeners that failed keep their certificates.
     pub fn reload(&self) -> Result<usize, Vec<String>> {
         let mut errors = Vec::new();
-        for (cert, key, config) in &self.listeners {
+        for (cert, key, protocols, config) in &self.listeners {
             match tls_config_from_files(cert, key) {
-                Ok(new) => config.store(new),
+                Ok(new) => config.store(with_alpn(new, *protocols)),
                 Err(e) => errors.push(format!("{} / {}: {e}", cert.display(), key.display())),
             }
         }
@@ -176,6 +183,7 @@ impl Server {
                 tls_files: entry
                     .tls_files()
                     .map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
+                protocols: entry.protocols(),
             });
         }
         Ok(server)
@@ -205,6 +213,7 @@ impl Server {
                     tcp,
                     tls: None,
                     tls_files: None,
+                    protocols: ListenProtocols::default(),
                 })
                 .collect(),
             options: ServerOptions::default(),
@@ -222,6 +231,7 @@ impl Server {
             tcp: listener,
             tls: Some(Arc::new(ArcSwap::new(tls))),
             tls_files: None,
+            protocols: ListenProtocols::default(),
         });
         self
     }
@@ -237,7 +247,7 @@ impl Server {
                 .iter()
                 .filter_map(|l| {
                     let (cert, key) = l.tls_files.clone()?;
-                    Some((cert, key, l.tls.clone()?))
+                    Some((cert, key, l.protocols, l.tls.clone()?))
                 })
                 .collect(),
         }
@@ -386,7 +396,7 @@ impl Server {
         let listeners = self
             .listeners
             .into_iter()
-            .map(|l| Ok((l.tcp.into_std()?, l.tls, l.tls_files)))
+            .map(|l| Ok((l.tcp.into_std()?, l.tls, l.tls_files, l.protocols)))
             .collect::<io::Result<Vec<_>>>()?;
         let mut threads = Vec::with_capacity(workers);
         for (i, lanes) in lanes.into_iter().enumerate() {
@@ -396,13 +406,13 @@ impl Server {
             // spreads them by a hash; the balance evens out what that leaves uneven.
             let mine = listeners
                 .iter()
-                .map(|(tcp, tls, files)| {
+                .map(|(tcp, tls, files, protocols)| {
                     let tcp = if i == 0 {
                         tcp.try_clone()?
                     } else {
                         worker_listener(tcp)?
                     };
-                    Ok((tcp, tls.clone(), files.clone()))
+                    Ok((tcp, tls.clone(), files.clone(), *protocols))
                 })
                 .collect::<io::Result<Vec<_>>>()?;
             let runtime = crate::clock::worker_runtime().build()?;
@@ -412,7 +422,7 @@ impl Server {
                 runtime.block_on(async move {
                     let service = make_service();
                     let mut tasks = JoinSet::new();
-                    for ((tcp, tls, tls_files), lane) in mine.into_iter().zip(lanes) {
+                    for ((tcp, tls, tls_files, protocols), lane) in mine.into_iter().zip(lanes) {
                         let tcp = match TcpListener::from_std(tcp) {
                             Ok(tcp) => tcp,
                             Err(e) => {
@@ -425,6 +435,7 @@ impl Server {
                                 tcp,
                                 tls,
                                 tls_files,
+                                protocols,
                             },
                             service.clone(),
                             stop.clone(),
@@ -460,13 +471,31 @@ fn listener_tls(
     let Some((cert, key)) = entry.tls_files() else {
         return Ok(None);
     };
-    tls_config_from_files(cert, key).map(Some).map_err(|e| {
-        let part = match e.part {
-            TlsPart::Certificate => "Certificate",
-            TlsPart::Key => "Key",
-        };
-        crate::config::ConfigError::new(format!("Listen[{i}].{part}"), e.message)
-    })
+    let protocols = entry.protocols();
+    tls_config_from_files(cert, key)
+        .map(|config| Some(with_alpn(config, protocols)))
+        .map_err(|e| {
+            let part = match e.part {
+                TlsPart::Certificate => "Certificate",
+                TlsPart::Key => "Key",
+            };
+            crate::config::ConfigError::new(format!("Listen[{i}].{part}"), e.message)
+        })
+}
+
+/// `config` offering by ALPN only what `protocols` serves.
+fn with_alpn(
+    config: Arc<rustls::ServerConfig>,
+    protocols: ListenProtocols,
+) -> Arc<rustls::ServerConfig> {
+    let alpn: &[&[u8]] = match protocols {
+        ListenProtocols::Http1AndHttp2 => return config,
+        ListenProtocols::Http1 => &[b"http/1.1"],
+        ListenProtocols::Http2 => &[b"h2"],
+    };
+    let mut config = Arc::unwrap_or_clone(config);
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
 }
 
 /// Completes on Ctrl-C or SIGTERM: the `shutdown` future to give
