@@ -129,6 +129,7 @@ fn bare_object_parses_like_the_wrapped_one() {
     let doc: serde_json::Value = serde_json::from_str(&text).expect("fixture is JSON");
     let mut bare = doc["ReverseProxy"].clone();
     bare["Listen"] = doc["Listen"].clone();
+    bare["AllowedHosts"] = doc["AllowedHosts"].clone();
     let bare = parse(&bare.to_string(), Format::Json).expect("bare object parses");
     assert_eq!(bare, load_fixture("appsettings.json"));
 }
@@ -146,8 +147,8 @@ fn bare_and_wrapped_toml_agree() {
 #[test]
 fn wrapped_shape_ignores_other_top_level_keys() {
     let config = parse(
-        r#"{ "Logging": { "LogLevel": { "Default": "Debug" } }, "AllowedHosts": "*",
-             "Kestrel": { "Endpoints": {} }, "ReverseProxy": {} }"#,
+        r#"{ "Logging": { "LogLevel": { "Default": "Debug" } }, "Other": { "X": 1 },
+             "Kestrel": { "Endpoints": {}, "AddServerHeader": false }, "ReverseProxy": {} }"#,
         Format::Json,
     )
     .expect("parses");

@@ -424,3 +424,69 @@ async fn no_route_is_404() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     f.proxy.shutdown().await;
 }
+
+/// ASP.NET's host filtering (`AllowedHosts`), before any route: a request naming a host
+/// not listed is answered 400 whatever the routes — over HTTP/1.1 by its `Host`, over
+/// HTTP/2 by its `:authority` — a listed one (any case, any port, subdomains for
+/// `*.`) is routed, and an HTTP/1.0 request naming none is let through, as ASP.NET's
+/// `AllowEmptyHosts`.
+#[tokio::test]
+async fn allowed_hosts_are_filtered_before_routing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = echo_backend().await;
+    let routes = config(
+        &backend.url(),
+        &[("all", r#""Match": { "Path": "/{**rest}" }"#)],
+    );
+    let config = routes.replacen('{', r#"{ "AllowedHosts": "localhost; *.example.com","#, 1);
+    let proxy = proxy(&config).await;
+    let status = |host: &'static str| {
+        let url = proxy.url("/x");
+        async move {
+            h1_client()
+                .get(url)
+                .header("host", host)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(status("localhost").await, StatusCode::OK);
+    assert_eq!(status("LOCALHOST:9999").await, StatusCode::OK);
+    assert_eq!(status("a.b.example.com").await, StatusCode::OK);
+    assert_eq!(status("example.com").await, StatusCode::BAD_REQUEST);
+    assert_eq!(status("evil.test").await, StatusCode::BAD_REQUEST);
+    let port = proxy.addr.port();
+    for (client, url, expected) in [
+        (
+            h2c_client(),
+            format!("http://localhost:{port}/x"),
+            StatusCode::OK,
+        ),
+        (
+            h2c_client(),
+            format!("http://127.0.0.1:{port}/x"),
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        let r = within("the answer", client.get(&url).send()).await.unwrap();
+        assert_eq!(
+            (r.status(), r.version()),
+            (expected, http::Version::HTTP_2),
+            "{url}"
+        );
+    }
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(b"GET /x HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    within("the answer", s.read_to_end(&mut answer))
+        .await
+        .unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200") || answer.starts_with(b"HTTP/1.0 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    proxy.shutdown().await;
+}

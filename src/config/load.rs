@@ -4,10 +4,10 @@
 //! file works unchanged:
 //!
 //! * Two shapes: YARP's `appsettings.json`, where the proxy object is under
-//!   `ReverseProxy` and other top-level keys (`Logging`, `AllowedHosts`, ...) are
+//!   `ReverseProxy` and other top-level keys (`Logging`, ...) are
 //!   ignored, with a top-level `Listen` and `Kestrel.Endpoints.*.Url` read as listeners
-//!   and `Kestrel.Limits` as the server's limits; or the bare proxy object (`Listen`,
-//!   `Routes`, `Clusters`, `Limits`).
+//!   and `Kestrel.Limits` as the server's limits, `AllowedHosts` as the host filter; or
+//!   the bare proxy object (`Listen`, `Routes`, `Clusters`, `Limits`, `AllowedHosts`).
 //! * JSON may have `//` and `/* */` comments and trailing commas (as .NET's reader
 //!   allows; `#` line comments are skipped too).
 //! * Keys match ignoring case and scalars convert from strings, as .NET's binder does
@@ -88,6 +88,8 @@ struct Document {
     #[serde(default)]
     listen: Vec<ListenConfig>,
     #[serde(default)]
+    allowed_hosts: Option<String>,
+    #[serde(default)]
     kestrel: Kestrel,
 }
 
@@ -145,6 +147,16 @@ impl Document {
         if !listen.is_empty() {
             let inner = std::mem::replace(&mut config.listen, listen);
             config.listen.extend(inner);
+        }
+        if let Some(hosts) = self.allowed_hosts {
+            if config.allowed_hosts.is_some() {
+                return Err(ConfigError::new(
+                    "AllowedHosts",
+                    "the allowed hosts are set in `ReverseProxy.AllowedHosts` too: set them \
+                     in one place",
+                ));
+            }
+            config.allowed_hosts = Some(hosts);
         }
         if !self.kestrel.limits.is_empty() {
             let mut errors = ConfigErrors::default();
@@ -692,6 +704,30 @@ mod tests {
             ),
         ] {
             assert_eq!(first_error(text, Format::Json).path, path, "{text}");
+        }
+    }
+
+    /// ASP.NET's `AllowedHosts` at the top of a YARP file (as its template has it), or in
+    /// the bare shape; validated where it was written.
+    #[test]
+    fn allowed_hosts_are_read_in_either_shape() {
+        let yarp = parse(
+            r#"{ "AllowedHosts": "*", "ReverseProxy": {} }"#,
+            Format::Json,
+        )
+        .unwrap();
+        assert_eq!(yarp.allowed_hosts.as_deref(), Some("*"));
+        let bare = parse("AllowedHosts = \"a.com;*.b.com\"\n", Format::Toml).unwrap();
+        assert_eq!(bare.allowed_hosts.as_deref(), Some("a.com;*.b.com"));
+        for text in [
+            r#"{ "AllowedHosts": "a.com:80", "ReverseProxy": {} }"#,
+            r#"{ "AllowedHosts": "a.com", "ReverseProxy": { "AllowedHosts": "b.com" } }"#,
+        ] {
+            assert_eq!(
+                first_error(text, Format::Json).path,
+                "AllowedHosts",
+                "{text}"
+            );
         }
     }
 

@@ -27,6 +27,11 @@ pub struct ProxyConfig {
     /// Clusters by id.
     #[serde(default)]
     pub clusters: BTreeMap<String, ClusterConfig>,
+    /// ASP.NET's host filtering: the hosts requests may name, separated by `;`
+    /// (`example.com;*.example.org`, without ports; `*`: any). A request naming another
+    /// is answered 400. The top-level `AllowedHosts` of a YARP `appsettings.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<String>,
     /// The server's limits, with Kestrel's keys (`Kestrel.Limits` in a YARP
     /// `appsettings.json`).
     #[serde(default, skip_serializing_if = "ServerLimits::is_empty")]

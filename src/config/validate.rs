@@ -47,6 +47,11 @@ impl ProxyConfig {
             check_cluster(id, cluster, &mut errors);
         }
         check_limits(&self.limits, "Limits", &mut errors);
+        if let Some(hosts) = &self.allowed_hosts {
+            if let Err(e) = crate::routing::AllowedHosts::parse(hosts) {
+                errors.push("AllowedHosts", e);
+            }
+        }
         errors.into_result()
     }
 }

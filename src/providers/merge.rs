@@ -8,7 +8,7 @@ use crate::config::{ConfigErrors, ProxyConfig};
 /// One configuration of several: `parts` are `(source, configuration)` pairs. Routes and
 /// clusters are put together, an id defined in two sources being an error that names
 /// both (at the path of the second); listeners are taken in order; the server's limits
-/// may come from one source only. The result is not
+/// and the allowed hosts may come from one source only. The result is not
 /// validated here (a [`ProxyState`](crate::state::ProxyState) validates it whole).
 ///
 /// ```
@@ -34,9 +34,21 @@ pub fn merge(parts: &[(&str, &ProxyConfig)]) -> Result<ProxyConfig, ConfigErrors
     let mut errors = ConfigErrors::default();
     let mut route_sources = BTreeMap::new();
     let mut cluster_sources = BTreeMap::new();
-    let mut limits_source = None;
+    let (mut limits_source, mut hosts_source) = (None, None);
     for &(source, config) in parts {
         merged.listen.extend(config.listen.iter().cloned());
+        if let Some(hosts) = &config.allowed_hosts {
+            match hosts_source {
+                None => {
+                    hosts_source = Some(source);
+                    merged.allowed_hosts = Some(hosts.clone());
+                }
+                Some(first) => errors.push(
+                    "AllowedHosts",
+                    format!("the allowed hosts are set by both {first} and {source}"),
+                ),
+            }
+        }
         if !config.limits.is_empty() {
             match limits_source {
                 None => {

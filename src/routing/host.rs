@@ -219,10 +219,103 @@ fn parse_host_header(value: &[u8]) -> Option<(&[u8], Option<u16>)> {
     Some((host, port))
 }
 
+/// ASP.NET's host filtering (`AllowedHosts`): the hosts requests may name, by name
+/// only (the port is not looked at). `None` from [`AllowedHosts::parse`] when every
+/// host is allowed.
+#[derive(Debug, Clone)]
+pub(crate) struct AllowedHosts {
+    /// Exact names and `*.suffix` patterns (never [`HostName::Any`]).
+    names: Vec<HostName>,
+}
+
+impl AllowedHosts {
+    /// Parse `AllowedHosts`: names separated by `;` (`example.com;*.example.org;[::1]`),
+    /// without ports; `*` among them (or none at all) allows every host.
+    pub(crate) fn parse(list: &str) -> Result<Option<AllowedHosts>, String> {
+        let mut names = Vec::new();
+        for entry in list.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+            if entry == "*" {
+                return Ok(None);
+            }
+            let pattern = HostPattern::parse(entry)?;
+            if pattern.port.is_some() || entry.ends_with(":*") {
+                return Err(format!(
+                    "`{entry}`: AllowedHosts names hosts without a port (as ASP.NET takes them)"
+                ));
+            }
+            names.push(pattern.name);
+        }
+        Ok((!names.is_empty()).then_some(AllowedHosts { names }))
+    }
+
+    /// Whether a request to `uri` with `headers` may be served: its host (the URI's
+    /// authority, else its `Host` field) is one of the names; a request naming no host
+    /// (HTTP/1.0) may, as ASP.NET's `AllowEmptyHosts`; a malformed `Host` may not.
+    pub(crate) fn admit(&self, uri: &Uri, headers: &HeaderMap) -> bool {
+        let host = match uri.authority() {
+            Some(authority) => authority.host().as_bytes(),
+            None => match crate::forwarding::headers::get_few(headers, &http::header::HOST) {
+                None => return true,
+                Some(value) => match parse_host_header(value.as_bytes()) {
+                    Some((host, _)) => host,
+                    None => return false,
+                },
+            },
+        };
+        let host = host.strip_suffix(b".").unwrap_or(host);
+        self.names.iter().any(|name| match name {
+            HostName::Exact(exact) => host.eq_ignore_ascii_case(exact),
+            HostName::Wildcard(suffix) => {
+                host.len() > suffix.len() + 1
+                    && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                    && host[host.len() - suffix.len() - 1] == b'.'
+            }
+            HostName::Any => true,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    #[test]
+    fn allowed_hosts_as_aspnet_filters_them() {
+        let allowed = AllowedHosts::parse(" example.com; *.example.org;[::1];")
+            .unwrap()
+            .unwrap();
+        let admit = |uri: &str, host: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(host) = host {
+                headers.insert(http::header::HOST, HeaderValue::from_str(host).unwrap());
+            }
+            allowed.admit(&uri.parse().unwrap(), &headers)
+        };
+        assert!(admit("/", Some("example.com")));
+        assert!(admit("/", Some("EXAMPLE.com.:8080")));
+        assert!(admit("/", Some("a.b.example.org")));
+        assert!(admit("/", Some("[::1]:80")));
+        assert!(admit("http://www.example.org/x", None));
+        assert!(admit("/", None), "no host: allowed, as AllowEmptyHosts");
+        assert!(
+            !admit("/", Some("example.org")),
+            "a wildcard is for subdomains"
+        );
+        assert!(!admit("/", Some("example.com.evil")));
+        assert!(!admit("/", Some("xexample.org")));
+        assert!(!admit("/", Some("example.com:x")), "malformed");
+        assert!(
+            !admit("http://other.com/", Some("example.com")),
+            "the authority counts"
+        );
+        assert!(AllowedHosts::parse("*").unwrap().is_none());
+        assert!(AllowedHosts::parse("a.com;*").unwrap().is_none());
+        assert!(AllowedHosts::parse("").unwrap().is_none());
+        for bad in ["a.com:80", "*:8080", "a*.com", "[::1"] {
+            assert!(AllowedHosts::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     fn pattern(s: &str) -> HostPattern {
         HostPattern::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))

@@ -125,6 +125,7 @@ mod values;
 mod tests;
 
 pub use capture::{RouteValues, RouteValuesCapture};
+pub(crate) use host::AllowedHosts;
 pub use table::RouteTable;
 mod stage;
 pub use stage::Routing;

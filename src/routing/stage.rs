@@ -9,8 +9,8 @@ use crate::request::{ProxyResponse, RouteContext, Routed};
 use crate::stage::{ByRef, Stage};
 use crate::state::ProxyState;
 
-/// Finds the route for a request in the current snapshot. More than one `Host` header:
-/// 400. No route: 404. The route's [named policies](crate::policy) run next (and may
+/// Finds the route for a request in the current snapshot. More than one `Host` header,
+/// or a host the configuration's `AllowedHosts` does not name: 400. No route: 404. The route's [named policies](crate::policy) run next (and may
 /// answer: the answer is attributed to the route and its cluster, for telemetry). A
 /// route whose cluster does not exist: 503. The request continues with the cluster's
 /// available destinations as candidates (possibly none: load balancing answers 503
@@ -41,11 +41,13 @@ impl<B: 'static> ByRef<Request<B>> for Routing {
             return Err(ProxyResponse::status(StatusCode::BAD_REQUEST));
         }
         let snapshot = self.state.snapshot();
-        let Some(route) =
-            snapshot
-                .route_table()
-                .find(request.method(), request.uri(), request.headers())
-        else {
+        let table = snapshot.route_table();
+        // ASP.NET's host filtering (`AllowedHosts`), before any route is looked at.
+        if !table.admits(request.uri(), request.headers()) {
+            std::hint::cold_path();
+            return Err(ProxyResponse::status(StatusCode::BAD_REQUEST));
+        }
+        let Some(route) = table.find(request.method(), request.uri(), request.headers()) else {
             return Err(ProxyResponse::status(StatusCode::NOT_FOUND));
         };
         let matched = &snapshot.routes()[route];

@@ -11,7 +11,7 @@ use super::method::MethodSet;
 use super::path::RequestPath;
 use super::route::CompiledRoute;
 use super::trie::{Best, Entry, Node};
-use crate::config::{ConfigErrors, RouteConfig};
+use crate::config::{ConfigError, ConfigErrors, RouteConfig};
 
 /// Routes compiled into a matcher.
 ///
@@ -29,6 +29,8 @@ pub struct RouteTable {
     /// Whether any route names a host or a port: if none does, the request's host is
     /// never looked at.
     uses_host: bool,
+    /// The configuration's `AllowedHosts` (`None`: any host).
+    allowed: Option<super::AllowedHosts>,
 }
 
 impl fmt::Debug for RouteTable {
@@ -42,6 +44,15 @@ impl fmt::Debug for RouteTable {
 }
 
 impl RouteTable {
+    /// Whether a request to `uri` with `headers` names a host the configuration's
+    /// `AllowedHosts` allows (any, when it sets none).
+    #[inline]
+    pub fn admits(&self, uri: &http::Uri, headers: &http::HeaderMap) -> bool {
+        self.allowed
+            .as_ref()
+            .is_none_or(|allowed| allowed.admit(uri, headers))
+    }
+
     /// Compile routes; a route's index is its position in `routes`.
     ///
     /// Every invalid route is reported (with the dotted path of the offending field,
@@ -97,6 +108,7 @@ impl RouteTable {
             wildcard: FxHashMap::default(),
             any: Node::default(),
             uses_host: routes.iter().any(|r| !r.hosts().is_empty()),
+            allowed: None,
         };
         for (rank, (_, index, host)) in keyed.into_iter().enumerate() {
             let route = &routes[index];
@@ -184,9 +196,12 @@ impl crate::state::SnapshotData for RouteTable {
         _previous: Option<&Self>,
     ) -> Result<Option<Self>, ConfigErrors> {
         let routes = source.config.routes.iter();
-        Ok(Some(RouteTable::build(
-            routes.map(|(id, route)| (id.as_str(), route)),
-        )?))
+        let mut table = RouteTable::build(routes.map(|(id, route)| (id.as_str(), route)))?;
+        if let Some(hosts) = &source.config.allowed_hosts {
+            table.allowed = super::AllowedHosts::parse(hosts)
+                .map_err(|e| ConfigErrors::from(ConfigError::new("AllowedHosts", e)))?;
+        }
+        Ok(Some(table))
     }
 }
 
