@@ -676,6 +676,37 @@ fn kestrel_endpoints_become_listeners() {
         listen(&https).unwrap(),
         [("127.0.0.1:5443".to_string(), true)]
     );
+    // An `https` endpoint without a certificate of its own takes
+    // `Kestrel.Certificates.Default`; an `http` one does not.
+    let defaulted = parse(
+        &format!(
+            r#"{{"Kestrel": {{
+                "Certificates": {{"Default": {{"Path": "{}", "KeyPath": "{}"}}}},
+                "Endpoints": {{"S": {{"Url": "https://127.0.0.1:5443"}}, "P": {{"Url": "http://127.0.0.1:5080"}}}}
+            }}, "ReverseProxy": {{}}}}"#,
+            dir.join("c.pem").display(),
+            dir.join("k.pem").display()
+        ),
+        Format::Json,
+    )
+    .unwrap();
+    let files: Vec<_> = defaulted
+        .listen
+        .iter()
+        .map(|l| {
+            (
+                l.address().to_string(),
+                l.tls_files().map(|(c, _)| c.to_path_buf()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        files,
+        [
+            ("127.0.0.1:5080".to_string(), None),
+            ("127.0.0.1:5443".to_string(), Some(dir.join("c.pem"))),
+        ]
+    );
     std::fs::remove_dir_all(&dir).ok();
     let err = listen(r#"{"S": {"Url": "https://127.0.0.1:5443"}}"#).unwrap_err();
     assert_eq!(err.0[0].path, "Kestrel.Endpoints.S.Certificate");

@@ -104,6 +104,17 @@ struct Kestrel {
     limits: ServerLimits,
     #[serde(default)]
     endpoint_defaults: KestrelEndpointDefaults,
+    #[serde(default)]
+    certificates: KestrelCertificates,
+}
+
+/// `Kestrel.Certificates`: its `Default`, the certificate of `https` endpoints that name
+/// none.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct KestrelCertificates {
+    #[serde(default)]
+    default: Option<KestrelCertificate>,
 }
 
 /// `Kestrel.EndpointDefaults`: what its endpoints have unless they say otherwise (its
@@ -126,8 +137,8 @@ struct KestrelEndpoint {
     certificate: Option<KestrelCertificate>,
 }
 
-/// `Kestrel.Endpoints.<name>.Certificate`: PEM files.
-#[derive(Deserialize)]
+/// `Kestrel.Endpoints.<name>.Certificate` (or `Kestrel.Certificates.Default`): PEM files.
+#[derive(Deserialize, Clone)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 struct KestrelCertificate {
     path: String,
@@ -137,12 +148,13 @@ struct KestrelCertificate {
 
 impl Document {
     /// The proxy object, with the top-level listeners first, then Kestrel's endpoints.
-    fn into_config(self) -> Result<ProxyConfig, ConfigError> {
+    fn into_config(mut self) -> Result<ProxyConfig, ConfigError> {
         let mut config = self.reverse_proxy;
         let mut listen = self.listen;
-        for (name, endpoint) in self.kestrel.endpoints {
+        let endpoints = std::mem::take(&mut self.kestrel.endpoints);
+        for (name, endpoint) in endpoints {
             let path = format!("Kestrel.Endpoints.{name}");
-            listen.push(endpoint.listener(&path, &self.kestrel.endpoint_defaults)?);
+            listen.push(endpoint.listener(&path, &self.kestrel)?);
         }
         if !listen.is_empty() {
             let inner = std::mem::replace(&mut config.listen, listen);
@@ -180,11 +192,7 @@ impl KestrelEndpoint {
     /// The listener a Kestrel endpoint URL stands for: `http://localhost:5000` binds
     /// `127.0.0.1:5000`; `*`, `+`, `0.0.0.0` and host names bind every IPv4 address
     /// (`0.0.0.0`); an IP binds itself. The port defaults to 80 (443 for `https`).
-    fn listener(
-        self,
-        path: &str,
-        defaults: &KestrelEndpointDefaults,
-    ) -> Result<ListenConfig, ConfigError> {
+    fn listener(self, path: &str, kestrel: &Kestrel) -> Result<ListenConfig, ConfigError> {
         let url = self.url.trim();
         let bad = |why: &str| ConfigError::new(format!("{path}.Url"), format!("`{url}`: {why}"));
         let (https, rest) = match url.split_once("://") {
@@ -213,7 +221,10 @@ impl KestrelEndpoint {
                 Err(_) => return Err(bad("the host is empty")),
             },
         };
-        let protocols = match self.protocols.or(defaults.protocols.clone()) {
+        let protocols = match self
+            .protocols
+            .or_else(|| kestrel.endpoint_defaults.protocols.clone())
+        {
             Some(protocols) => {
                 let parsed = super::validate::check_protocols(&protocols)
                     .map_err(|e| ConfigError::new(format!("{path}.Protocols"), e))?;
@@ -222,7 +233,11 @@ impl KestrelEndpoint {
             None => None,
         };
         let address = format!("{ip}:{port}");
-        match (https, self.certificate) {
+        let certificate = match self.certificate {
+            None if https => kestrel.certificates.default.clone(),
+            certificate => certificate,
+        };
+        match (https, certificate) {
             (false, None) if protocols.is_none() => Ok(ListenConfig::Address(address)),
             (false, None) => Ok(ListenConfig::Full(ListenEntry {
                 address,
@@ -244,7 +259,8 @@ impl KestrelEndpoint {
             (true, _) => Err(ConfigError::new(
                 format!("{path}.Certificate"),
                 "an `https` endpoint needs `Certificate.Path` and `Certificate.KeyPath` \
-                 (PEM files); fuseway has no development certificate",
+                 (PEM files), its own or `Kestrel.Certificates.Default`; fuseway has no \
+                 development certificate",
             )),
             (false, Some(_)) => Err(ConfigError::new(
                 format!("{path}.Certificate"),
