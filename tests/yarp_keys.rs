@@ -32,6 +32,7 @@ const FULL: &str = r#"{
     "Destinations": { "d": { "Address": "http://127.0.0.1:1" } }
   } },
   "Limits": {
+    "MaxRequestBodySize": 1,
     "MinRequestBodyDataRate": { "BytesPerSecond": 1, "GracePeriod": "00:00:05" },
     "MinResponseDataRate": { "BytesPerSecond": 1, "GracePeriod": "00:00:05" },
     "Http2": {}

@@ -45,7 +45,11 @@ pub struct ServerLimits {
     pub max_concurrent_connections: Option<u64>,
     /// The request body limit of routes that set none (Kestrel's default 30 000 000
     /// bytes); `null`: none. A route's `MaxRequestBodySize` overrides it, as in YARP.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_request_body_size: Option<Option<u64>>,
     /// How long an idle client connection is kept for its next request, HTTP/1.1 and
     /// HTTP/2 (`--keep-alive-timeout`; 130 s).
@@ -64,11 +68,19 @@ pub struct ServerLimits {
     pub max_request_headers_total_size: Option<u64>,
     /// The slowest a request body may arrive (`--min-request-body-rate`; 240 bytes a
     /// second after 5 s); `null`: no minimum.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub min_request_body_data_rate: Option<Option<DataRate>>,
     /// The slowest a client may take a response (`--min-response-rate`; 240 bytes a
     /// second after 5 s); `null`: no minimum.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub min_response_data_rate: Option<Option<DataRate>>,
     /// HTTP/2's limits.
     #[serde(default)]
@@ -149,7 +161,8 @@ impl<'de> Deserialize<'de> for Ignored {
     }
 }
 
-/// A key that may be `null` (`Some(None)`) as well as absent (`None`).
+/// A key that may be `null` (`Some(None)`) as well as absent (`None`); written only when
+/// set, so that the two stay apart when a configuration is written out and read back.
 fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<Option<T>>, D::Error> {
