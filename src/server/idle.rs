@@ -44,8 +44,8 @@ pub(crate) struct Activity {
     idle_since: AtomicU64,
     /// When the first byte read after that came, the same way (0: none yet).
     head_since: AtomicU64,
-    /// `head_since` was just stamped: the timer is to be set anew (its deadline may be
-    /// sooner now).
+    /// `head_since` was just stamped, or the connection became idle: the timer is to be
+    /// set anew (its deadline may be sooner now).
     rearm: AtomicBool,
     origin: Instant,
 }
@@ -125,11 +125,17 @@ impl Drop for Busy {
     fn drop(&mut self) {
         let activity = &self.0;
         // Stamp first: the timer reads the count, then the stamp.
-        if activity.in_flight.load(Ordering::Relaxed) == 1 {
+        let last = activity.in_flight.load(Ordering::Relaxed) == 1;
+        if last {
             let stamp = activity.stamp(crate::clock::now());
             activity.idle_since.store(stamp, Ordering::Release);
         }
         activity.in_flight.fetch_sub(1, Ordering::Release);
+        if last {
+            // Idle now: the keep-alive timeout may end sooner than the timer's moment
+            // (a keep-alive timeout shorter than the header read timeout).
+            activity.rearm.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -340,5 +346,34 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(handle.await.unwrap().is_none(), "closed once idle too long");
         drop(tx);
+    }
+
+    /// A keep-alive timeout shorter than the header read timeout closes an idle
+    /// connection on time: its request's end (in the connection's poll, as a response
+    /// body's end is) sets the timer anew. Before, the timer waited for the header read
+    /// timeout's moment.
+    #[tokio::test(start_paused = true)]
+    async fn a_keep_alive_shorter_than_the_header_timeout_closes_on_time() {
+        let (header, keep_alive) = (Duration::from_secs(30), Duration::from_secs(5));
+        let activity = Activity::new();
+        let mut busy = Some(activity.enter());
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let connection = std::future::poll_fn(move |cx| {
+            if busy.is_some() && Pin::new(&mut rx).poll(cx).is_ready() {
+                busy = None;
+            }
+            Poll::<()>::Pending
+        });
+        let handle = tokio::spawn(IdleLimited::new(connection, activity, header, keep_alive));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        tx.send(()).unwrap();
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(
+            !handle.is_finished(),
+            "idle for less than the keep-alive timeout"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(handle.is_finished(), "closed after the keep-alive timeout");
+        assert!(handle.await.unwrap().is_none());
     }
 }
