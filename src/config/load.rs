@@ -93,8 +93,9 @@ struct Document {
     kestrel: Kestrel,
 }
 
-/// The parts of ASP.NET's `Kestrel` section fuseway reads: its endpoints (and their
-/// defaults' `Protocols`) and its limits. Kestrel's other settings are not read.
+/// The parts of ASP.NET's `Kestrel` section fuseway reads: its endpoints (with their
+/// defaults' `Protocols` and the default certificate) and its limits. Kestrel's other
+/// settings are not read.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
 struct Kestrel {

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use super::duration::ConfigDuration;
 use super::ServerLimits;
 
-/// A whole proxy configuration: listeners, routes, clusters and the server's limits.
+/// A whole proxy configuration: listeners, routes, clusters, the allowed hosts and the
+/// server's limits.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 #[non_exhaustive]
