@@ -721,6 +721,37 @@ fn kestrel_endpoints_become_listeners() {
     );
 }
 
+/// ASP.NET's `Urls` (`;`-separated) are listeners when `Kestrel.Endpoints` names none,
+/// as ASP.NET binds them; Kestrel's endpoints take precedence over them.
+#[test]
+fn urls_are_listeners_unless_kestrel_has_endpoints() {
+    let listen = |text: &str| {
+        parse(text, Format::Json).map(|c| {
+            c.listen
+                .iter()
+                .map(|l| l.address().to_string())
+                .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(
+        listen(r#"{"Urls": "http://localhost:5000; http://*:5001", "ReverseProxy": {}}"#).unwrap(),
+        ["127.0.0.1:5000", "0.0.0.0:5001"]
+    );
+    assert_eq!(
+        listen(
+            r#"{"Urls": "http://localhost:5000",
+                "Kestrel": {"Endpoints": {"A": {"Url": "http://127.0.0.1:6000"}}},
+                "ReverseProxy": {}}"#
+        )
+        .unwrap(),
+        ["127.0.0.1:6000"]
+    );
+    let err =
+        listen(r#"{"Urls": "http://localhost:5000;https://localhost:5001", "ReverseProxy": {}}"#)
+            .unwrap_err();
+    assert_eq!(err.0[0].path, "Urls[1].Certificate");
+}
+
 /// Kestrel's `Protocols` (an endpoint's, else `EndpointDefaults`'), and fuseway's own
 /// `Listen[].Protocols`: what each listener serves; names in any case.
 #[test]

@@ -4,9 +4,9 @@
 //! file works unchanged:
 //!
 //! * Two shapes: YARP's `appsettings.json`, where the proxy object is under
-//!   `ReverseProxy` and other top-level keys (`Logging`, ...) are
-//!   ignored, with a top-level `Listen` and `Kestrel.Endpoints.*.Url` read as listeners
-//!   and `Kestrel.Limits` as the server's limits, `AllowedHosts` as the host filter; or
+//!   `ReverseProxy` and other top-level keys (`Logging`, ...) are ignored, with a
+//!   top-level `Listen` and `Kestrel.Endpoints.*.Url` (else `Urls`) read as listeners,
+//!   `Kestrel.Limits` as the server's limits and `AllowedHosts` as the host filter; or
 //!   the bare proxy object (`Listen`, `Routes`, `Clusters`, `Limits`, `AllowedHosts`).
 //! * JSON may have `//` and `/* */` comments and trailing commas (as .NET's reader
 //!   allows; `#` line comments are skipped too).
@@ -89,6 +89,9 @@ struct Document {
     listen: Vec<ListenConfig>,
     #[serde(default)]
     allowed_hosts: Option<String>,
+    /// ASP.NET's `Urls`: listeners when `Kestrel.Endpoints` names none.
+    #[serde(default)]
+    urls: Option<String>,
     #[serde(default)]
     kestrel: Kestrel,
 }
@@ -153,6 +156,23 @@ impl Document {
         let mut config = self.reverse_proxy;
         let mut listen = self.listen;
         let endpoints = std::mem::take(&mut self.kestrel.endpoints);
+        let urls = self.urls.take().unwrap_or_default();
+        if endpoints.is_empty() {
+            // As ASP.NET: `Urls` binds when Kestrel's own endpoints name none.
+            for (i, url) in urls
+                .split(';')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .enumerate()
+            {
+                let endpoint = KestrelEndpoint {
+                    url: url.to_string(),
+                    protocols: None,
+                    certificate: None,
+                };
+                listen.push(endpoint.listener(&format!("Urls[{i}]"), &self.kestrel)?);
+            }
+        }
         for (name, endpoint) in endpoints {
             let path = format!("Kestrel.Endpoints.{name}");
             listen.push(endpoint.listener(&path, &self.kestrel)?);
