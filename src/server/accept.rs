@@ -398,7 +398,7 @@ pub(super) async fn accept_loop<S>(
                                 _ => Protocol::Http1,
                             };
                             if !serves(protocols, protocol) {
-                                tracing::debug!(%remote, "no ALPN on a listener serving only HTTP/2; closing");
+                                tracing::debug!(%remote, "HTTP/2 was not negotiated on an HTTP/2-only listener (as Kestrel, closing)");
                                 return None;
                             }
                             Some((stream, protocol, drain))
