@@ -537,3 +537,29 @@ async fn kestrel_limits_in_appsettings_are_applied() {
         child.start_kill().unwrap();
     }
 }
+
+/// A YARP container's `ASPNETCORE_URLS` is where fuseway listens (the file naming no
+/// listener), as ASP.NET binds it.
+#[tokio::test]
+async fn aspnetcore_urls_in_the_environment_is_where_it_listens() {
+    let backend = common::echo_backend().await;
+    let dir = TempDir::new("cli-aspnetcore-urls");
+    let file = dir.write(
+        "appsettings.json",
+        &format!(
+            r#"{{ "ReverseProxy": {} }}"#,
+            common::simple_config(&[("d", &backend.url())], "")
+        ),
+    );
+    let (mut child, addr) =
+        start_with(&file, &[], &[("ASPNETCORE_URLS", "http://127.0.0.1:0")]).await;
+    assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+    let r = h1_client()
+        .get(format!("http://{addr}/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "GET /x");
+    child.start_kill().unwrap();
+}

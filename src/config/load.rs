@@ -379,16 +379,48 @@ pub fn load_file_with_overrides(
 }
 
 /// The environment variables that override configuration keys, .NET style: those whose
-/// name is `ReverseProxy__...`, `Kestrel__...` or `Listen__...` (any case), in name order.
+/// name is `ReverseProxy__...`, `Kestrel__...` or `Listen__...` (any case), in name order;
+/// then ASP.NET's `ASPNETCORE_URLS`, else `ASPNETCORE_HTTP_PORTS` (`8080;8081`: every
+/// address), as the top-level `Urls` (listeners when `Kestrel.Endpoints` names none), as
+/// a YARP container has them.
 pub fn env_overrides() -> Vec<(String, String)> {
-    let mut vars: Vec<(String, String)> = std::env::vars_os()
+    let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    overrides_of(&env)
+}
+
+/// [`env_overrides`] of the variables `env`.
+fn overrides_of(env: &[(String, String)]) -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = env
+        .iter()
         .filter(|(k, _)| {
             k.split_once("__")
                 .is_some_and(|(first, _)| OVERRIDABLE.iter().any(|s| s.eq_ignore_ascii_case(first)))
         })
+        .cloned()
         .collect();
     vars.sort();
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.trim())
+            .filter(|v| !v.is_empty())
+    };
+    let urls = var("ASPNETCORE_URLS").map(str::to_string).or_else(|| {
+        var("ASPNETCORE_HTTP_PORTS").map(|ports| {
+            ports
+                .split(';')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|port| format!("http://*:{port}"))
+                .collect::<Vec<_>>()
+                .join(";")
+        })
+    });
+    if let Some(urls) = urls {
+        vars.push(("Urls".to_string(), urls));
+    }
     vars
 }
 
@@ -766,6 +798,41 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    /// ASP.NET's `ASPNETCORE_URLS` (else `ASPNETCORE_HTTP_PORTS`) set the top-level
+    /// `Urls`, after the section overrides; the listeners they name, unless Kestrel has
+    /// endpoints.
+    #[test]
+    fn aspnetcore_urls_and_ports_become_urls() {
+        let env = |vars: &[(&str, &str)]| {
+            vars.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let listen = |overrides: &[(String, String)]| {
+            parse_with_overrides(
+                r#"{ "Urls": "http://localhost:1", "ReverseProxy": {} }"#,
+                Format::Json,
+                overrides,
+            )
+            .unwrap()
+            .listen
+            .iter()
+            .map(|l| l.address().to_string())
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(listen(&overrides_of(&[])), ["127.0.0.1:1"]);
+        let urls = overrides_of(&env(&[
+            ("ASPNETCORE_URLS", "http://127.0.0.1:5000;http://+:5001"),
+            ("ASPNETCORE_HTTP_PORTS", "9"),
+            ("Kestrel__Limits__MaxRequestBodySize", "5"),
+            ("PATH", "/bin"),
+        ]));
+        assert_eq!(urls.len(), 2, "{urls:?}");
+        assert_eq!(listen(&urls), ["127.0.0.1:5000", "0.0.0.0:5001"]);
+        let ports = overrides_of(&env(&[("ASPNETCORE_HTTP_PORTS", "8080; 8081")]));
+        assert_eq!(listen(&ports), ["0.0.0.0:8080", "0.0.0.0:8081"]);
     }
 
     #[test]
