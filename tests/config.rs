@@ -847,3 +847,14 @@ fn yarp_keys_fuseway_cannot_honour_are_refused_with_what_is_supported() {
         parse(&cluster(extra), Format::Json).unwrap_or_else(|e| panic!("{extra}: {e}"));
     }
 }
+
+/// An `AllowedHosts` the state cannot take is one error, at its key — validation and
+/// the route table (which compiles the list) do not both report it.
+#[test]
+fn a_bad_allowed_hosts_is_reported_once_by_the_state() {
+    let mut config = parse("{}", Format::Json).unwrap();
+    config.allowed_hosts = Some("a.com:80".to_string());
+    let errors = fuseway::state::ProxyState::new(config).unwrap_err();
+    assert_eq!(errors.0.len(), 1, "{errors}");
+    assert_eq!(errors.0[0].path, "AllowedHosts");
+}

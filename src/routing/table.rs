@@ -11,7 +11,7 @@ use super::method::MethodSet;
 use super::path::RequestPath;
 use super::route::CompiledRoute;
 use super::trie::{Best, Entry, Node};
-use crate::config::{ConfigError, ConfigErrors, RouteConfig};
+use crate::config::{ConfigErrors, RouteConfig};
 
 /// Routes compiled into a matcher.
 ///
@@ -197,10 +197,12 @@ impl crate::state::SnapshotData for RouteTable {
     ) -> Result<Option<Self>, ConfigErrors> {
         let routes = source.config.routes.iter();
         let mut table = RouteTable::build(routes.map(|(id, route)| (id.as_str(), route)))?;
-        if let Some(hosts) = &source.config.allowed_hosts {
-            table.allowed = super::AllowedHosts::parse(hosts)
-                .map_err(|e| ConfigErrors::from(ConfigError::new("AllowedHosts", e)))?;
-        }
+        // A list that does not parse is reported by validation, which runs beside this.
+        table.allowed = source
+            .config
+            .allowed_hosts
+            .as_deref()
+            .and_then(|hosts| super::AllowedHosts::parse(hosts).ok().flatten());
         Ok(Some(table))
     }
 }
