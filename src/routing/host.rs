@@ -163,17 +163,9 @@ impl RequestHost {
     /// header counts as no host: then only routes without hosts can match.
     pub(super) fn from_request(uri: &Uri, headers: &HeaderMap) -> RequestHost {
         let mut out = RequestHost::none();
-        let (host, port) = if let Some(authority) = uri.authority() {
-            (authority.host().as_bytes(), authority.port_u16())
-        } else {
-            match crate::forwarding::headers::get_few(headers, &http::header::HOST)
-                .and_then(|v| parse_host_header(v.as_bytes()))
-            {
-                Some(hp) => hp,
-                None => return out,
-            }
+        let Ok(Some((host, port))) = named_host(uri, headers) else {
+            return out;
         };
-        let host = host.strip_suffix(b".").unwrap_or(host);
         if host.is_empty() {
             return out;
         }
@@ -199,7 +191,26 @@ impl RequestHost {
     }
 }
 
-fn parse_host_header(value: &[u8]) -> Option<(&[u8], Option<u16>)> {
+/// A host as a request names it, and the port it gives.
+type HostPort<'a> = (&'a [u8], Option<u16>);
+
+/// The host a request names — its URI's authority (HTTP/2, absolute form), else its
+/// `Host` field — without a trailing dot, and the port it gives: `Ok(None)` when it
+/// names none, `Err(())` for a malformed `Host`.
+#[inline]
+fn named_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Result<Option<HostPort<'a>>, ()> {
+    let (host, port) = if let Some(authority) = uri.authority() {
+        (authority.host().as_bytes(), authority.port_u16())
+    } else {
+        let Some(value) = crate::forwarding::headers::get_few(headers, &http::header::HOST) else {
+            return Ok(None);
+        };
+        parse_host_header(value.as_bytes()).ok_or(())?
+    };
+    Ok(Some((host.strip_suffix(b".").unwrap_or(host), port)))
+}
+
+fn parse_host_header(value: &[u8]) -> Option<HostPort<'_>> {
     let (host, port) = if value.first() == Some(&b'[') {
         let end = value.iter().position(|&b| b == b']')?;
         (&value[..=end], &value[end + 1..])
@@ -252,17 +263,11 @@ impl AllowedHosts {
     /// authority, else its `Host` field) is one of the names; a request naming no host
     /// (HTTP/1.0) may, as ASP.NET's `AllowEmptyHosts`; a malformed `Host` may not.
     pub(crate) fn admit(&self, uri: &Uri, headers: &HeaderMap) -> bool {
-        let host = match uri.authority() {
-            Some(authority) => authority.host().as_bytes(),
-            None => match crate::forwarding::headers::get_few(headers, &http::header::HOST) {
-                None => return true,
-                Some(value) => match parse_host_header(value.as_bytes()) {
-                    Some((host, _)) => host,
-                    None => return false,
-                },
-            },
+        let host = match named_host(uri, headers) {
+            Ok(Some((host, _))) => host,
+            Ok(None) => return true,
+            Err(()) => return false,
         };
-        let host = host.strip_suffix(b".").unwrap_or(host);
         self.names.iter().any(|name| match name {
             HostName::Exact(exact) => host.eq_ignore_ascii_case(exact),
             HostName::Wildcard(suffix) => {
