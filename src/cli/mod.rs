@@ -200,8 +200,7 @@ fn warn_unapplied(config: &ProxyConfig) {
 
 /// A minimum data rate of `bytes_per_second` with Kestrel's grace period (`None` for 0).
 fn rate(bytes_per_second: u64) -> Option<MinDataRate> {
-    (bytes_per_second > 0)
-        .then(|| MinDataRate::new(bytes_per_second, MinDataRate::default().grace_period))
+    MinDataRate::unless_zero(bytes_per_second, MinDataRate::default().grace_period)
 }
 
 /// A duration argument, written as durations are in the configuration (`500ms`, `30s`,

@@ -95,6 +95,12 @@ impl MinDataRate {
         }
     }
 
+    /// A minimum of `bytes_per_second`, or none for 0 (as the command line and
+    /// `Kestrel.Limits` take 0).
+    pub(crate) fn unless_zero(bytes_per_second: u64, grace_period: Duration) -> Option<Self> {
+        (bytes_per_second > 0).then(|| MinDataRate::new(bytes_per_second, grace_period))
+    }
+
     /// How long `bytes` may take at this rate: the grace period, or longer.
     pub(crate) fn allowance(&self, bytes: u64) -> Duration {
         self.grace_period.max(self.time_for(bytes))
@@ -272,8 +278,7 @@ impl ServerOptions {
             self.max_header_size = size(n);
         }
         let rate = |rate: Option<crate::config::DataRate>| {
-            rate.filter(|r| r.bytes_per_second > 0)
-                .map(|r| MinDataRate::new(r.bytes_per_second, timeout(r.grace_period)))
+            rate.and_then(|r| MinDataRate::unless_zero(r.bytes_per_second, timeout(r.grace_period)))
         };
         if let Some(value) = limits.min_request_body_data_rate {
             self.min_request_body_data_rate = rate(value);
