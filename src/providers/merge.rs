@@ -28,6 +28,9 @@ use crate::config::{ConfigErrors, ProxyConfig};
 /// let limited = parse(r#"{ "Limits": { "MaxRequestBodySize": 1000 } }"#, Format::Json).unwrap();
 /// let errors = merge(&[("d.json", &limited), ("e.json", &limited)]).unwrap_err();
 /// assert_eq!(errors.iter().next().unwrap().path, "Limits");
+/// let hosts = parse(r#"{ "AllowedHosts": "a.com" }"#, Format::Json).unwrap();
+/// let errors = merge(&[("f.json", &hosts), ("g.json", &hosts)]).unwrap_err();
+/// assert_eq!(errors.iter().next().unwrap().path, "AllowedHosts");
 /// ```
 pub fn merge(parts: &[(&str, &ProxyConfig)]) -> Result<ProxyConfig, ConfigErrors> {
     let mut merged = ProxyConfig::default();
@@ -37,29 +40,13 @@ pub fn merge(parts: &[(&str, &ProxyConfig)]) -> Result<ProxyConfig, ConfigErrors
     let (mut limits_source, mut hosts_source) = (None, None);
     for &(source, config) in parts {
         merged.listen.extend(config.listen.iter().cloned());
-        if let Some(hosts) = &config.allowed_hosts {
-            match hosts_source {
-                None => {
-                    hosts_source = Some(source);
-                    merged.allowed_hosts = Some(hosts.clone());
-                }
-                Some(first) => errors.push(
-                    "AllowedHosts",
-                    format!("the allowed hosts are set by both {first} and {source}"),
-                ),
-            }
+        let once = ("AllowedHosts", "the allowed hosts");
+        if config.allowed_hosts.is_some() && first(&mut hosts_source, source, once, &mut errors) {
+            merged.allowed_hosts = config.allowed_hosts.clone();
         }
-        if !config.limits.is_empty() {
-            match limits_source {
-                None => {
-                    limits_source = Some(source);
-                    merged.limits = config.limits.clone();
-                }
-                Some(first) => errors.push(
-                    "Limits",
-                    format!("the server's limits are set by both {first} and {source}"),
-                ),
-            }
+        let once = ("Limits", "the server's limits");
+        if !config.limits.is_empty() && first(&mut limits_source, source, once, &mut errors) {
+            merged.limits = config.limits.clone();
         }
         put(
             &mut merged.routes,
@@ -77,6 +64,26 @@ pub fn merge(parts: &[(&str, &ProxyConfig)]) -> Result<ProxyConfig, ConfigErrors
         );
     }
     errors.into_result().map(|()| merged)
+}
+
+/// Whether `source` is the first to set a setting one source only may set (`set_by`:
+/// the first one, recorded here); a second is an error at `key` naming both.
+fn first<'a>(
+    set_by: &mut Option<&'a str>,
+    source: &'a str,
+    (key, what): (&str, &str),
+    errors: &mut ConfigErrors,
+) -> bool {
+    match *set_by {
+        None => {
+            *set_by = Some(source);
+            true
+        }
+        Some(first) => {
+            errors.push(key, format!("{what} are set by both {first} and {source}"));
+            false
+        }
+    }
 }
 
 /// Put `items` of `source` into `into`, recording where each id came from in `sources`.
