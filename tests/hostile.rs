@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use fuseway::server::{Http1Engine, MinDataRate, ServerOptions};
+use fuseway::server::{Http1Engine, Http2Engine, MinDataRate, ServerOptions};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -1149,40 +1149,144 @@ async fn a_request_body_slower_than_the_minimum_rate_is_answered_408() {
     g.proxy.shutdown().await;
 }
 
-/// A client that stops reading a response is cut once a write to it has waited past
-/// what the minimum response data rate allows (Kestrel's `MinResponseDataRate`), and the
-/// destination's response is dropped; one that reads on gets all of it. (Native engine;
-/// hyper's keeps no minimum.)
+/// HTTP/2 request bodies are held to the minimum data rate over the connection (as
+/// Kestrel does for HTTP/2: the bytes of its bodies together, against the time their
+/// readers waited for the client): a body that pauses within the grace period is
+/// served; one trickling in slower, or stopping, closes the connection with GOAWAY
+/// (INTERNAL_ERROR) once the waits are past the grace period, and the destination's
+/// request is cancelled. (Native engine; hyper's keeps no minimum rate.)
 #[tokio::test]
-async fn a_client_taking_a_response_slower_than_the_minimum_rate_is_cut() {
-    const SIZE: usize = 24 << 20;
+async fn http2_request_bodies_slower_than_the_minimum_rate_close_the_connection() {
+    let rate = MinDataRate::new(1_000, Duration::from_secs(1));
+    let mut g = Gated::with_options(options().min_request_body_data_rate(Some(rate))).await;
+    let native = Http2Engine::from_env() == Http2Engine::Native;
+    let addr = g.proxy.addr;
+    let post = |path: &str| {
+        Request::post(format!("http://{addr}{path}"))
+            .header("content-length", "1000")
+            .body(())
+            .unwrap()
+    };
+    let connect = || async move {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        (client, tokio::spawn(conn))
+    };
+
+    // 10 of 1 000 bytes, then the rest after a pause within the grace period: served.
+    let (client, conn) = connect().await;
+    let mut client = client.ready().await.unwrap();
+    let (response, mut send) = client.send_request(post("/paused"), false).unwrap();
+    send.send_data(Bytes::from_static(b"0123456789"), false)
+        .unwrap();
+    assert_eq!(g.started().await, "/paused");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    send.send_data(Bytes::from(vec![b'a'; 990]), true).unwrap();
+    let response = within("the paused body's answer", response).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(g.ended().await, ("/paused".to_owned(), true));
+    g.proxy.wait_idle("c", "d").await;
+    g.recorded.1 += 1;
+
+    // Then, on the same connection, a byte every 50 ms (20 bytes a second).
+    let mut client = client.ready().await.unwrap();
+    let (response, mut send) = client.send_request(post("/upload"), false).unwrap();
+    send.send_data(Bytes::from_static(b"0123456789"), false)
+        .unwrap();
+    assert_eq!(g.started().await, "/upload");
+    let started = Instant::now();
+    let trickle = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if send.send_data(Bytes::from_static(b"a"), false).is_err() {
+                break;
+            }
+        }
+    });
+    if native {
+        let ended = within("the connection's end", conn).await.unwrap();
+        let e = ended.expect_err("the connection ended without an error");
+        assert!(e.is_go_away(), "{e:?}");
+        assert_eq!(e.reason(), Some(h2::Reason::INTERNAL_ERROR), "{e:?}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(700),
+            "cut within the grace period"
+        );
+        assert!(within("the response", response).await.is_err());
+    } else {
+        // Past the grace period and then some: hyper's engine still reads it.
+        let got = tokio::time::timeout(Duration::from_secs(2), response).await;
+        assert!(got.is_err(), "answered or reset: {got:?}");
+        conn.abort();
+    }
+    trickle.abort();
+    drop(client);
+    assert_eq!(g.ended().await, ("/upload".to_owned(), false));
+    g.assert_abandoned("an HTTP/2 body below the minimum rate")
+        .await;
+
+    // A body that stops: the connection is woken to close.
+    if native {
+        let (client, conn) = connect().await;
+        let mut client = client.ready().await.unwrap();
+        let (_response, mut send) = client.send_request(post("/stopped"), false).unwrap();
+        send.send_data(Bytes::from_static(b"0123456789"), false)
+            .unwrap();
+        assert_eq!(g.started().await, "/stopped");
+        let e = within("the connection's end", conn)
+            .await
+            .unwrap()
+            .expect_err("the connection ended without an error");
+        assert_eq!(e.reason(), Some(h2::Reason::INTERNAL_ERROR), "{e:?}");
+        assert_eq!(g.ended().await, ("/stopped".to_owned(), false));
+        g.assert_abandoned("an HTTP/2 body that stopped").await;
+    }
+    g.proxy.shutdown().await;
+}
+
+/// The size of `/big`, the answer of [`big_response_backend`].
+const BIG: usize = 24 << 20;
+
+/// A destination answering every request with [`BIG`] bytes, in 64 KiB chunks; it
+/// tells whether each response body was sent to its end when it is dropped.
+async fn big_response_backend() -> (Backend, mpsc::UnboundedReceiver<bool>) {
     const CHUNK: usize = 64 * 1024;
-    /// Tells whether the response body was sent to its end when it is dropped.
     struct Ends(mpsc::UnboundedSender<bool>, bool);
     impl Drop for Ends {
         fn drop(&mut self) {
             let _ = self.0.send(self.1);
         }
     }
-    let (ends_tx, mut ends) = mpsc::unbounded_channel::<bool>();
+    let (ends_tx, ends) = mpsc::unbounded_channel::<bool>();
     let b = backend(move |_req: Request<Incoming>| {
         let ends = Ends(ends_tx.clone(), false);
         async move {
             let chunks = futures_util::stream::unfold((0, ends), |(sent, mut ends)| async move {
-                if sent == SIZE {
+                if sent == BIG {
                     return None;
                 }
                 // The last chunk: hyper may not poll past it, the length being met.
-                ends.1 = sent + CHUNK == SIZE;
+                ends.1 = sent + CHUNK == BIG;
                 let chunk = Frame::data(Bytes::from(vec![b'x'; CHUNK]));
                 Some((Ok::<_, BoxError>(chunk), (sent + CHUNK, ends)))
             });
             let mut response = Response::new(BodyExt::boxed(StreamBody::new(chunks)));
-            response.headers_mut().insert("content-length", SIZE.into());
+            response.headers_mut().insert("content-length", BIG.into());
             response
         }
     })
     .await;
+    (b, ends)
+}
+
+/// A client that stops reading a response is cut once a write to it has waited past
+/// what the minimum response data rate allows (Kestrel's `MinResponseDataRate`), and the
+/// destination's response is dropped; one that reads on gets all of it. (Native engine;
+/// hyper's keeps no minimum.)
+#[tokio::test]
+async fn a_client_taking_a_response_slower_than_the_minimum_rate_is_cut() {
+    const SIZE: usize = BIG;
+    let (b, mut ends) = big_response_backend().await;
     let rate = MinDataRate::new(1_000_000, Duration::from_secs(2));
     let proxy = start(
         &simple_config(&[("d", &b.url())], ""),
@@ -1239,6 +1343,66 @@ async fn a_client_taking_a_response_slower_than_the_minimum_rate_is_cut() {
         assert!(ended.is_err(), "the response ended: {ended:?}");
     }
     drop(s);
+    proxy.shutdown().await;
+}
+
+/// HTTP/2: a client that stops reading its connection is cut once writes to it have
+/// waited past what the minimum response data rate allows (over the connection, as
+/// Kestrel keeps it for HTTP/2), and the destination's response is dropped; one that
+/// reads on gets all of it. (Native engine; hyper's keeps no minimum.)
+#[tokio::test]
+async fn an_http2_client_taking_responses_slower_than_the_minimum_rate_is_cut() {
+    let (b, mut ends) = big_response_backend().await;
+    let rate = MinDataRate::new(1_000_000, Duration::from_secs(2));
+    let proxy = start(
+        &simple_config(&[("d", &b.url())], ""),
+        options().min_response_data_rate(Some(rate)),
+    )
+    .await;
+
+    // A client that reads: the whole body.
+    let body = within("the whole response", async {
+        let r = h2c_client().get(proxy.url("/big")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.bytes().await.unwrap()
+    })
+    .await;
+    assert_eq!(body.len(), BIG);
+    assert!(within("the body's end", ends.recv()).await.unwrap());
+
+    // One that stops reading once the head has come, with a small receive buffer and
+    // windows open wide (flow control does not stop the proxy: the socket does).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(proxy.addr).await.unwrap();
+    let (client, mut conn) = h2::client::Builder::new()
+        .initial_window_size(i32::MAX as u32)
+        .initial_connection_window_size(i32::MAX as u32)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .unwrap();
+    let mut client = client.ready().await.unwrap();
+    let request = Request::get(format!("http://{}/big", proxy.addr))
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    let response = within("the response head", async {
+        tokio::select! {
+            response = response => response.unwrap(),
+            ended = &mut conn => panic!("the connection ended: {ended:?}"),
+        }
+    })
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    // `conn` is no longer polled: nothing more is read.
+    if Http2Engine::from_env() == Http2Engine::Native {
+        let ended = within("the response to be dropped", ends.recv()).await;
+        assert_eq!(ended, Some(false));
+    } else {
+        let ended = tokio::time::timeout(Duration::from_secs(3), ends.recv()).await;
+        assert!(ended.is_err(), "the response ended: {ended:?}");
+    }
+    drop((response, client, conn));
     proxy.shutdown().await;
 }
 

@@ -90,15 +90,15 @@ pub struct Args {
     /// `Kestrel.Limits.KeepAliveTimeout`, else 130s.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub keep_alive_timeout: Option<Duration>,
-    /// The slowest, in bytes a second, an HTTP/1.1 request body may arrive while it is
-    /// waited for, after a grace period of 5 s (Kestrel's `MinRequestBodyDataRate`); a
-    /// slower one is answered 408. 0: no minimum. Default: the configuration's
+    /// The slowest, in bytes a second, a request body may arrive while it is waited
+    /// for, after a grace period of 5 s (Kestrel's `MinRequestBodyDataRate`); a slower
+    /// HTTP/1.1 one is answered 408, an HTTP/2 connection whose bodies together come
+    /// slower is closed. 0: no minimum. Default: the configuration's
     /// `Kestrel.Limits.MinRequestBodyDataRate` (with its grace period), else 240.
     #[arg(long, value_name = "BYTES")]
     pub min_request_body_rate: Option<u64>,
-    /// The slowest, in bytes a second, an HTTP/1.1 client may take a response: a write
-    /// to it that waits longer than 5 s and than its bytes take at this rate closes the
-    /// connection (Kestrel's `MinResponseDataRate`). 0: no minimum. Default: the
+    /// The slowest, in bytes a second, a client may take a response: a write to it that
+    /// waits longer than 5 s and than its bytes take at this rate closes the connection (Kestrel's `MinResponseDataRate`). 0: no minimum. Default: the
     /// configuration's `Kestrel.Limits.MinResponseDataRate`, else 240.
     #[arg(long, value_name = "BYTES")]
     pub min_response_rate: Option<u64>,

@@ -12,6 +12,7 @@ mod linger;
 pub(crate) mod native;
 pub(crate) mod native_h2;
 mod options;
+mod pace;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod replay;
 mod service;
@@ -280,14 +281,14 @@ impl Server {
         self
     }
 
-    /// The slowest an HTTP/1.1 request body may arrive (default 240 bytes a second
+    /// The slowest a request body may arrive (default 240 bytes a second
     /// after 5 s; see [`ServerOptions::min_request_body_data_rate`]).
     pub fn min_request_body_data_rate(mut self, rate: Option<MinDataRate>) -> Server {
         self.options.min_request_body_data_rate = rate;
         self
     }
 
-    /// The slowest an HTTP/1.1 client may take a response (default 240 bytes a second
+    /// The slowest a client may take a response (default 240 bytes a second
     /// after 5 s; see [`ServerOptions::min_response_data_rate`]).
     pub fn min_response_data_rate(mut self, rate: Option<MinDataRate>) -> Server {
         self.options.min_response_data_rate = rate;

@@ -52,15 +52,18 @@ pub struct ServerOptions {
     /// An HTTP/2 connection with no request in flight for this long is closed (default
     /// 130 s, Kestrel's `KeepAliveTimeout`).
     pub http2_idle_timeout: Duration,
-    /// The slowest an HTTP/1.1 request body may arrive while the pipeline waits for it
-    /// (default 240 bytes a second after a 5 s grace period, Kestrel's
-    /// `MinRequestBodyDataRate`; `None`: no minimum). A body below it is answered `408`
-    /// and its connection closed. Applies to the native engine.
+    /// The slowest a request body may arrive while the pipeline waits for it (default
+    /// 240 bytes a second after a 5 s grace period, Kestrel's `MinRequestBodyDataRate`;
+    /// `None`: no minimum). An HTTP/1.1 body below it is answered `408` and its
+    /// connection closed; on HTTP/2 it is kept over a connection's bodies together, as
+    /// Kestrel does, and a connection below it gets GOAWAY (`INTERNAL_ERROR`) and is
+    /// closed. Kept by the native engines.
     pub min_request_body_data_rate: Option<MinDataRate>,
-    /// The slowest an HTTP/1.1 client may take a response (default 240 bytes a second
-    /// with a 5 s grace period, Kestrel's `MinResponseDataRate`; `None`: no minimum):
-    /// a write to the client that waits longer than the grace period and than its bytes
-    /// take at this rate closes the connection. Applies to the native engine.
+    /// The slowest a client may take its responses (default 240 bytes a second with a
+    /// 5 s grace period, Kestrel's `MinResponseDataRate`; `None`: no minimum): a write
+    /// to the client that waits longer than the grace period and than its bytes take
+    /// at this rate closes the connection (on HTTP/2, the connection's writes
+    /// together). Kept by the native engines.
     pub min_response_data_rate: Option<MinDataRate>,
 }
 

@@ -10,14 +10,12 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Frame, SizeHint};
-use tokio::time::Instant;
 
-use crate::server::MinDataRate;
+use crate::server::pace::BodyPace;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -41,45 +39,6 @@ pub(crate) struct State {
     driver: Option<Waker>,
     /// How fast the client sends the body while the reader waits for it.
     pub(crate) pace: BodyPace,
-}
-
-/// How fast a client sends a request body while the pipeline waits for it: the time
-/// spent waiting for the client's bytes and the bytes that came (Kestrel's
-/// `MinRequestBodyDataRate` times the same: not while the reader is not asking).
-#[derive(Debug, Default)]
-pub(crate) struct BodyPace {
-    bytes: u64,
-    waited: Duration,
-    /// A wait for the client, open since then.
-    since: Option<Instant>,
-}
-
-impl BodyPace {
-    /// `n` body bytes came.
-    pub(crate) fn received(&mut self, n: usize) {
-        self.bytes += n as u64;
-    }
-
-    /// The wait open (if any) ends at `now`.
-    pub(crate) fn resume(&mut self, now: Instant) {
-        if let Some(since) = self.since.take() {
-            self.waited += now.saturating_duration_since(since);
-        }
-    }
-
-    /// Waiting for the client from `now`: `None` if the body is already below `rate`
-    /// (of at least a byte a second), else how long this wait may last before it is.
-    pub(crate) fn wait(&mut self, now: Instant, rate: MinDataRate) -> Option<Duration> {
-        // Too slow once the time waited is past the grace period and past the time the
-        // bytes that came are worth at the rate.
-        let allowed = rate.allowance(self.bytes);
-        if self.waited > allowed {
-            return None;
-        }
-        self.since = Some(now);
-        // Looked at again just after the allowance is spent.
-        Some((allowed - self.waited).saturating_add(Duration::from_millis(1)))
-    }
 }
 
 fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
@@ -246,34 +205,5 @@ impl BodyReader {
             Some(n) => SizeHint::with_exact(n),
             None => SizeHint::default(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    #[test]
-    fn a_body_is_too_slow_once_its_waits_pass_the_grace_period_and_its_bytes_worth() {
-        let rate = MinDataRate::new(1_000, 500 * MS);
-        let t0 = Instant::now();
-        let mut pace = BodyPace::default();
-        // Nothing came yet: the grace period, and a millisecond.
-        assert_eq!(pace.wait(t0, rate), Some(501 * MS));
-        pace.resume(t0 + 400 * MS);
-        assert_eq!(pace.wait(t0 + 400 * MS, rate), Some(101 * MS));
-        // Bytes buy time at the rate: 2 000 bytes, 2 s.
-        pace.resume(t0 + 450 * MS);
-        pace.received(2_000);
-        assert_eq!(pace.wait(t0 + 450 * MS, rate), Some(1_551 * MS));
-        // Time when nothing waits for the client does not count: no wait is open.
-        pace.resume(t0 + 900 * MS);
-        pace.resume(t0 + 10_000 * MS);
-        assert_eq!(pace.wait(t0 + 10_000 * MS, rate), Some(1_101 * MS));
-        // Past what the bytes are worth: too slow.
-        pace.resume(t0 + 11_200 * MS);
-        assert_eq!(pace.wait(t0 + 11_200 * MS, rate), None);
     }
 }

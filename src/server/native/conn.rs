@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::server::linger;
+use crate::server::pace::later;
 
 /// What the connection keeps of a request while it is answered.
 pub(super) struct Message {
@@ -41,12 +42,6 @@ struct Closing {
     waits: bool,
     /// Bytes came: the wait for the next one starts again.
     restart: bool,
-}
-
-/// `after` past `at`; a century if that overflows (a rate's allowance can be that long).
-fn later(at: tokio::time::Instant, after: Duration) -> tokio::time::Instant {
-    at.checked_add(after)
-        .unwrap_or_else(|| at + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// The pace of a request body, as [`Conn::pump`] found it.

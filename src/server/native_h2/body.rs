@@ -53,6 +53,11 @@ struct Queue {
     /// The reader has waited for bytes with none queued: the client's
     /// `Expect: 100-continue` is due its `100 Continue`.
     asked: bool,
+    /// The reader waits for bytes now (none queued, the body open).
+    waiting: bool,
+    /// The body is held to the minimum request body data rate: the connection is
+    /// woken whenever its reader starts waiting, to time the wait.
+    paced: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -75,12 +80,16 @@ pub(crate) struct Credit {
     /// The reader has waited for bytes (ever): a client holding its body back for
     /// `100 Continue` gets it now.
     pub(crate) asked: bool,
+    /// A paced body's reader waits for the client's bytes now.
+    pub(crate) waiting: bool,
 }
 
 /// A body's channel: the reading side for the request, the sending side for the
-/// connection.
-pub(crate) fn channel(length: Option<u64>) -> (Sender, RecvBody) {
+/// connection. A `paced` body's waits are told to the connection (see
+/// [`Credit::waiting`]).
+pub(crate) fn channel(length: Option<u64>, paced: bool) -> (Sender, RecvBody) {
     let shared = Arc::new(Shared::default());
+    lock(&shared).paced = paced;
     (
         Sender {
             shared: shared.clone(),
@@ -111,6 +120,7 @@ impl Sender {
             return false;
         }
         q.chunks.push_back(data);
+        q.waiting = false;
         if let Some(w) = q.reader.take() {
             w.wake();
         }
@@ -125,6 +135,7 @@ impl Sender {
             q.trailers = trailers;
             self.shared.check_finished(&q);
         }
+        q.waiting = false;
         if let Some(w) = q.reader.take() {
             w.wake();
         }
@@ -136,6 +147,7 @@ impl Sender {
         if q.state == State::Open {
             q.state = State::Failed(why);
         }
+        q.waiting = false;
         if let Some(w) = q.reader.take() {
             w.wake();
         }
@@ -157,6 +169,7 @@ impl Sender {
             taken: std::mem::take(&mut q.taken),
             gone: q.dropped,
             asked: q.asked,
+            waiting: q.waiting && q.paced && !q.dropped,
         }
     }
 }
@@ -191,10 +204,14 @@ impl RecvBody {
                 if !q.reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                     q.reader = Some(cx.waker().clone());
                 }
-                if !q.asked {
-                    q.asked = true;
-                    if let Some(w) = q.connection.take() {
-                        w.wake();
+                // The first wait is told to the connection (a `100 Continue` may be
+                // due), and each wait of a paced body (the connection times it).
+                if !q.waiting {
+                    q.waiting = true;
+                    if !std::mem::replace(&mut q.asked, true) || q.paced {
+                        if let Some(w) = q.connection.take() {
+                            w.wake();
+                        }
                     }
                 }
                 Poll::Pending
@@ -242,7 +259,7 @@ mod tests {
     #[test]
     fn the_end_is_seen_once_everything_is_taken() {
         let cx = &mut Context::from_waker(Waker::noop());
-        let (tx, mut rx) = channel(None);
+        let (tx, mut rx) = channel(None, false);
         assert!(tx.push(Bytes::from_static(b"a")));
         tx.end(None);
         assert!(!rx.is_end_stream(), "a chunk is still queued");
@@ -253,7 +270,7 @@ mod tests {
         assert!(rx.is_end_stream());
         assert!(matches!(rx.poll_frame(cx), Poll::Ready(None)));
 
-        let (tx, mut rx) = channel(None);
+        let (tx, mut rx) = channel(None, false);
         let mut trailers = HeaderMap::new();
         trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
         tx.end(Some(trailers));
@@ -261,9 +278,59 @@ mod tests {
         assert!(matches!(rx.poll_frame(cx), Poll::Ready(Some(Ok(f))) if f.is_trailers()));
         assert!(rx.is_end_stream());
 
-        let (tx, rx) = channel(Some(1));
+        let (tx, rx) = channel(Some(1), false);
         assert!(!rx.is_end_stream(), "still open");
         tx.fail("reset");
         assert!(!rx.is_end_stream(), "failed, not ended");
+    }
+
+    /// A paced body's reader waiting for bytes is told to the connection (which is
+    /// woken for each wait) until bytes, the end or an error come; an unpaced body's
+    /// waits are not (only its first, for `100 Continue`).
+    #[test]
+    fn a_paced_readers_waits_are_told() {
+        use std::sync::atomic::AtomicUsize;
+        use std::task::Wake;
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let connection = Arc::new(Count(AtomicUsize::new(0)));
+        let connection_waker = Waker::from(connection.clone());
+        let conn_cx = &Context::from_waker(&connection_waker);
+        let reader_cx = &mut Context::from_waker(Waker::noop());
+
+        let (tx, mut rx) = channel(None, true);
+        assert!(!tx.take_credit(conn_cx).waiting);
+        assert!(rx.poll_frame(reader_cx).is_pending());
+        assert_eq!(connection.0.load(Ordering::Relaxed), 1);
+        let credit = tx.take_credit(conn_cx);
+        assert!(credit.waiting && credit.asked);
+        tx.push(Bytes::from_static(b"a"));
+        assert!(!tx.take_credit(conn_cx).waiting, "bytes came");
+        assert!(rx.poll_frame(reader_cx).is_ready());
+        assert!(rx.poll_frame(reader_cx).is_pending());
+        assert_eq!(connection.0.load(Ordering::Relaxed), 2, "each wait");
+        assert!(tx.take_credit(conn_cx).waiting);
+        tx.end(None);
+        assert!(!tx.take_credit(conn_cx).waiting, "ended");
+
+        let (tx, mut rx) = channel(None, false);
+        let before = connection.0.load(Ordering::Relaxed);
+        tx.take_credit(conn_cx);
+        assert!(rx.poll_frame(reader_cx).is_pending());
+        tx.push(Bytes::from_static(b"a"));
+        assert!(rx.poll_frame(reader_cx).is_ready());
+        tx.take_credit(conn_cx);
+        assert!(rx.poll_frame(reader_cx).is_pending());
+        let credit = tx.take_credit(conn_cx);
+        assert!(credit.asked && !credit.waiting, "unpaced");
+        assert_eq!(
+            connection.0.load(Ordering::Relaxed),
+            before + 1,
+            "the first wait only"
+        );
     }
 }

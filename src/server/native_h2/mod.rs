@@ -20,7 +20,9 @@
 //!
 //! Keep-alive pings (`http2_keep_alive_interval`): after that long without a frame from
 //! the client, a PING; no answer within `http2_keep_alive_timeout` closes the
-//! connection.
+//! connection. The minimum data rates (`min_request_body_data_rate`,
+//! `min_response_data_rate`) are kept over the connection, as Kestrel keeps them for
+//! HTTP/2 ([`Conn::poll_paces`]).
 //!
 //! Extended CONNECT (RFC 8441, WebSockets over HTTP/2) is offered: such a stream,
 //! answered `2xx`, becomes a byte stream for the tunnel ([`tunnel`]). Priority is
@@ -48,6 +50,7 @@ pub(crate) use tunnel::{OnUpgrade, Upgraded};
 
 use super::drain::Signal;
 use super::native::{give_free, take_free, Io};
+use super::pace::{BodyPace, WritePace};
 use super::service::{internal_error, log_panic};
 use super::{ServeService, ServerOptions};
 use crate::body::{Incoming, ProxyBody};
@@ -183,8 +186,24 @@ struct Conn<I, P: ServeService> {
     idle: bool,
     /// The last pass stopped taking response bodies with the write buffer full.
     full: bool,
-    /// Keep-alive pings, when they are on.
-    keep_alive: Option<Box<KeepAlive>>,
+    /// Keep-alive pings and the minimum rates' counts, once the connection needs them.
+    timing: Option<Box<Timing>>,
+}
+
+/// What a connection times, boxed and made only once it is needed (most connections
+/// never need it): keep-alive pings, when they are on, and the minimum data rates'
+/// counts ([`Conn::poll_paces`]).
+#[derive(Default)]
+struct Timing {
+    keep_alive: Option<KeepAlive>,
+    /// The last pass found a request body's reader waiting for the client's bytes.
+    body_waits: bool,
+    /// The minimum request body data rate, kept over the connection's request bodies
+    /// together (as Kestrel does): their bytes, and the time any of their readers
+    /// waited for the client while it could send.
+    body_pace: BodyPace,
+    /// The minimum response data rate: the time writes wait for the client.
+    write_pace: WritePace,
 }
 
 /// Keep-alive pings: `sleep` runs to the next check, or to the ping's deadline.
@@ -234,13 +253,17 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             ],
         );
         frame::window_update(&mut write, 0, WINDOW - frame::DEFAULT_WINDOW);
-        let keep_alive = options.http2_keep_alive_interval.map(|interval| {
-            Box::new(KeepAlive {
+        let timing = options.http2_keep_alive_interval.map(|interval| {
+            let keep_alive = KeepAlive {
                 interval,
                 timeout: options.http2_keep_alive_timeout,
                 sleep: Box::pin(tokio::time::sleep(interval)),
                 heard: false,
                 pinged: false,
+            };
+            Box::new(Timing {
+                keep_alive: Some(keep_alive),
+                ..Timing::default()
             })
         });
         Conn {
@@ -269,7 +292,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             closing: false,
             idle: false,
             full: false,
-            keep_alive,
+            timing,
         }
     }
 
@@ -277,6 +300,10 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         for _ in 0..BUDGET {
             if !self.goaway && self.drain.poll_draining(cx) {
                 self.go_away(Reason::NO_ERROR);
+            }
+            // A wait for the client's body bytes ends with each look at the socket.
+            if let Some(timing) = &mut self.timing {
+                timing.body_pace.resume_if_waiting();
             }
             let mut progress = false;
             // While the client leaves unread what its frames made, none more are read.
@@ -307,7 +334,12 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 self.send_credit(cx);
             }
             let flushed = match self.poll_flush(cx) {
-                Poll::Ready(Ok(())) => true,
+                Poll::Ready(Ok(())) => {
+                    if let Some(timing) = &mut self.timing {
+                        timing.write_pace.written();
+                    }
+                    true
+                }
                 Poll::Ready(Err(e)) => {
                     tracing::debug!(remote = %self.info.remote, error = %e, "HTTP/2 connection failed");
                     return Poll::Ready(());
@@ -328,7 +360,11 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 return self.poll_idle(cx);
             }
         }
-        // Other tasks get their turn.
+        // Other tasks get their turn; a client that keeps the connection busy is
+        // still held to the minimum rates.
+        if self.open > 0 && self.poll_paces(cx).is_ready() {
+            return Poll::Ready(());
+        }
         cx.waker().wake_by_ref();
         Poll::Pending
     }
@@ -336,7 +372,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     /// Keep-alive pings: whether the connection has something to write or is to close
     /// (another pass is due).
     fn poll_keep_alive(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(ka) = &mut self.keep_alive else {
+        let Some(ka) = self.timing.as_mut().and_then(|t| t.keep_alive.as_mut()) else {
             return false;
         };
         if ka.sleep.as_mut().poll(cx).is_pending() {
@@ -362,11 +398,12 @@ impl<I: Io, P: ServeService> Conn<I, P> {
 
     /// With no stream open, the idle timeout counts (from when the last one ended);
     /// a connection idle past it is sent GOAWAY and closed. Its buffers and stream
-    /// slots go back to the worker's pools meanwhile.
+    /// slots go back to the worker's pools meanwhile. With streams open, the minimum
+    /// data rates are kept ([`Conn::poll_paces`]).
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.open > 0 {
             self.idle = false;
-            return Poll::Pending;
+            return self.poll_paces(cx);
         }
         if self.write.is_empty() {
             buffers::release_write(&mut self.write);
@@ -384,6 +421,56 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             self.go_away(Reason::NO_ERROR);
             // Written and closed on the next pass.
             cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+
+    /// The minimum data rates, over the connection (Kestrel's for HTTP/2): while
+    /// request bodies' readers wait for a client that may send, the bodies must come at
+    /// `min_request_body_data_rate` (past it: GOAWAY with INTERNAL_ERROR, and the
+    /// connection closes); while writes wait for the client, it must take them at
+    /// `min_response_data_rate` (past it: the connection closes). The connection's
+    /// deadline wakes the task when a wait runs out.
+    fn poll_paces(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let body_rate = self.options.min_request_body_data_rate.filter(|_| {
+            self.timing.as_ref().is_some_and(|t| t.body_waits)
+                && self.recv_window > 0
+                && !self.closing
+        });
+        let pending = self.write.len() - self.written;
+        let write_rate = self.options.min_response_data_rate.filter(|_| pending > 0);
+        if body_rate.is_none() && write_rate.is_none() {
+            return Poll::Pending;
+        }
+        let now = crate::clock::now();
+        let timing = self.timing.get_or_insert_with(Box::default);
+        let mut left: Option<std::time::Duration> = None;
+        if let Some(rate) = body_rate {
+            match timing.body_pace.wait(now, rate) {
+                Some(wait) => left = Some(wait),
+                None => {
+                    std::hint::cold_path();
+                    tracing::debug!(remote = %self.info.remote, "HTTP/2 request bodies came slower than the minimum data rate; closing");
+                    self.go_away(Reason::INTERNAL_ERROR);
+                    self.closing = true;
+                    // Written and closed on the next pass.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
+        }
+        if let Some(rate) = write_rate {
+            match timing.write_pace.wait(now, pending, rate) {
+                Some(wait) => left = Some(left.map_or(wait, |l| l.min(wait))),
+                None => {
+                    std::hint::cold_path();
+                    tracing::debug!(remote = %self.info.remote, "the HTTP/2 client took the responses slower than the minimum data rate; closing");
+                    return Poll::Ready(());
+                }
+            }
+        }
+        if let Some(left) = left {
+            let _ = self.drain.poll_deadline(cx, Some(left));
         }
         Poll::Pending
     }
@@ -452,7 +539,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 }
                 self.settings = true;
             }
-            if let Some(ka) = &mut self.keep_alive {
+            if let Some(ka) = self.timing.as_mut().and_then(|t| t.keep_alive.as_mut()) {
                 ka.heard = true;
                 if head.kind == kind::PING && head.flags & flag::ACK != 0 && payload[..] == PING {
                     ka.pinged = false;
@@ -729,6 +816,11 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         }
         if let Some(recv) = &stream.recv {
             let n = data.len() as u32;
+            if self.options.min_request_body_data_rate.is_some() {
+                // Counted from the first byte (made here if no wait made it).
+                let timing = self.timing.get_or_insert_with(Box::default);
+                timing.body_pace.received(data.len());
+            }
             if !data.is_empty() && !recv.push(data) {
                 // Nobody reads it any more.
                 unread += n;
@@ -799,7 +891,8 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             self.answer(id, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, end_stream);
             return Ok(());
         }
-        let request = match fields.into_request(end_stream) {
+        let paced = self.options.min_request_body_data_rate.is_some();
+        let request = match fields.into_request(end_stream, paced) {
             Ok(request) => request,
             Err(why) => {
                 tracing::debug!(remote = %self.info.remote, stream = id, why, "malformed HTTP/2 request; stream reset");
@@ -1126,16 +1219,26 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     /// for a stream or the connection once half its window is owed. And `100 Continue`
     /// to a client that expects it once its stream's pipeline waits for the body.
     fn send_credit(&mut self, cx: &mut Context<'_>) {
+        let mut waits = false;
+        let mut bodies = 0;
         for slot in &mut self.slots {
             let stream = slot.as_mut().project().stream;
             let Some(recv) = &stream.recv else {
                 continue;
             };
-            let body::Credit { taken, gone, asked } = recv.take_credit(cx);
+            let body::Credit {
+                taken,
+                gone,
+                asked,
+                waiting,
+            } = recv.take_credit(cx);
             self.credit += taken as u32;
             if !stream.recv_open || gone {
                 continue;
             }
+            bodies += 1;
+            // A reader waits for bytes the client may send (its window is open).
+            waits |= waiting && stream.recv_window > 0;
             if stream.continue_due && asked {
                 stream.continue_due = false;
                 frame::headers_with(
@@ -1157,6 +1260,14 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             frame::window_update(&mut self.write, 0, self.credit);
             self.recv_window += i64::from(self.credit);
             self.credit = 0;
+        }
+        if waits || self.timing.is_some() {
+            let timing = self.timing.get_or_insert_with(Box::default);
+            timing.body_waits = waits;
+            if bodies == 0 {
+                // The bodies' pace is counted afresh when one next comes (Kestrel's too).
+                timing.body_pace = BodyPace::default();
+            }
         }
     }
 }
@@ -1256,7 +1367,8 @@ impl Fields {
             || self.protocol.is_some()
     }
 
-    fn into_request(self, end_stream: bool) -> Result<Made, &'static str> {
+    /// The request (its body `paced`: see [`body::channel`]).
+    fn into_request(self, end_stream: bool, paced: bool) -> Result<Made, &'static str> {
         if let Some(why) = self.malformed {
             return Err(why);
         }
@@ -1311,12 +1423,12 @@ impl Fields {
             (Incoming::empty(), None)
         } else if let Some(protocol) = protocol {
             // The client's DATA is the tunnel's, not the request's body.
-            let (sender, reader) = body::channel(None);
+            let (sender, reader) = body::channel(None, false);
             let (on_upgrade, tx) = OnUpgrade::new(protocol);
             upgrade = Some((tx, reader, on_upgrade));
             (Incoming::empty(), Some(sender))
         } else {
-            let (sender, reader) = body::channel(expect);
+            let (sender, reader) = body::channel(expect, paced);
             (Incoming::http2(reader), Some(sender))
         };
         let mut request = Request::new(body);
