@@ -39,7 +39,10 @@ async fn serving(
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         let big = req.headers().get("x-big").map_or(0, |v| v.len());
-        let body = req.into_body().collect().await.unwrap().to_bytes();
+        let Ok(body) = req.into_body().collect().await else {
+            return Response::new(full("the request body failed"));
+        };
+        let body = body.to_bytes();
         if n > 0 {
             return Response::new(full(vec![b'x'; n]));
         }
@@ -353,6 +356,48 @@ async fn pings_continuations_and_limits() {
     assert_eq!((kind, stream), (HEADERS, 7));
     // `:status 431` as a literal with the static table's name (index 8).
     assert_eq!(&payload[..5], &[0x08, 3, b'4', b'3', b'1']);
+}
+
+/// Request trailers past the header list limit fail the request body (as a chunked
+/// HTTP/1.1 body's trailer section over its limit does): the exchange is answered 400,
+/// the client's fault; trailers within it end the body, and the request is answered.
+#[tokio::test]
+async fn request_trailers_past_the_header_list_limit_fail_the_body() {
+    let (addr, _backend, _stop) =
+        serving(ServerOptions::default().max_header_list_size(1024)).await;
+    let mut raw = Raw::connect(addr).await;
+    let status = |payload: &[u8]| {
+        // `:status` indexed in the static table (8: 200, 12: 400), or a literal with
+        // its name.
+        match payload[0] {
+            0x08 => String::from_utf8_lossy(&payload[2..5]).into_owned(),
+            0x88 => "200".to_owned(),
+            0x8c => "400".to_owned(),
+            other => panic!("a :status field starting {other:#x}"),
+        }
+    };
+    let long = vec![b'v'; 120];
+    for (stream, fields, expected) in [(1u32, 2, "200"), (3, 10, "400")] {
+        raw.send(HEADERS, END_HEADERS, stream, &post("/trailers"))
+            .await;
+        raw.send(DATA, 0, stream, b"abc").await;
+        let mut trailers = Vec::new();
+        for i in 0..fields {
+            trailers.extend(literal(format!("x-{i}").as_bytes(), &long));
+        }
+        raw.send(HEADERS, END_STREAM | END_HEADERS, stream, &trailers)
+            .await;
+        let (kind, mut flags, id, payload) = raw.next_event().await.unwrap();
+        assert_eq!((kind, id), (HEADERS, stream));
+        assert_eq!(status(&payload), expected, "{fields} trailer fields");
+        // The rest of the answer.
+        while flags & END_STREAM == 0 {
+            let (_, more, id, _) = raw.next_event().await.expect("the answer's end");
+            if id == stream {
+                flags = more;
+            }
+        }
+    }
 }
 
 /// A response sent before the request's END_STREAM: a request body whole by its

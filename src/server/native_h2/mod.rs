@@ -861,7 +861,14 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 return Ok(());
             }
             if let Some(recv) = &stream.recv {
-                recv.end(Some(fields.headers));
+                if fields.size > limit {
+                    // As a chunked HTTP/1.1 body's trailer section over its limit: the
+                    // body fails (the exchange answered 400 if it has not begun).
+                    tracing::debug!(remote = %self.info.remote, stream = id, "request trailers over the header list limit; the body fails");
+                    recv.fail("request trailers over the header list limit");
+                } else {
+                    recv.end(Some(fields.headers));
+                }
             }
             return Ok(());
         }
