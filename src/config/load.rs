@@ -379,10 +379,10 @@ pub fn load_file_with_overrides(
 }
 
 /// The environment variables that override configuration keys, .NET style: those whose
-/// name is `ReverseProxy__...`, `Kestrel__...` or `Listen__...` (any case), in name order;
-/// then ASP.NET's `ASPNETCORE_URLS`, else `ASPNETCORE_HTTP_PORTS` (`8080;8081`: every
-/// address), as the top-level `Urls` (listeners when `Kestrel.Endpoints` names none), as
-/// a YARP container has them.
+/// name is `ReverseProxy__...`, `Kestrel__...` or `Listen__...` (any case), in name order,
+/// and `AllowedHosts`; then ASP.NET's `ASPNETCORE_URLS`, else `ASPNETCORE_HTTP_PORTS` and
+/// `ASPNETCORE_HTTPS_PORTS` (`8080;8081`: every address), as the top-level `Urls`
+/// (listeners when `Kestrel.Endpoints` names none), as a YARP container has them.
 pub fn env_overrides() -> Vec<(String, String)> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -407,16 +407,29 @@ fn overrides_of(env: &[(String, String)]) -> Vec<(String, String)> {
             .map(|(_, v)| v.trim())
             .filter(|v| !v.is_empty())
     };
+    // ASP.NET's unprefixed variables that fuseway reads: `AllowedHosts` (the key's
+    // case is not the variable's, as .NET's configuration keys).
+    if let Some((_, hosts)) = env
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("AllowedHosts"))
+    {
+        vars.push(("AllowedHosts".to_string(), hosts.clone()));
+    }
+    // `ASPNETCORE_URLS`, else the ports on every address (ASP.NET 8's
+    // `ASPNETCORE_HTTP_PORTS` and `ASPNETCORE_HTTPS_PORTS`, together).
     let urls = var("ASPNETCORE_URLS").map(str::to_string).or_else(|| {
-        var("ASPNETCORE_HTTP_PORTS").map(|ports| {
-            ports
-                .split(';')
+        let ports = |name: &str, scheme: &str| {
+            var(name)
+                .into_iter()
+                .flat_map(|ports| ports.split(';'))
                 .map(str::trim)
                 .filter(|p| !p.is_empty())
-                .map(|port| format!("http://*:{port}"))
+                .map(|port| format!("{scheme}://*:{port}"))
                 .collect::<Vec<_>>()
-                .join(";")
-        })
+        };
+        let mut urls = ports("ASPNETCORE_HTTP_PORTS", "http");
+        urls.extend(ports("ASPNETCORE_HTTPS_PORTS", "https"));
+        (!urls.is_empty()).then(|| urls.join(";"))
     });
     if let Some(urls) = urls {
         vars.push(("Urls".to_string(), urls));
@@ -833,6 +846,44 @@ mod tests {
         assert_eq!(listen(&urls), ["127.0.0.1:5000", "0.0.0.0:5001"]);
         let ports = overrides_of(&env(&[("ASPNETCORE_HTTP_PORTS", "8080; 8081")]));
         assert_eq!(listen(&ports), ["0.0.0.0:8080", "0.0.0.0:8081"]);
+        // HTTPS ports too, with the default certificate (ASP.NET 8's
+        // `ASPNETCORE_HTTPS_PORTS`), after the HTTP ones.
+        let ports = overrides_of(&env(&[
+            ("ASPNETCORE_HTTPS_PORTS", "8443"),
+            ("ASPNETCORE_HTTP_PORTS", "8080"),
+        ]));
+        assert_eq!(
+            ports.last().unwrap(),
+            &(
+                "Urls".to_string(),
+                "http://*:8080;https://*:8443".to_string()
+            )
+        );
+        let text = r#"{ "ReverseProxy": {}, "Kestrel": { "Certificates": { "Default": { "Path": "c.pem", "KeyPath": "k.pem" } } } }"#;
+        let config = parse_with_overrides(text, Format::Json, &ports).unwrap();
+        let tls: Vec<bool> = config
+            .listen
+            .iter()
+            .map(|l| matches!(l, ListenConfig::Full(e) if e.certificate.is_some()))
+            .collect();
+        assert_eq!(tls, [false, true]);
+        // Without a certificate for it, the HTTPS port is refused, named.
+        let e = parse_with_overrides("{}", Format::Json, &ports).unwrap_err();
+        assert_eq!(e.iter().next().unwrap().path, "Urls[1].Certificate", "{e}");
+    }
+
+    /// ASP.NET reads configuration keys from unprefixed environment variables too:
+    /// `AllowedHosts` (any case) overrides the file's.
+    #[test]
+    fn allowed_hosts_from_the_environment() {
+        let env = [("ALLOWEDHOSTS".to_string(), "example.com".to_string())];
+        let config = parse_with_overrides(
+            r#"{ "AllowedHosts": "*", "ReverseProxy": {} }"#,
+            Format::Json,
+            &overrides_of(&env),
+        )
+        .unwrap();
+        assert_eq!(config.allowed_hosts.as_deref(), Some("example.com"));
     }
 
     #[test]
