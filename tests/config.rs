@@ -696,7 +696,10 @@ fn kestrel_endpoints_become_listeners() {
         .map(|l| {
             (
                 l.address().to_string(),
-                l.tls_files().map(|(c, _)| c.to_path_buf()),
+                l.tls_files().map(|files| match files {
+                    fuseway::server::TlsFiles::Pem { certificate, .. } => certificate,
+                    other => panic!("{other:?}"),
+                }),
             )
         })
         .collect();

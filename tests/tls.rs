@@ -172,6 +172,151 @@ fn listen_certificate_and_key_are_validated() {
     .is_err());
 }
 
+/// Kestrel's PFX certificates: `Certificate.Path` with `Password` and no `KeyPath`
+/// names a PKCS#12 archive holding the chain and the key, as in ASP.NET. Archives
+/// written by p12-keystore (AES-256, the legacy 3DES, no password) and, where the
+/// `openssl` command is present, by OpenSSL (its default, its `-legacy` RC2, no
+/// password) are served with; a wrong password, a PEM certificate without its key, a
+/// certificate store and an encrypted PEM key are refused, each named.
+#[tokio::test]
+async fn kestrel_pfx_certificates_are_served_and_bad_ones_named() {
+    use p12_keystore::{
+        Certificate, EncryptionAlgorithm, KeyStore, KeyStoreEntry, PrivateKey, PrivateKeyChain,
+    };
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
+
+    let dir = TempDir::new("tls-pfx");
+    let ca_file = common::localhost_certificates(&dir);
+    let (leaf_file, key_file) = (dir.path().join("server.pem"), dir.path().join("server.key"));
+    let ca_pem = std::fs::read_to_string(&ca_file).unwrap();
+    let der = |file: &Path| CertificateDer::from_pem_file(file).unwrap().to_vec();
+    let key_der = PrivatePkcs8KeyDer::from_pem_file(&key_file).unwrap();
+    let write = |name: &str, data: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, data).unwrap();
+        path
+    };
+
+    let mut archives = Vec::new();
+    for (name, algorithm, password) in [
+        (
+            "aes.pfx",
+            EncryptionAlgorithm::PbeWithHmacSha256AndAes256,
+            "pw",
+        ),
+        (
+            "3des.pfx",
+            EncryptionAlgorithm::PbeWithShaAnd3KeyTripleDesCbc,
+            "pw",
+        ),
+        (
+            "empty.pfx",
+            EncryptionAlgorithm::PbeWithHmacSha256AndAes256,
+            "",
+        ),
+    ] {
+        let chain = PrivateKeyChain::new(
+            "fuseway",
+            PrivateKey::from_der(key_der.secret_pkcs8_der()).unwrap(),
+            [
+                Certificate::from_der(&der(&leaf_file)).unwrap(),
+                Certificate::from_der(&der(&ca_file)).unwrap(),
+            ],
+        );
+        let mut store = KeyStore::new();
+        store.add_entry("fuseway", KeyStoreEntry::PrivateKeyChain(chain));
+        let data = store
+            .writer(password)
+            .encryption_algorithm(algorithm)
+            .write()
+            .unwrap();
+        archives.push((write(name, &data), password));
+    }
+    if let Some(openssl) = common::installed(&["openssl"], "openssl", "PFX files made by OpenSSL") {
+        for (name, extra, password) in [
+            ("openssl.pfx", None, "pw"),
+            ("openssl-legacy.pfx", Some("-legacy"), "pw"),
+            ("openssl-empty.pfx", None, ""),
+        ] {
+            let out = dir.path().join(name);
+            let status = std::process::Command::new(&openssl)
+                .args(["pkcs12", "-export", "-in"])
+                .arg(&leaf_file)
+                .arg("-inkey")
+                .arg(&key_file)
+                .arg("-certfile")
+                .arg(&ca_file)
+                .arg("-out")
+                .arg(&out)
+                .arg("-passout")
+                .arg(format!("pass:{password}"))
+                .args(extra)
+                .status()
+                .unwrap();
+            assert!(status.success(), "openssl pkcs12 {extra:?}: {status:?}");
+            archives.push((out, password));
+        }
+    }
+
+    let backend = common::echo_backend().await;
+    let kestrel = |certificate: &str| {
+        format!(
+            r#"{{ "Kestrel": {{ "Endpoints": {{ "Https": {{ "Url": "https://127.0.0.1:0", "Certificate": {certificate} }} }} }},
+                 "ReverseProxy": {{
+                   "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+                   "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }} }} }} }}"#,
+            backend.url()
+        )
+    };
+    let pfx = |file: &Path, password: &str| {
+        format!(
+            r#"{{ "Path": {}, "Password": "{password}" }}"#,
+            json_path(file)
+        )
+    };
+    for (file, password) in &archives {
+        let proxy = tls_proxy(&kestrel(&pfx(file, password)), Form::Fused).await;
+        let url = format!("https://127.0.0.1:{}/pfx", proxy.addr.port());
+        let r = https_client(&ca_pem, None).get(&url).send().await;
+        let r = r.unwrap_or_else(|e| panic!("{}: {e:?}", file.display()));
+        assert_eq!(r.status(), 200, "{}", file.display());
+        assert_eq!(r.text().await.unwrap(), "GET /pfx");
+        proxy.shutdown().await;
+    }
+
+    // What is refused, and where.
+    let refused = |certificate: String| -> (String, String) {
+        let errors = fuseway::config::parse(&kestrel(&certificate), fuseway::config::Format::Json)
+            .and_then(|config| Server::check_listeners(&config.listen))
+            .expect_err(&certificate);
+        let e = &errors.0[0];
+        (e.path.clone(), e.message.clone())
+    };
+    let (path, message) = refused(pfx(&archives[0].0, "wrong"));
+    assert_eq!(path, "Listen[0].Certificate", "{message}");
+    assert!(
+        message.contains("aes.pfx") && message.contains("password"),
+        "{message}"
+    );
+    let (path, message) = refused(format!(r#"{{ "Path": {} }}"#, json_path(&leaf_file)));
+    assert_eq!(path, "Listen[0].Key", "{message}");
+    assert!(message.contains("PEM certificate"), "{message}");
+    let (path, message) = refused(r#"{ "Subject": "localhost", "Store": "My" }"#.to_string());
+    assert_eq!(path, "Kestrel.Endpoints.Https.Certificate", "{message}");
+    assert!(message.contains("certificate store"), "{message}");
+    let (path, message) = refused(format!(
+        r#"{{ "Path": {}, "KeyPath": {}, "Password": "pw" }}"#,
+        json_path(&leaf_file),
+        json_path(&key_file)
+    ));
+    assert_eq!(
+        path, "Kestrel.Endpoints.Https.Certificate.Password",
+        "{message}"
+    );
+    assert!(message.contains("encrypted PEM key"), "{message}");
+}
+
 /// An HTTPS echo backend (HTTP/1.1 and HTTP/2 by ALPN) with `cert`/`key`.
 async fn https_backend(cert: &str, key: &str) -> SocketAddr {
     let tls = fuseway::server::tls_config_from_pem(cert.as_bytes(), key.as_bytes()).unwrap();

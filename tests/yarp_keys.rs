@@ -19,7 +19,8 @@ use serde_json::Value;
 /// Every nested object present once.
 const FULL: &str = r#"{
   "AllowedHosts": "example.com",
-  "Listen": [{ "Address": "127.0.0.1:0", "Certificate": "c.pem", "Key": "k.pem", "Protocols": "Http2" }],
+  "Listen": [{ "Address": "127.0.0.1:0", "Certificate": "c.pem", "Key": "k.pem", "Protocols": "Http2" },
+             { "Address": "127.0.0.1:0", "Certificate": "c.pfx", "Password": "p" }],
   "Routes": { "r": {
     "Match": { "Headers": [{ "Name": "h" }], "QueryParameters": [{ "Name": "q" }] },
     "RateLimit": { "PermitsPerSecond": 1 }

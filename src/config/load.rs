@@ -141,13 +141,27 @@ struct KestrelEndpoint {
     certificate: Option<KestrelCertificate>,
 }
 
-/// `Kestrel.Endpoints.<name>.Certificate` (or `Kestrel.Certificates.Default`): PEM files.
+/// `Kestrel.Endpoints.<name>.Certificate` (or `Kestrel.Certificates.Default`): PEM files
+/// (`Path` and `KeyPath`), or a PKCS#12 archive (`Path` alone, with its `Password`).
 #[derive(Deserialize, Clone)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 struct KestrelCertificate {
-    path: String,
+    #[serde(default)]
+    path: Option<String>,
     #[serde(default)]
     key_path: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+    /// A certificate store's (`Subject`, `Store`, `Location`, `AllowInvalid`): refused,
+    /// named.
+    #[serde(default)]
+    subject: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    store: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    location: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    allow_invalid: Option<serde::de::IgnoredAny>,
 }
 
 impl Document {
@@ -258,36 +272,66 @@ impl KestrelEndpoint {
             None if https => kestrel.certificates.default.clone(),
             certificate => certificate,
         };
-        match (https, certificate) {
-            (false, None) if protocols.is_none() => Ok(ListenConfig::Address(address)),
-            (false, None) => Ok(ListenConfig::Full(ListenEntry {
-                address,
-                protocols,
-                ..ListenEntry::default()
-            })),
-            (
-                true,
-                Some(KestrelCertificate {
-                    path: cert,
-                    key_path: Some(key),
-                }),
-            ) => Ok(ListenConfig::Full(ListenEntry {
-                address,
-                certificate: Some(cert),
-                key: Some(key),
-                protocols,
-            })),
-            (true, _) => Err(ConfigError::new(
-                format!("{path}.Certificate"),
-                "an `https` endpoint needs `Certificate.Path` and `Certificate.KeyPath` \
-                 (PEM files), its own or `Kestrel.Certificates.Default`; fuseway has no \
-                 development certificate",
-            )),
-            (false, Some(_)) => Err(ConfigError::new(
-                format!("{path}.Certificate"),
-                "a certificate on an `http` endpoint: use an `https://` URL",
-            )),
+        let certificate = match (https, certificate) {
+            (false, None) if protocols.is_none() => return Ok(ListenConfig::Address(address)),
+            (false, None) => None,
+            (true, Some(certificate)) => Some(certificate),
+            (true, None) => {
+                return Err(ConfigError::new(
+                    format!("{path}.Certificate"),
+                    "an `https` endpoint needs a certificate, its own or \
+                     `Kestrel.Certificates.Default`: `Path` and `KeyPath` (PEM files) or \
+                     `Path` and `Password` (a PFX file); fuseway has no development \
+                     certificate",
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(ConfigError::new(
+                    format!("{path}.Certificate"),
+                    "a certificate on an `http` endpoint: use an `https://` URL",
+                ))
+            }
+        };
+        let mut entry = ListenEntry {
+            address,
+            protocols,
+            ..ListenEntry::default()
+        };
+        if let Some(certificate) = certificate {
+            let KestrelCertificate {
+                path: file,
+                key_path,
+                password,
+                subject,
+                store,
+                location,
+                allow_invalid,
+            } = certificate;
+            let at = format!("{path}.Certificate");
+            if subject.is_some() || store.is_some() || location.is_some() || allow_invalid.is_some()
+            {
+                return Err(ConfigError::new(
+                    at,
+                    "a certificate from a certificate store (`Subject`, `Store`, `Location`) is \
+                     not supported: give its files (`Path` and `KeyPath`, or a PFX `Path` and \
+                     `Password`)",
+                ));
+            }
+            let Some(file) = file else {
+                return Err(ConfigError::new(at, "`Path` is missing"));
+            };
+            if key_path.is_some() && password.is_some() {
+                return Err(ConfigError::new(
+                    format!("{at}.Password"),
+                    "an encrypted PEM key is not supported: give it unencrypted, or the \
+                     certificate and key as a PFX file (`Path` and `Password`)",
+                ));
+            }
+            entry.certificate = Some(file);
+            entry.key = key_path;
+            entry.password = password;
         }
+        Ok(ListenConfig::Full(entry))
     }
 }
 

@@ -83,25 +83,42 @@ pub enum ListenConfig {
 }
 
 /// The long form of a listener.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ListenEntry {
     /// `ip:port` to bind.
     pub address: String,
-    /// PEM file with the certificate chain (leaf first): the listener terminates TLS
-    /// (ALPN `h2`, `http/1.1`). Requires `Key`. Relative paths are relative to the
-    /// working directory.
+    /// The listener terminates TLS (ALPN `h2`, `http/1.1`) with this certificate: a
+    /// PEM file with the chain (leaf first) and `Key`, or without `Key` a PKCS#12
+    /// (PFX) archive holding the chain and the key, opened with `Password`. Relative
+    /// paths are relative to the working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<String>,
     /// PEM file with the certificate's private key (PKCS#8, PKCS#1 or SEC1). Requires
-    /// `Certificate`.
+    /// a PEM `Certificate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// The password of a PKCS#12 `Certificate` (none: an archive without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
     /// What the listener serves: `Http1`, `Http2` or `Http1AndHttp2` (the default), as
     /// Kestrel's `Protocols` ([`ListenProtocols`](super::ListenProtocols)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocols: Option<String>,
+}
+
+impl fmt::Debug for ListenEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenEntry")
+            .field("address", &self.address)
+            .field("certificate", &self.certificate)
+            .field("key", &self.key)
+            // Never shown.
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("protocols", &self.protocols)
+            .finish()
+    }
 }
 
 // By hand rather than `#[serde(untagged)]`, so that errors say what was expected and
@@ -116,7 +133,7 @@ impl<'de> Deserialize<'de> for ListenConfig {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
                     "an `ip:port` string or an object with `Address` (and `Certificate`, `Key`, \
-                     `Protocols`)",
+                     `Password`, `Protocols`)",
                 )
             }
 
@@ -157,16 +174,27 @@ impl ListenConfig {
         }
     }
 
-    /// The certificate and key files, when this listener terminates TLS.
-    pub fn tls_files(&self) -> Option<(&std::path::Path, &std::path::Path)> {
-        match self {
-            ListenConfig::Full(ListenEntry {
-                certificate: Some(c),
-                key: Some(k),
-                ..
-            }) => Some((std::path::Path::new(c), std::path::Path::new(k))),
-            _ => None,
-        }
+    /// Where the certificate and key are read from, when this listener terminates TLS.
+    pub fn tls_files(&self) -> Option<crate::server::TlsFiles> {
+        let ListenConfig::Full(ListenEntry {
+            certificate: Some(certificate),
+            key,
+            password,
+            ..
+        }) = self
+        else {
+            return None;
+        };
+        Some(match key {
+            Some(key) => crate::server::TlsFiles::Pem {
+                certificate: certificate.into(),
+                key: key.into(),
+            },
+            None => crate::server::TlsFiles::Pkcs12 {
+                file: certificate.into(),
+                password: password.clone().unwrap_or_default(),
+            },
+        })
     }
 }
 

@@ -132,19 +132,25 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
             errors.push(format!("Listen[{i}].Protocols"), e);
         }
     }
-    match (&entry.certificate, &entry.key) {
-        (None, None) => {}
-        (Some(_), None) => errors.push(
-            format!("Listen[{i}].Key"),
-            "a listener with a Certificate needs its Key",
-        ),
-        (None, Some(_)) => errors.push(
+    match (&entry.certificate, &entry.key, &entry.password) {
+        (None, None, None) => {}
+        (None, Some(_), _) => errors.push(
             format!("Listen[{i}].Certificate"),
             "a listener with a Key needs its Certificate",
         ),
+        (None, None, Some(_)) => errors.push(
+            format!("Listen[{i}].Password"),
+            "a Password without a Certificate (a PKCS#12 file's)",
+        ),
+        (Some(_), Some(_), Some(_)) => errors.push(
+            format!("Listen[{i}].Password"),
+            "a Password is for a PKCS#12 Certificate, given without a Key; an encrypted \
+             PEM key is not supported",
+        ),
         // The files themselves are read by the server (`Server::check_listeners`, and
-        // when binding): the configuration is plain data.
-        (Some(_), Some(_)) => {}
+        // when binding): the configuration is plain data. A Certificate without a Key
+        // is a PKCS#12 archive.
+        (Some(_), _, _) => {}
     }
 }
 

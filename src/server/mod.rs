@@ -22,7 +22,6 @@ mod tls;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -44,7 +43,9 @@ pub(crate) use balance::Place;
 pub use options::{Http1Engine, Http2Engine, MinDataRate, ServerOptions};
 use service::Served;
 pub use service::{IntoResponse, ProxyService};
-pub use tls::{tls_config_from_files, tls_config_from_pem, TlsError, TlsPart};
+pub use tls::{
+    tls_config_from_files, tls_config_from_pem, tls_config_from_pkcs12, TlsError, TlsFiles, TlsPart,
+};
 
 use crate::body::{Incoming, ProxyBody};
 use crate::config::{ListenConfig, ListenProtocols};
@@ -106,8 +107,8 @@ struct Listener {
     /// The TLS configuration new connections are accepted with; swapped by
     /// [`TlsReloader::reload`].
     tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
-    /// The PEM files `tls` was read from (listeners bound from a configuration).
-    tls_files: Option<(PathBuf, PathBuf)>,
+    /// The files `tls` was read from (listeners bound from a configuration).
+    tls_files: Option<TlsFiles>,
     /// What it serves.
     protocols: ListenProtocols,
 }
@@ -127,8 +128,7 @@ impl std::fmt::Debug for Listener {
 #[derive(Debug, Clone)]
 pub struct TlsReloader {
     listeners: Vec<(
-        PathBuf,
-        PathBuf,
+        TlsFiles,
         ListenProtocols,
         Arc<ArcSwap<rustls::ServerConfig>>,
     )>,
@@ -140,10 +140,10 @@ impl TlsReloader {
     /// listeners that failed keep their certificates.
     pub fn reload(&self) -> Result<usize, Vec<String>> {
         let mut errors = Vec::new();
-        for (cert, key, protocols, config) in &self.listeners {
-            match tls_config_from_files(cert, key) {
+        for (files, protocols, config) in &self.listeners {
+            match files.load() {
                 Ok(new) => config.store(with_alpn(new, *protocols)),
-                Err(e) => errors.push(format!("{} / {}: {e}", cert.display(), key.display())),
+                Err(e) => errors.push(format!("{files}: {e}")),
             }
         }
         if errors.is_empty() {
@@ -181,9 +181,7 @@ impl Server {
             server.listeners.push(Listener {
                 tcp,
                 tls: tls.map(|t| Arc::new(ArcSwap::new(t))),
-                tls_files: entry
-                    .tls_files()
-                    .map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
+                tls_files: entry.tls_files(),
                 protocols: entry.protocols(),
             });
         }
@@ -246,10 +244,7 @@ impl Server {
             listeners: self
                 .listeners
                 .iter()
-                .filter_map(|l| {
-                    let (cert, key) = l.tls_files.clone()?;
-                    Some((cert, key, l.protocols, l.tls.clone()?))
-                })
+                .filter_map(|l| Some((l.tls_files.clone()?, l.protocols, l.tls.clone()?)))
                 .collect(),
         }
     }
@@ -469,11 +464,12 @@ fn listener_tls(
     entry: &ListenConfig,
     i: usize,
 ) -> Result<Option<Arc<rustls::ServerConfig>>, crate::config::ConfigError> {
-    let Some((cert, key)) = entry.tls_files() else {
+    let Some(files) = entry.tls_files() else {
         return Ok(None);
     };
     let protocols = entry.protocols();
-    tls_config_from_files(cert, key)
+    files
+        .load()
         .map(|config| Some(with_alpn(config, protocols)))
         .map_err(|e| {
             let part = match e.part {

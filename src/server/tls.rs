@@ -1,8 +1,8 @@
 //! TLS termination: rustls (ring) server configurations from PEM certificates and keys,
-//! offering HTTP/2 and HTTP/1.1 by ALPN.
+//! or from a PKCS#12 (PFX) archive holding both, offering HTTP/2 and HTTP/1.1 by ALPN.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -21,10 +21,95 @@ pub struct TlsError {
 /// The certificate chain or the private key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TlsPart {
-    /// The certificate chain (PEM `CERTIFICATE` blocks, leaf first).
+    /// The certificate chain (PEM `CERTIFICATE` blocks, leaf first), or the PKCS#12
+    /// archive holding it and the key.
     Certificate,
     /// The private key (PEM PKCS#8, PKCS#1 or SEC1).
     Key,
+}
+
+/// Where a TLS listener's certificate chain and private key are read from
+/// ([`ListenConfig::tls_files`](crate::config::ListenConfig::tls_files)).
+///
+/// ```
+/// use fuseway::server::TlsFiles;
+///
+/// let pfx = TlsFiles::Pkcs12 { file: "site.pfx".into(), password: "secret".into() };
+/// // The password is not shown.
+/// assert!(!format!("{pfx:?}").contains("secret"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub enum TlsFiles {
+    /// PEM files: the chain (leaf first) and its private key.
+    Pem {
+        /// The certificate chain.
+        certificate: PathBuf,
+        /// The private key.
+        key: PathBuf,
+    },
+    /// A PKCS#12 (PFX) archive holding the chain and the key, as Kestrel's
+    /// `Certificate.Path` + `Password` name one.
+    Pkcs12 {
+        /// The archive.
+        file: PathBuf,
+        /// Its password (empty: none).
+        password: String,
+    },
+}
+
+impl fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsFiles::Pem { certificate, key } => f
+                .debug_struct("Pem")
+                .field("certificate", certificate)
+                .field("key", key)
+                .finish(),
+            TlsFiles::Pkcs12 { file, .. } => f
+                .debug_struct("Pkcs12")
+                .field("file", file)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl fmt::Display for TlsFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsFiles::Pem { certificate, key } => {
+                write!(f, "{} / {}", certificate.display(), key.display())
+            }
+            TlsFiles::Pkcs12 { file, .. } => write!(f, "{}", file.display()),
+        }
+    }
+}
+
+impl TlsFiles {
+    /// Read the files now: a server configuration (see [`tls_config_from_files`] and
+    /// [`tls_config_from_pkcs12`]); errors name the file at fault.
+    pub fn load(&self) -> Result<Arc<ServerConfig>, TlsError> {
+        match self {
+            TlsFiles::Pem { certificate, key } => tls_config_from_files(certificate, key),
+            TlsFiles::Pkcs12 { file, password } => {
+                let archive = read(file, TlsPart::Certificate)?;
+                if archive.trim_ascii_start().starts_with(b"-----BEGIN") {
+                    // A PEM certificate given alone: what is missing is its key.
+                    return Err(error(
+                        TlsPart::Key,
+                        format!(
+                            "`{}` is a PEM certificate: it needs its key (a PKCS#12 file \
+                             holds both)",
+                            file.display()
+                        ),
+                    ));
+                }
+                tls_config_from_pkcs12(&archive, password).map_err(|mut e| {
+                    e.message = format!("`{}`: {}", file.display(), e.message);
+                    e
+                })
+            }
+        }
+    }
 }
 
 impl fmt::Display for TlsError {
@@ -82,6 +167,45 @@ pub fn tls_config_from_pem(certificate: &[u8], key: &[u8]) -> Result<Arc<ServerC
     }
     let key = PrivateKeyDer::from_pem_slice(key)
         .map_err(|e| error(TlsPart::Key, format!("no usable PEM private key: {e}")))?;
+    server_config(chain, key)
+}
+
+/// A server configuration from a PKCS#12 (PFX) archive, decrypted with `password`
+/// (empty: none): its private key and that key's certificate with the chain the
+/// archive holds for it (leaf first), as Kestrel loads `Certificate.Path` with
+/// `Password`. Archives from .NET, OpenSSL (AES, and the legacy 3DES and RC2) and
+/// Java are read.
+pub fn tls_config_from_pkcs12(
+    archive: &[u8],
+    password: &str,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    use p12_keystore::{KeyStore, Pkcs12ImportPolicy};
+    let store =
+        KeyStore::from_pkcs12(archive, password, Pkcs12ImportPolicy::Strict).map_err(|e| {
+            error(
+                TlsPart::Certificate,
+                format!("not a PKCS#12 archive this password opens: {e}"),
+            )
+        })?;
+    let (_, keys) = store.private_key_chain().ok_or_else(|| {
+        error(
+            TlsPart::Certificate,
+            "the PKCS#12 archive holds no private key with its certificate",
+        )
+    })?;
+    let chain = keys
+        .certs()
+        .iter()
+        .map(|c| CertificateDer::from(c.as_der().to_vec()))
+        .collect();
+    let key = PrivateKeyDer::Pkcs8(keys.key().as_der().to_vec().into());
+    server_config(chain, key)
+}
+
+fn server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

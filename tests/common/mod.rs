@@ -206,8 +206,8 @@ pub fn json_path(p: &std::path::Path) -> String {
 /// The default pipeline in `form` with its listeners bound from the config's `Listen`,
 /// TLS ones among them (as the binary does); `addr` is the first listener's.
 pub async fn tls_proxy(config_json: &str, form: Form) -> Proxy {
-    let config: fuseway::config::ProxyConfig = serde_json::from_str(config_json).unwrap();
-    config.validate().expect("valid config");
+    // Either shape (a Kestrel section's endpoints too), validated.
+    let config = parse(config_json, Format::Json).expect("valid config");
     let server = Server::bind_config(&config.listen)
         .await
         .unwrap()
