@@ -173,8 +173,9 @@ pub fn tls_config_from_pem(certificate: &[u8], key: &[u8]) -> Result<Arc<ServerC
 /// A server configuration from a PKCS#12 (PFX) archive, decrypted with `password`
 /// (empty: none): its private key and that key's certificate with the chain the
 /// archive holds for it (leaf first), as Kestrel loads `Certificate.Path` with
-/// `Password`. Archives from .NET, OpenSSL (AES, and the legacy 3DES and RC2) and
-/// Java are read.
+/// `Password`. The encryptions PKCS#12 writers use are read: PBES2 with AES (OpenSSL
+/// 3's and Java's default), and the legacy 3DES and RC2 (OpenSSL's `-legacy` and older
+/// versions, .NET's `Export`); tested with OpenSSL's files and p12-keystore's.
 pub fn tls_config_from_pkcs12(
     archive: &[u8],
     password: &str,
