@@ -158,6 +158,16 @@ fn fuzz_http1_responses() {
 }
 
 #[test]
+fn fuzz_pkcs12() {
+    // The seeds are archives the target's mutations start from: each must load as it is.
+    for (i, seed) in targets::PKCS12_SEEDS.iter().enumerate() {
+        fuseway::server::tls_config_from_pkcs12(seed, "pw")
+            .unwrap_or_else(|e| panic!("PKCS#12 seed {i}: {e}"));
+    }
+    run("pkcs12", structured(targets::pkcs12));
+}
+
+#[test]
 fn fuzz_chunked() {
     run("chunked", structured(targets::chunked));
 }

@@ -1846,3 +1846,41 @@ pub fn http2_responses(u: &mut Unstructured) -> Result<()> {
     );
     Ok(())
 }
+
+/// PKCS#12 archives OpenSSL made for a P-256 key and its certificate (password `pw`):
+/// with a MAC (its default), without one, and without one or any encryption — what the
+/// mutations of [`pkcs12`] start from, so that they reach past the outer layers.
+pub const PKCS12_SEEDS: [&[u8]; 3] = [
+    include_bytes!("pkcs12/mac.pfx"),
+    include_bytes!("pkcs12/nomac.pfx"),
+    include_bytes!("pkcs12/plain.pfx"),
+];
+
+/// A TLS listener's PKCS#12 certificate file, read again on every `SIGHUP`: whatever its
+/// bytes (a seed with bytes changed, cut or added, or arbitrary ones), loading it gives
+/// an error or a configuration, never a panic.
+pub fn pkcs12(u: &mut Unstructured) -> Result<()> {
+    let mut data = if u.ratio(1, 8)? {
+        u.arbitrary::<Vec<u8>>()?
+    } else {
+        pick(u, &PKCS12_SEEDS)?.to_vec()
+    };
+    for _ in 0..u.int_in_range(0..=4)? {
+        match u.int_in_range(0..=2)? {
+            0 if !data.is_empty() => {
+                let i = u.choose_index(data.len())?;
+                data[i] = u.arbitrary()?;
+            }
+            1 => {
+                let at = u.int_in_range(0..=data.len())?;
+                data.truncate(at);
+            }
+            _ => {
+                let at = u.int_in_range(0..=data.len())?;
+                data.insert(at, u.arbitrary()?);
+            }
+        }
+    }
+    let _ = fuseway::server::tls_config_from_pkcs12(&data, "pw");
+    Ok(())
+}
