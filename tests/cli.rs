@@ -538,6 +538,79 @@ async fn kestrel_limits_in_appsettings_are_applied() {
     }
 }
 
+/// Without `RUST_LOG`, a YARP file's `Logging` levels filter the log from its first line:
+/// `Yarp` at `Debug` shows fuseway's debug lines (a refused request head); ASP.NET's own
+/// categories name none of fuseway's log, so at `Information` they are not written.
+#[tokio::test]
+async fn the_logging_levels_of_a_yarp_file_filter_the_log() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    let dir = TempDir::new("cli-logging");
+    for (levels, debug) in [
+        (r#"{ "Default": "Information", "Yarp": "Debug" }"#, true),
+        (
+            r#"{ "Default": "Information", "Microsoft.AspNetCore": "Debug" }"#,
+            false,
+        ),
+    ] {
+        // A destination nothing listens on: a request to it is a warning.
+        let file = dir.write(
+            "appsettings.json",
+            &format!(
+                r#"{{ "Logging": {{ "LogLevel": {levels} }}, "ReverseProxy": {} }}"#,
+                common::simple_config(&[("d", "http://127.0.0.1:9")], "")
+            ),
+        );
+        let mut child = fuseway()
+            .env_remove("RUST_LOG")
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&file)
+            .spawn()
+            .unwrap();
+        let mut logged = common::proxy_and_admin(&mut child).await;
+        let filter = logged
+            .early
+            .iter()
+            .find(|line| line.contains("log levels from the configuration"))
+            .unwrap_or_else(|| panic!("{levels}: {:?}", logged.early));
+        assert!(filter.contains(&file.display().to_string()), "{filter}");
+        // A request head with a space in a field name: refused (400), at debug level.
+        let mut s = TcpStream::connect(logged.proxy).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = [0u8; 12];
+        within("the 400", s.read_exact(&mut answer)).await.unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 400");
+        // Then the dead destination's warning: the debug line, if written, is before it.
+        let r = h1_client()
+            .get(format!("http://{}/x", logged.proxy))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502);
+        let refused = within("the destination's warning", async {
+            let mut refused = false;
+            while let Some(line) = logged.log.recv().await {
+                refused |= line.contains("refused a request head");
+                if line.contains("WARN") {
+                    return refused;
+                }
+            }
+            panic!("fuseway exited");
+        })
+        .await;
+        assert_eq!(refused, debug, "{levels}");
+        child.start_kill().unwrap();
+    }
+}
+
 /// A YARP container's `ASPNETCORE_URLS` is where fuseway listens (the file naming no
 /// listener), as ASP.NET binds it.
 #[tokio::test]

@@ -130,6 +130,7 @@ fn bare_object_parses_like_the_wrapped_one() {
     let mut bare = doc["ReverseProxy"].clone();
     bare["Listen"] = doc["Listen"].clone();
     bare["AllowedHosts"] = doc["AllowedHosts"].clone();
+    bare["Logging"] = doc["Logging"].clone();
     let bare = parse(&bare.to_string(), Format::Json).expect("bare object parses");
     assert_eq!(bare, load_fixture("appsettings.json"));
 }
@@ -146,13 +147,27 @@ fn bare_and_wrapped_toml_agree() {
 
 #[test]
 fn wrapped_shape_ignores_other_top_level_keys() {
+    // `Logging`'s levels are read; its providers' settings, and other sections, are not.
     let config = parse(
-        r#"{ "Logging": { "LogLevel": { "Default": "Debug" } }, "Other": { "X": 1 },
+        r#"{ "Logging": { "LogLevel": { "Default": "Debug" }, "Console": { "FormatterName": "json" },
+                          "EventLog": { "LogLevel": { "Default": "Error" } } },
+             "Other": { "X": 1 },
              "Kestrel": { "Endpoints": {}, "AddServerHeader": false }, "ReverseProxy": {} }"#,
         Format::Json,
     )
     .expect("parses");
-    assert_eq!(config, ProxyConfig::default());
+    assert_eq!(config.logging.directives().as_deref(), Some("debug"));
+    let mut expected = ProxyConfig::default();
+    expected.logging = config.logging.clone();
+    assert_eq!(config, expected);
+    // A level that is not one is refused, named.
+    let (path, message) =
+        only_error(r#"{ "Logging": { "LogLevel": { "Yarp": "Verbose" } }, "ReverseProxy": {} }"#);
+    assert_eq!(path, "Logging.LogLevel.Yarp");
+    assert!(
+        message.contains("`Verbose` is not a log level"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -174,9 +189,9 @@ fn unknown_fields_are_rejected_with_their_path() {
     );
 
     // In the bare shape, top-level keys are checked too.
-    let (path, message) = only_error(r#"{ "Routes": {}, "Logging": {} }"#);
+    let (path, message) = only_error(r#"{ "Routes": {}, "Kestrel": {} }"#);
     assert_eq!(path, "");
-    assert!(message.contains("unknown field `Logging`"), "{message}");
+    assert!(message.contains("unknown field `Kestrel`"), "{message}");
 
     let err = parse(
         "[ReverseProxy.Clusters.c1.Destinations.d1]\nAddress = \"http://a\"\nAdress = \"x\"\n",

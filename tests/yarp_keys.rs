@@ -37,12 +37,13 @@ const FULL: &str = r#"{
     "MinRequestBodyDataRate": { "BytesPerSecond": 1, "GracePeriod": "00:00:05" },
     "MinResponseDataRate": { "BytesPerSecond": 1, "GracePeriod": "00:00:05" },
     "Http2": {}
-  }
+  },
+  "Logging": { "LogLevel": { "Default": "Information" }, "Console": { "LogLevel": { "Yarp": "Debug" } } }
 }"#;
 
 /// Objects whose keys are ids, and values that are data rather than keys.
 const ID_MAPS: [&str; 3] = ["Routes", "Clusters", "Destinations"];
-const LEAVES: [&str; 2] = ["Metadata", "Transforms"];
+const LEAVES: [&str; 3] = ["Metadata", "Transforms", "LogLevel"];
 
 fn walk(value: &Value, path: &str, keys: &mut BTreeSet<String>) {
     match value {

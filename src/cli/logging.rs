@@ -1,5 +1,5 @@
-//! The binary's logs: the log proper on stderr (`RUST_LOG` filters it; colours only on a
-//! terminal) and the access log ([`telemetry::access`](crate::telemetry::access)) on
+//! The binary's logs: the log proper on stderr (`RUST_LOG` filters it, else the
+//! configuration's `Logging` levels, else `info`; colours only on a terminal) and the access log ([`telemetry::access`](crate::telemetry::access)) on
 //! stdout or a file, batched and written by a thread of its own so that a worker never
 //! waits for it (a slow reader makes it drop records rather than stall requests: at
 //! most 4 MiB wait); text or JSON. With `--otlp-endpoint`, the [span
@@ -72,13 +72,22 @@ impl std::fmt::Debug for LogGuard {
 }
 
 /// Set up the process's logging as `args` say (`--log-format`, `--access-log`,
-/// `--otlp-endpoint`; call once, early).
+/// `--otlp-endpoint`; the log proper filtered by `RUST_LOG`, else by the `Logging` levels
+/// of the first `--config` file that has them, else at `info`; call once, early).
 pub fn init(args: &Args) -> Result<LogGuard, BoxError> {
     let format = args.log_format;
+    let configured = match std::env::var_os("RUST_LOG") {
+        Some(_) => None,
+        None => configured_levels(&args.config),
+    };
+    let filter = match (&configured, EnvFilter::try_from_default_env()) {
+        (Some((_, directives)), _) => EnvFilter::try_new(directives)?,
+        (None, Ok(filter)) => filter,
+        (None, Err(_)) => EnvFilter::new("info"),
+    };
     // Static filters only (decided once per call site, not per event): the access and
     // span records are kept out of the log proper by directives of their own.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info"))
+    let filter = filter
         .add_directive(format!("{TARGET}=off").parse()?)
         .add_directive(format!("{}=off", crate::telemetry::span::TARGET).parse()?);
     // A `Vec` of the layers in use rather than `Option`s: an absent (`None`) layer
@@ -117,11 +126,30 @@ pub fn init(args: &Args) -> Result<LogGuard, BoxError> {
         None => None,
     };
     tracing_subscriber::registry().with(layers).try_init()?;
+    if let Some((source, directives)) = configured {
+        tracing::info!(config = %source, filter = %directives, "log levels from the configuration's `Logging`");
+    }
     Ok(LogGuard {
         access,
         #[cfg(feature = "otlp")]
         spans,
     })
+}
+
+/// The `Logging` levels of the first of the `--config` files that sets them, as a
+/// filter, with the file: read ahead of the configuration's load, so that the log
+/// filters from its first line (a file that does not load is left to that load to
+/// report; etcd sources are not read here).
+fn configured_levels(sources: &[String]) -> Option<(String, String)> {
+    let overrides = crate::config::env_overrides();
+    sources
+        .iter()
+        .filter(|source| !source.starts_with("etcd://"))
+        .find_map(|source| {
+            let config = crate::config::load_file_with_overrides(source.as_ref(), &overrides);
+            let directives = config.ok()?.logging.directives()?;
+            Some((source.clone(), directives))
+        })
 }
 
 /// The log proper's layer, on stderr (coloured only when it is a terminal).

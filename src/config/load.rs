@@ -4,10 +4,11 @@
 //! file works unchanged:
 //!
 //! * Two shapes: YARP's `appsettings.json`, where the proxy object is under
-//!   `ReverseProxy` and other top-level keys (`Logging`, ...) are ignored, with a
-//!   top-level `Listen` and `Kestrel.Endpoints.*.Url` (else `Urls`) read as listeners,
-//!   `Kestrel.Limits` as the server's limits and `AllowedHosts` as the host filter; or
-//!   the bare proxy object (`Listen`, `Routes`, `Clusters`, `Limits`, `AllowedHosts`).
+//!   `ReverseProxy` and other top-level keys are ignored, but for a top-level `Listen`
+//!   and `Kestrel.Endpoints.*.Url` (else `Urls`) read as listeners, `Kestrel.Limits` as
+//!   the server's limits, `AllowedHosts` as the host filter and `Logging`'s log levels;
+//!   or the bare proxy object (`Listen`, `Routes`, `Clusters`, `Limits`, `AllowedHosts`,
+//!   `Logging`).
 //! * JSON may have `//` and `/* */` comments and trailing commas (as .NET's reader
 //!   allows; `#` line comments are skipped too).
 //! * Keys match ignoring case and scalars convert from strings, as .NET's binder does
@@ -25,7 +26,7 @@
 //! let config = parse(
 //!     r#"{
 //!       // YARP's sample, as it is
-//!       "Logging": {},
+//!       "Logging": { "LogLevel": { "Default": "Information" } },
 //!       "reverseProxy": { "clusters": { "c1": {}, }, },
 //!     }"#,
 //!     Format::Json,
@@ -47,8 +48,8 @@ use serde_path_to_error::Segment;
 
 use super::binder::Binder;
 use super::{
-    ConfigError, ConfigErrors, ListenConfig, ListenEntry, ListenProtocols, ProxyConfig,
-    ServerLimits,
+    ConfigError, ConfigErrors, ListenConfig, ListenEntry, ListenProtocols, LoggingConfig,
+    ProxyConfig, ServerLimits,
 };
 
 /// The top-level key of the proxy object in YARP's `appsettings.json`.
@@ -94,6 +95,9 @@ struct Document {
     urls: Option<String>,
     #[serde(default)]
     kestrel: Kestrel,
+    /// ASP.NET's `Logging`: its log levels.
+    #[serde(default)]
+    logging: Option<LoggingConfig>,
 }
 
 /// The parts of ASP.NET's `Kestrel` section fuseway reads: its endpoints (with their
@@ -218,6 +222,16 @@ impl Document {
                 ));
             }
             config.limits = self.kestrel.limits;
+        }
+        if let Some(logging) = self.logging.filter(|l| !l.is_empty()) {
+            if !config.logging.is_empty() {
+                return Err(ConfigError::new(
+                    "Logging",
+                    "the log levels are set in `ReverseProxy.Logging` too: set them in one \
+                     place",
+                ));
+            }
+            config.logging = logging;
         }
         Ok(config)
     }

@@ -6,6 +6,7 @@ mod duration;
 mod error;
 mod limits;
 mod load;
+mod logging;
 pub mod model;
 mod names;
 mod transforms;
@@ -18,6 +19,7 @@ pub use load::{
     env_overrides, load_file, load_file_with_overrides, parse, parse_value, parse_with_overrides,
     Format,
 };
+pub use logging::{ConsoleLogging, LogLevel, LoggingConfig};
 pub use model::*;
 pub use names::{
     ActiveHealthPolicyName, AffinityFailurePolicyName, AvailableDestinationsPolicyName,

@@ -11,10 +11,10 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::duration::ConfigDuration;
-use super::ServerLimits;
+use super::{LoggingConfig, ServerLimits};
 
-/// A whole proxy configuration: listeners, routes, clusters, the allowed hosts and the
-/// server's limits.
+/// A whole proxy configuration: listeners, routes, clusters, the allowed hosts, the
+/// server's limits and the log levels.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 #[non_exhaustive]
@@ -37,6 +37,10 @@ pub struct ProxyConfig {
     /// `appsettings.json`).
     #[serde(default, skip_serializing_if = "ServerLimits::is_empty")]
     pub limits: ServerLimits,
+    /// ASP.NET's log levels (`Logging` in a YARP `appsettings.json`): the binary's log
+    /// filter at start when `RUST_LOG` is not set.
+    #[serde(default, skip_serializing_if = "LoggingConfig::is_empty")]
+    pub logging: LoggingConfig,
 }
 
 /// Where a server listens when neither the configuration nor the command line says.

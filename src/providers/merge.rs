@@ -7,8 +7,8 @@ use crate::config::{ConfigErrors, ProxyConfig};
 
 /// One configuration of several: `parts` are `(source, configuration)` pairs. Routes and
 /// clusters are put together, an id defined in two sources being an error that names
-/// both (at the path of the second); listeners are taken in order; the server's limits
-/// and the allowed hosts may come from one source only. The result is not
+/// both (at the path of the second); listeners are taken in order; the server's limits,
+/// the allowed hosts and the log levels may come from one source only. The result is not
 /// validated here (a [`ProxyState`](crate::state::ProxyState) validates it whole).
 ///
 /// ```
@@ -37,7 +37,7 @@ pub fn merge(parts: &[(&str, &ProxyConfig)]) -> Result<ProxyConfig, ConfigErrors
     let mut errors = ConfigErrors::default();
     let mut route_sources = BTreeMap::new();
     let mut cluster_sources = BTreeMap::new();
-    let (mut limits_source, mut hosts_source) = (None, None);
+    let (mut limits_source, mut hosts_source, mut logging_source) = (None, None, None);
     for &(source, config) in parts {
         merged.listen.extend(config.listen.iter().cloned());
         let once = ("AllowedHosts", "the allowed hosts");
@@ -47,6 +47,10 @@ pub fn merge(parts: &[(&str, &ProxyConfig)]) -> Result<ProxyConfig, ConfigErrors
         let once = ("Limits", "the server's limits");
         if !config.limits.is_empty() && first(&mut limits_source, source, once, &mut errors) {
             merged.limits = config.limits.clone();
+        }
+        let once = ("Logging", "the log levels");
+        if !config.logging.is_empty() && first(&mut logging_source, source, once, &mut errors) {
+            merged.logging = config.logging.clone();
         }
         put(
             &mut merged.routes,

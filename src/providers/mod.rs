@@ -387,6 +387,7 @@ impl Providers {
             return Ok(false);
         }
         let listen_changed = config.listen != running.config().listen;
+        let logging_changed = config.logging != running.config().logging;
         crate::server::Server::check_listeners(&config.listen)?;
         state.update(config)?;
         if listen_changed {
@@ -395,6 +396,13 @@ impl Providers {
                 "`Listen` changed: listeners are bound at start, so the change needs a \
                  restart (the rest of the configuration is applied; listener \
                  certificates reload on SIGHUP)"
+            );
+        }
+        if logging_changed {
+            tracing::warn!(
+                config = %self.sources_list(),
+                "`Logging` changed: the log levels are read at start, so the change needs a \
+                 restart (the rest of the configuration is applied)"
             );
         }
         Ok(true)
