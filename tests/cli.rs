@@ -561,8 +561,10 @@ async fn the_logging_levels_of_a_yarp_file_filter_the_log() {
                 common::simple_config(&[("d", "http://127.0.0.1:9")], "")
             ),
         );
+        // The native engine, whichever the environment names: the debug line is its.
         let mut child = fuseway()
             .env_remove("RUST_LOG")
+            .args(["--http1-engine", "native"])
             .args([
                 "--listen",
                 "127.0.0.1:0",
