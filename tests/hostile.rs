@@ -1247,9 +1247,10 @@ async fn http2_request_bodies_slower_than_the_minimum_rate_close_the_connection(
 /// The size of `/big`, the answer of [`big_response_backend`].
 const BIG: usize = 24 << 20;
 
-/// A destination answering every request with [`BIG`] bytes, in 64 KiB chunks; it
-/// tells whether each response body was sent to its end when it is dropped.
-async fn big_response_backend() -> (Backend, mpsc::UnboundedReceiver<bool>) {
+/// A proxy keeping a minimum response rate of 1 MB a second (2 s of grace) in front of
+/// a destination answering every request with [`BIG`] bytes, in 64 KiB chunks; the
+/// destination tells whether each response body was sent to its end when it is dropped.
+async fn big_response_proxy() -> (TestProxy, Backend, mpsc::UnboundedReceiver<bool>) {
     const CHUNK: usize = 64 * 1024;
     struct Ends(mpsc::UnboundedSender<bool>, bool);
     impl Drop for Ends {
@@ -1276,7 +1277,13 @@ async fn big_response_backend() -> (Backend, mpsc::UnboundedReceiver<bool>) {
         }
     })
     .await;
-    (b, ends)
+    let rate = MinDataRate::new(1_000_000, Duration::from_secs(2));
+    let proxy = start(
+        &simple_config(&[("d", &b.url())], ""),
+        options().min_response_data_rate(Some(rate)),
+    )
+    .await;
+    (proxy, b, ends)
 }
 
 /// A client that stops reading a response is cut once a write to it has waited past
@@ -1285,14 +1292,7 @@ async fn big_response_backend() -> (Backend, mpsc::UnboundedReceiver<bool>) {
 /// hyper's keeps no minimum.)
 #[tokio::test]
 async fn a_client_taking_a_response_slower_than_the_minimum_rate_is_cut() {
-    const SIZE: usize = BIG;
-    let (b, mut ends) = big_response_backend().await;
-    let rate = MinDataRate::new(1_000_000, Duration::from_secs(2));
-    let proxy = start(
-        &simple_config(&[("d", &b.url())], ""),
-        options().min_response_data_rate(Some(rate)),
-    )
-    .await;
+    let (proxy, _b, mut ends) = big_response_proxy().await;
 
     // A client that reads: the whole body.
     let mut s = TcpStream::connect(proxy.addr).await.unwrap();
@@ -1303,7 +1303,7 @@ async fn a_client_taking_a_response_slower_than_the_minimum_rate_is_cut() {
     let mut got = 0;
     within("the whole response", async {
         // The head, then the body.
-        while got < SIZE + 20 {
+        while got < BIG + 20 {
             let n = s.read(&mut buf).await.unwrap();
             assert!(n > 0, "closed after {got} bytes");
             got += n;
@@ -1337,7 +1337,7 @@ async fn a_client_taking_a_response_slower_than_the_minimum_rate_is_cut() {
             }
         })
         .await;
-        assert!(read < SIZE, "the whole body came");
+        assert!(read < BIG, "the whole body came");
     } else {
         let ended = tokio::time::timeout(Duration::from_secs(3), ends.recv()).await;
         assert!(ended.is_err(), "the response ended: {ended:?}");
@@ -1352,13 +1352,7 @@ async fn a_client_taking_a_response_slower_than_the_minimum_rate_is_cut() {
 /// reads on gets all of it. (Native engine; hyper's keeps no minimum.)
 #[tokio::test]
 async fn an_http2_client_taking_responses_slower_than_the_minimum_rate_is_cut() {
-    let (b, mut ends) = big_response_backend().await;
-    let rate = MinDataRate::new(1_000_000, Duration::from_secs(2));
-    let proxy = start(
-        &simple_config(&[("d", &b.url())], ""),
-        options().min_response_data_rate(Some(rate)),
-    )
-    .await;
+    let (proxy, _b, mut ends) = big_response_proxy().await;
 
     // A client that reads: the whole body.
     let body = within("the whole response", async {
