@@ -427,6 +427,17 @@ fn a_changed_listen_is_logged_as_needing_a_restart() {
         Some("/c")
     );
 
+    // The log levels too are read at start only: a change is said to need a restart.
+    assert!(!logged().contains("`Logging` changed"), "{}", logged());
+    let with_levels = config("127.0.0.1:2", "/c").replacen(
+        "{ \"Listen\"",
+        r#"{ "Logging": { "LogLevel": { "Default": "Debug" } }, "Listen""#,
+        1,
+    );
+    write_config(&file, &with_levels);
+    reloader.reload(&state).unwrap();
+    assert!(logged().contains("`Logging` changed"), "{}", logged());
+
     // A listener whose certificate files do not load: the whole reload is refused,
     // naming the field, and the previous configuration stays.
     let broken = r#"{ "Listen": [{ "Address": "127.0.0.1:3", "Certificate": "/nonexistent/c.pem", "Key": "/nonexistent/k.pem" }],
