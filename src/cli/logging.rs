@@ -1,8 +1,9 @@
 //! The binary's logs: the log proper on stderr (`RUST_LOG` filters it, else the
-//! configuration's `Logging` levels, else `info`; colours only on a terminal) and the access log ([`telemetry::access`](crate::telemetry::access)) on
-//! stdout or a file, batched and written by a thread of its own so that a worker never
-//! waits for it (a slow reader makes it drop records rather than stall requests: at
-//! most 4 MiB wait); text or JSON. With `--otlp-endpoint`, the [span
+//! configuration's `Logging` levels, else `info`; colours only on a terminal) and the
+//! access log ([`telemetry::access`](crate::telemetry::access)) on stdout or a file,
+//! batched and written by a thread of its own so that a worker never waits for it (a
+//! slow reader makes it drop records rather than stall requests: at most 4 MiB wait);
+//! text or JSON. With `--otlp-endpoint`, the [span
 //! records](crate::telemetry::span) go to an OTLP exporter.
 
 use std::io::IsTerminal;
