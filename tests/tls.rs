@@ -176,8 +176,9 @@ fn listen_certificate_and_key_are_validated() {
 /// names a PKCS#12 archive holding the chain and the key, as in ASP.NET. Archives
 /// written by p12-keystore (AES-256, the legacy 3DES, no password) and, where the
 /// `openssl` command is present, by OpenSSL (its default, its `-legacy` RC2, no
-/// password) are served with; a wrong password, a PEM certificate without its key, a
-/// certificate store and an encrypted PEM key are refused, each named.
+/// password) are served with, and so is an encrypted PKCS#8 key OpenSSL wrote
+/// (`KeyPath` with `Password`); a wrong password (of either), a PEM certificate without
+/// its key and a certificate store are refused, each named.
 #[tokio::test]
 async fn kestrel_pfx_certificates_are_served_and_bad_ones_named() {
     use p12_keystore::{
@@ -199,6 +200,7 @@ async fn kestrel_pfx_certificates_are_served_and_bad_ones_named() {
     };
 
     let mut archives = Vec::new();
+    let mut encrypted_key = None;
     for (name, algorithm, password) in [
         (
             "aes.pfx",
@@ -257,6 +259,17 @@ async fn kestrel_pfx_certificates_are_served_and_bad_ones_named() {
             assert!(status.success(), "openssl pkcs12 {extra:?}: {status:?}");
             archives.push((out, password));
         }
+        let out = dir.path().join("encrypted.key");
+        let status = std::process::Command::new(&openssl)
+            .args(["pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in"])
+            .arg(&key_file)
+            .arg("-out")
+            .arg(&out)
+            .args(["-passout", "pass:pw"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "openssl pkcs8: {status:?}");
+        encrypted_key = Some(out);
     }
 
     let backend = common::echo_backend().await;
@@ -275,12 +288,23 @@ async fn kestrel_pfx_certificates_are_served_and_bad_ones_named() {
             json_path(file)
         )
     };
-    for (file, password) in &archives {
-        let proxy = tls_proxy(&kestrel(&pfx(file, password)), Form::Fused).await;
+    let mut certificates: Vec<String> = archives
+        .iter()
+        .map(|(file, password)| pfx(file, password))
+        .collect();
+    if let Some(key) = &encrypted_key {
+        certificates.push(format!(
+            r#"{{ "Path": {}, "KeyPath": {}, "Password": "pw" }}"#,
+            json_path(&leaf_file),
+            json_path(key)
+        ));
+    }
+    for certificate in &certificates {
+        let proxy = tls_proxy(&kestrel(certificate), Form::Fused).await;
         let url = format!("https://127.0.0.1:{}/pfx", proxy.addr.port());
         let r = https_client(&ca_pem, None).get(&url).send().await;
-        let r = r.unwrap_or_else(|e| panic!("{}: {e:?}", file.display()));
-        assert_eq!(r.status(), 200, "{}", file.display());
+        let r = r.unwrap_or_else(|e| panic!("{certificate}: {e:?}"));
+        assert_eq!(r.status(), 200, "{certificate}");
         assert_eq!(r.text().await.unwrap(), "GET /pfx");
         proxy.shutdown().await;
     }
@@ -305,16 +329,23 @@ async fn kestrel_pfx_certificates_are_served_and_bad_ones_named() {
     let (path, message) = refused(r#"{ "Subject": "localhost", "Store": "My" }"#.to_string());
     assert_eq!(path, "Kestrel.Endpoints.Https.Certificate", "{message}");
     assert!(message.contains("certificate store"), "{message}");
+    if let Some(key) = &encrypted_key {
+        let (path, message) = refused(format!(
+            r#"{{ "Path": {}, "KeyPath": {}, "Password": "wrong" }}"#,
+            json_path(&leaf_file),
+            json_path(key)
+        ));
+        assert_eq!(path, "Listen[0].Key", "{message}");
+        assert!(message.contains("password does not decrypt"), "{message}");
+    }
+    // A key that is not encrypted, given a password: not what the password is for.
     let (path, message) = refused(format!(
         r#"{{ "Path": {}, "KeyPath": {}, "Password": "pw" }}"#,
         json_path(&leaf_file),
         json_path(&key_file)
     ));
-    assert_eq!(
-        path, "Kestrel.Endpoints.Https.Certificate.Password",
-        "{message}"
-    );
-    assert!(message.contains("encrypted PEM key"), "{message}");
+    assert_eq!(path, "Listen[0].Key", "{message}");
+    assert!(message.contains("ENCRYPTED PRIVATE KEY"), "{message}");
 }
 
 /// An HTTPS echo backend (HTTP/1.1 and HTTP/2 by ALPN) with `cert`/`key`.

@@ -146,7 +146,8 @@ struct KestrelEndpoint {
 }
 
 /// `Kestrel.Endpoints.<name>.Certificate` (or `Kestrel.Certificates.Default`): PEM files
-/// (`Path` and `KeyPath`), or a PKCS#12 archive (`Path` alone, with its `Password`).
+/// (`Path` and `KeyPath`, with `Password` when the key is encrypted), or a PKCS#12
+/// archive (`Path` alone, with its `Password`).
 #[derive(Deserialize, Clone)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 struct KestrelCertificate {
@@ -334,13 +335,6 @@ impl KestrelEndpoint {
             let Some(file) = file else {
                 return Err(ConfigError::new(at, "`Path` is missing"));
             };
-            if key_path.is_some() && password.is_some() {
-                return Err(ConfigError::new(
-                    format!("{at}.Password"),
-                    "an encrypted PEM key is not supported: give it unencrypted, or the \
-                     certificate and key as a PFX file (`Path` and `Password`)",
-                ));
-            }
             entry.certificate = Some(file);
             entry.key = key_path;
             entry.password = password;

@@ -99,11 +99,12 @@ pub struct ListenEntry {
     /// paths are relative to the working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<String>,
-    /// PEM file with the certificate's private key (PKCS#8, PKCS#1 or SEC1). Requires
-    /// a PEM `Certificate`.
+    /// PEM file with the certificate's private key (PKCS#8, PKCS#1 or SEC1; with
+    /// `Password`, an encrypted PKCS#8 key). Requires a PEM `Certificate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// The password of a PKCS#12 `Certificate` (none: an archive without one).
+    /// The password of a PKCS#12 `Certificate` (none: an archive without one), or of
+    /// an encrypted `Key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
     /// What the listener serves: `Http1`, `Http2` or `Http1AndHttp2` (the default), as
@@ -193,6 +194,7 @@ impl ListenConfig {
             Some(key) => crate::server::TlsFiles::Pem {
                 certificate: certificate.into(),
                 key: key.into(),
+                password: password.clone(),
             },
             None => crate::server::TlsFiles::Pkcs12 {
                 file: certificate.into(),

@@ -142,14 +142,9 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
             format!("Listen[{i}].Password"),
             "a Password without a Certificate (a PKCS#12 file's)",
         ),
-        (Some(_), Some(_), Some(_)) => errors.push(
-            format!("Listen[{i}].Password"),
-            "a Password is for a PKCS#12 Certificate, given without a Key; an encrypted \
-             PEM key is not supported",
-        ),
         // The files themselves are read by the server (`Server::check_listeners`, and
         // when binding): the configuration is plain data. A Certificate without a Key
-        // is a PKCS#12 archive.
+        // is a PKCS#12 archive; a Key with a Password, an encrypted one.
         (Some(_), _, _) => {}
     }
 }

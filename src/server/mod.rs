@@ -44,7 +44,8 @@ pub use options::{Http1Engine, Http2Engine, MinDataRate, ServerOptions};
 use service::Served;
 pub use service::{IntoResponse, ProxyService};
 pub use tls::{
-    tls_config_from_files, tls_config_from_pem, tls_config_from_pkcs12, TlsError, TlsFiles, TlsPart,
+    tls_config_from_encrypted_pem, tls_config_from_files, tls_config_from_pem,
+    tls_config_from_pkcs12, TlsError, TlsFiles, TlsPart,
 };
 
 use crate::body::{Incoming, ProxyBody};

@@ -40,12 +40,15 @@ pub enum TlsPart {
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub enum TlsFiles {
-    /// PEM files: the chain (leaf first) and its private key.
+    /// PEM files: the chain (leaf first) and its private key (an encrypted PKCS#8 key
+    /// with its password, as Kestrel's `KeyPath` with `Password`).
     Pem {
         /// The certificate chain.
         certificate: PathBuf,
         /// The private key.
         key: PathBuf,
+        /// The key's password, when it is encrypted.
+        password: Option<String>,
     },
     /// A PKCS#12 (PFX) archive holding the chain and the key, as Kestrel's
     /// `Certificate.Path` + `Password` name one.
@@ -60,11 +63,13 @@ pub enum TlsFiles {
 impl fmt::Debug for TlsFiles {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TlsFiles::Pem { certificate, key } => f
+            TlsFiles::Pem {
+                certificate, key, ..
+            } => f
                 .debug_struct("Pem")
                 .field("certificate", certificate)
                 .field("key", key)
-                .finish(),
+                .finish_non_exhaustive(),
             TlsFiles::Pkcs12 { file, .. } => f
                 .debug_struct("Pkcs12")
                 .field("file", file)
@@ -76,9 +81,9 @@ impl fmt::Debug for TlsFiles {
 impl fmt::Display for TlsFiles {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TlsFiles::Pem { certificate, key } => {
-                write!(f, "{} / {}", certificate.display(), key.display())
-            }
+            TlsFiles::Pem {
+                certificate, key, ..
+            } => write!(f, "{} / {}", certificate.display(), key.display()),
             TlsFiles::Pkcs12 { file, .. } => write!(f, "{}", file.display()),
         }
     }
@@ -89,7 +94,27 @@ impl TlsFiles {
     /// [`tls_config_from_pkcs12`]); errors name the file at fault.
     pub fn load(&self) -> Result<Arc<ServerConfig>, TlsError> {
         match self {
-            TlsFiles::Pem { certificate, key } => tls_config_from_files(certificate, key),
+            TlsFiles::Pem {
+                certificate,
+                key,
+                password: None,
+            } => tls_config_from_files(certificate, key),
+            TlsFiles::Pem {
+                certificate,
+                key,
+                password: Some(password),
+            } => {
+                let chain = read(certificate, TlsPart::Certificate)?;
+                let encrypted = read(key, TlsPart::Key)?;
+                tls_config_from_encrypted_pem(&chain, &encrypted, password).map_err(|mut e| {
+                    let path = match e.part {
+                        TlsPart::Certificate => certificate,
+                        TlsPart::Key => key,
+                    };
+                    e.message = format!("`{}`: {}", path.display(), e.message);
+                    e
+                })
+            }
             TlsFiles::Pkcs12 { file, password } => {
                 let archive = read(file, TlsPart::Certificate)?;
                 if archive.trim_ascii_start().starts_with(b"-----BEGIN") {
@@ -151,23 +176,45 @@ pub fn tls_config_from_files(
 
 /// A server configuration from PEM text (see [`tls_config_from_files`]).
 pub fn tls_config_from_pem(certificate: &[u8], key: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
-    let chain = CertificateDer::pem_slice_iter(certificate)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            error(
-                TlsPart::Certificate,
-                format!("not a valid PEM certificate: {e}"),
-            )
-        })?;
-    if chain.is_empty() {
-        return Err(error(
-            TlsPart::Certificate,
-            "no PEM `CERTIFICATE` block found",
-        ));
-    }
+    let chain = pem_chain(certificate)?;
     let key = PrivateKeyDer::from_pem_slice(key)
         .map_err(|e| error(TlsPart::Key, format!("no usable PEM private key: {e}")))?;
     server_config(chain, key)
+}
+
+/// A server configuration from PEM text whose key is an encrypted PKCS#8 key
+/// (`ENCRYPTED PRIVATE KEY`, PBES2: PBKDF2 or scrypt with AES), decrypted with
+/// `password`, as Kestrel reads `KeyPath` with `Password`.
+pub fn tls_config_from_encrypted_pem(
+    certificate: &[u8],
+    key: &[u8],
+    password: &str,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let text = std::str::from_utf8(key)
+        .map_err(|_| error(TlsPart::Key, "not a PEM encrypted private key"))?;
+    let not_encrypted = |why: String| {
+        error(
+            TlsPart::Key,
+            format!("not a PEM `ENCRYPTED PRIVATE KEY` (PKCS#8): {why}"),
+        )
+    };
+    // The PEM text decoded whole first: the DER reader reads it where the PEM reader
+    // cannot (its nested sequences).
+    let (label, der) =
+        pkcs8::der::Document::from_pem(text).map_err(|e| not_encrypted(e.to_string()))?;
+    if label != "ENCRYPTED PRIVATE KEY" {
+        return Err(not_encrypted(format!("a `{label}` block")));
+    }
+    let info = pkcs8::EncryptedPrivateKeyInfoRef::try_from(der.as_bytes())
+        .map_err(|e| not_encrypted(e.to_string()))?;
+    let key = info.decrypt(password).map_err(|e| {
+        error(
+            TlsPart::Key,
+            format!("the password does not decrypt the key: {e}"),
+        )
+    })?;
+    let key = PrivateKeyDer::Pkcs8(key.as_bytes().to_vec().into());
+    server_config(pem_chain(certificate)?, key)
 }
 
 /// A server configuration from a PKCS#12 (PFX) archive, decrypted with `password`
@@ -201,6 +248,25 @@ pub fn tls_config_from_pkcs12(
         .collect();
     let key = PrivateKeyDer::Pkcs8(keys.key().as_der().to_vec().into());
     server_config(chain, key)
+}
+
+/// The `CERTIFICATE` blocks of PEM text: a chain, leaf first.
+fn pem_chain(certificate: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let chain = CertificateDer::pem_slice_iter(certificate)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            error(
+                TlsPart::Certificate,
+                format!("not a valid PEM certificate: {e}"),
+            )
+        })?;
+    if chain.is_empty() {
+        return Err(error(
+            TlsPart::Certificate,
+            "no PEM `CERTIFICATE` block found",
+        ));
+    }
+    Ok(chain)
 }
 
 fn server_config(
