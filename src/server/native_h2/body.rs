@@ -88,8 +88,13 @@ pub(crate) struct Credit {
 /// connection. A `paced` body's waits are told to the connection (see
 /// [`Credit::waiting`]).
 pub(crate) fn channel(length: Option<u64>, paced: bool) -> (Sender, RecvBody) {
-    let shared = Arc::new(Shared::default());
-    lock(&shared).paced = paced;
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(Queue {
+            paced,
+            ..Queue::default()
+        }),
+        ..Shared::default()
+    });
     (
         Sender {
             shared: shared.clone(),
