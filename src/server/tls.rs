@@ -97,24 +97,8 @@ impl TlsFiles {
             TlsFiles::Pem {
                 certificate,
                 key,
-                password: None,
-            } => tls_config_from_files(certificate, key),
-            TlsFiles::Pem {
-                certificate,
-                key,
-                password: Some(password),
-            } => {
-                let chain = read(certificate, TlsPart::Certificate)?;
-                let encrypted = read(key, TlsPart::Key)?;
-                tls_config_from_encrypted_pem(&chain, &encrypted, password).map_err(|mut e| {
-                    let path = match e.part {
-                        TlsPart::Certificate => certificate,
-                        TlsPart::Key => key,
-                    };
-                    e.message = format!("`{}`: {}", path.display(), e.message);
-                    e
-                })
-            }
+                password,
+            } => pem_files(certificate, key, password.as_deref()),
             TlsFiles::Pkcs12 { file, password } => {
                 let archive = read(file, TlsPart::Certificate)?;
                 if archive.trim_ascii_start().starts_with(b"-----BEGIN") {
@@ -162,9 +146,23 @@ pub fn tls_config_from_files(
     certificate: &Path,
     key: &Path,
 ) -> Result<Arc<ServerConfig>, TlsError> {
+    pem_files(certificate, key, None)
+}
+
+/// [`tls_config_from_files`], the key decrypted with `password` when one is given
+/// ([`tls_config_from_encrypted_pem`]); errors name the file at fault.
+fn pem_files(
+    certificate: &Path,
+    key: &Path,
+    password: Option<&str>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let cert_pem = read(certificate, TlsPart::Certificate)?;
     let key_pem = read(key, TlsPart::Key)?;
-    tls_config_from_pem(&cert_pem, &key_pem).map_err(|mut e| {
+    match password {
+        None => tls_config_from_pem(&cert_pem, &key_pem),
+        Some(password) => tls_config_from_encrypted_pem(&cert_pem, &key_pem, password),
+    }
+    .map_err(|mut e| {
         let path = match e.part {
             TlsPart::Certificate => certificate,
             TlsPart::Key => key,
