@@ -201,13 +201,11 @@ impl Document {
             config.listen.extend(inner);
         }
         if let Some(hosts) = self.allowed_hosts {
-            if config.allowed_hosts.is_some() {
-                return Err(ConfigError::new(
-                    "AllowedHosts",
-                    "the allowed hosts are set in `ReverseProxy.AllowedHosts` too: set them \
-                     in one place",
-                ));
-            }
+            once(
+                "AllowedHosts",
+                "the allowed hosts",
+                config.allowed_hosts.is_some(),
+            )?;
             config.allowed_hosts = Some(hosts);
         }
         if !self.kestrel.limits.is_empty() {
@@ -216,26 +214,28 @@ impl Document {
             if let Some(error) = errors.iter().next() {
                 return Err(error.clone());
             }
-            if !config.limits.is_empty() {
-                return Err(ConfigError::new(
-                    "Kestrel.Limits",
-                    "the limits are set in `ReverseProxy.Limits` too: set them in one place",
-                ));
-            }
+            once("Kestrel.Limits", "the limits", !config.limits.is_empty())?;
             config.limits = self.kestrel.limits;
         }
         if let Some(logging) = self.logging.filter(|l| !l.is_empty()) {
-            if !config.logging.is_empty() {
-                return Err(ConfigError::new(
-                    "Logging",
-                    "the log levels are set in `ReverseProxy.Logging` too: set them in one \
-                     place",
-                ));
-            }
+            once("Logging", "the log levels", !config.logging.is_empty())?;
             config.logging = logging;
         }
         Ok(config)
     }
+}
+
+/// A setting a YARP file gives at `key`, beside `ReverseProxy`, where the proxy object
+/// may set it too (`inside`): an error unless it is set in one place.
+fn once(key: &str, what: &str, inside: bool) -> Result<(), ConfigError> {
+    if !inside {
+        return Ok(());
+    }
+    let name = key.rsplit('.').next().unwrap_or(key);
+    Err(ConfigError::new(
+        key,
+        format!("{what} are set in `ReverseProxy.{name}` too: set them in one place"),
+    ))
 }
 
 impl KestrelEndpoint {
