@@ -876,3 +876,156 @@ fn a_bad_allowed_hosts_is_reported_once_by_the_state() {
     assert_eq!(errors.0.len(), 1, "{errors}");
     assert_eq!(errors.0[0].path, "AllowedHosts");
 }
+
+/// Kestrel's HTTPS settings — `SslProtocols`, `ClientCertificateMode` (an endpoint's,
+/// else `EndpointDefaults`') and `Sni` — become the listener's; on an `http` endpoint
+/// they are an error, as Kestrel's (the defaults do not apply there); fuseway's own
+/// `Listen` long form takes the same keys, validated.
+#[test]
+fn kestrel_tls_settings_become_listener_settings() {
+    use fuseway::config::ListenEntry;
+    let entries = |kestrel: &str| {
+        parse(
+            &format!(r#"{{"Kestrel": {kestrel}, "ReverseProxy": {{}}}}"#),
+            Format::Json,
+        )
+        .map(|c| {
+            // The long forms: a plain `http` endpoint is an address.
+            c.listen
+                .into_iter()
+                .filter_map(|l| match l {
+                    fuseway::config::ListenConfig::Full(entry) => Some(entry),
+                    fuseway::config::ListenConfig::Address(_) => None,
+                })
+                .collect::<Vec<ListenEntry>>()
+        })
+    };
+    let got = entries(
+        r#"{
+        "EndpointDefaults": {"SslProtocols": ["Tls13"], "ClientCertificateMode": "AllowCertificate"},
+        "Endpoints": {
+            "A": {"Url": "https://127.0.0.1:5443", "Certificate": {"Path": "a.pem", "KeyPath": "a.key"}},
+            "B": {"Url": "https://127.0.0.1:5444", "SslProtocols": ["Tls11", "Tls12"],
+                  "ClientCertificateMode": "RequireCertificate",
+                  "Sni": {
+                      "a.example.org": {"Certificate": {"Path": "s.pfx", "Password": "pw"},
+                                        "Protocols": "http1", "SslProtocols": ["Tls13"]},
+                      "*": {"ClientCertificateMode": "NoCertificate"}
+                  },
+                  "Certificate": {"Path": "b.pem", "KeyPath": "b.key"}},
+            "P": {"Url": "http://127.0.0.1:5080"}
+        }}"#,
+    );
+    let got = match got {
+        Ok(got) => got,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(got.len(), 2, "{got:?}");
+    // A: the defaults.
+    assert_eq!(got[0].ssl_protocols, Some(vec!["Tls13".to_string()]));
+    assert_eq!(
+        got[0].client_certificate_mode.as_deref(),
+        Some("AllowCertificate")
+    );
+    assert!(got[0].sni.is_empty());
+    // B: its own, and its Sni entries with theirs (the rest left to the listener).
+    assert_eq!(
+        got[1].ssl_protocols,
+        Some(vec!["Tls11".to_string(), "Tls12".to_string()])
+    );
+    assert_eq!(
+        got[1].client_certificate_mode.as_deref(),
+        Some("RequireCertificate")
+    );
+    let a = &got[1].sni["a.example.org"];
+    assert_eq!(a.certificate.as_deref(), Some("s.pfx"));
+    assert_eq!(a.key, None);
+    assert_eq!(a.password.as_deref(), Some("pw"));
+    assert_eq!(a.protocols.as_deref(), Some("Http1"));
+    assert_eq!(a.ssl_protocols, Some(vec!["Tls13".to_string()]));
+    assert_eq!(a.client_certificate_mode, None);
+    let any = &got[1].sni["*"];
+    assert_eq!(any.certificate, None);
+    assert_eq!(
+        any.client_certificate_mode.as_deref(),
+        Some("NoCertificate")
+    );
+    // The `http` endpoint has none of the defaults: it stays a plain address (only the
+    // two `https` endpoints are long forms, above).
+
+    // An `https` endpoint whose Sni entries each name a certificate needs none itself.
+    let got = entries(
+        r#"{"Endpoints": {"S": {"Url": "https://127.0.0.1:5443",
+            "Sni": {"a.example.org": {"Certificate": {"Path": "a.pem", "KeyPath": "a.key"}}}}}}"#,
+    )
+    .unwrap();
+    assert_eq!(got[0].certificate, None);
+
+    // Errors, each at its key.
+    for (kestrel, path, says) in [
+        (
+            r#"{"Endpoints": {"P": {"Url": "http://127.0.0.1:1", "SslProtocols": ["Tls12"]}}}"#,
+            "Kestrel.Endpoints.P.SslProtocols",
+            "HTTPS-only",
+        ),
+        (
+            r#"{"Endpoints": {"P": {"Url": "http://127.0.0.1:1", "Sni": {"*": {}}}}}"#,
+            "Kestrel.Endpoints.P.Sni",
+            "HTTPS-only",
+        ),
+        (
+            r#"{"Endpoints": {"S": {"Url": "https://127.0.0.1:1",
+                "Certificate": {"Path": "a.pem", "KeyPath": "a.key"}, "ClientCertificateMode": "Maybe"}}}"#,
+            "Listen[0].ClientCertificateMode",
+            "RequireCertificate",
+        ),
+        (
+            r#"{"Endpoints": {"S": {"Url": "https://127.0.0.1:1",
+                "Certificate": {"Path": "a.pem", "KeyPath": "a.key"}, "SslProtocols": ["Tls11"]}}}"#,
+            "Listen[0].SslProtocols",
+            "TLS 1.0 and 1.1",
+        ),
+        (
+            r#"{"Endpoints": {"S": {"Url": "https://127.0.0.1:1",
+                "Sni": {"a.example.org": {"Certificate": {"Path": "a.pem", "KeyPath": "a.key"}},
+                        "b.example.org": {}}}}}"#,
+            "Listen[0].Sni.b.example.org.Certificate",
+            "no certificate",
+        ),
+        (
+            r#"{"Endpoints": {"S": {"Url": "https://127.0.0.1:1",
+                "Certificate": {"Path": "a.pem", "KeyPath": "a.key"},
+                "Sni": {"a.example.org": {"Certificate": {"Subject": "CN=a"}}}}}}"#,
+            "Kestrel.Endpoints.S.Sni.a.example.org.Certificate",
+            "certificate store",
+        ),
+        (
+            r#"{"Endpoints": {"S": {"Url": "https://127.0.0.1:1",
+                "Certificate": {"Path": "a.pem", "KeyPath": "a.key"},
+                "Sni": {"a.*.org": {}}}}}"#,
+            "Listen[0].Sni.a.*.org",
+            "a host name",
+        ),
+        (
+            r#"{"Endpoints": {"S": {"Url": "https://127.0.0.1:1",
+                "Certificate": {"Path": "a.pem", "KeyPath": "a.key"},
+                "Sni": {"A.example.org": {}, "a.example.org": {}}}}}"#,
+            "Listen[0].Sni.a.example.org",
+            "named twice",
+        ),
+    ] {
+        let err = entries(kestrel).unwrap_err();
+        let e = &err.0[0];
+        assert_eq!(e.path, path, "{kestrel}: {err}");
+        assert!(e.message.contains(says), "{kestrel}: {err}");
+    }
+
+    // fuseway's own long form: TLS settings on a listener without TLS are an error.
+    let err = parse(
+        r#"{"Listen": [{"Address": "127.0.0.1:1", "SslProtocols": ["Tls12"]}]}"#,
+        Format::Json,
+    )
+    .unwrap_err();
+    assert_eq!(err.0[0].path, "Listen[0].SslProtocols");
+    assert!(err.0[0].message.contains("terminates TLS"), "{err}");
+}

@@ -607,23 +607,30 @@ async fn ssl_protocols_are_enforced() {
             seen(tls12, true, &cluster(r#"["Tls12", "Tls13"]"#), form).await,
             "HTTP/1.1 /v"
         );
+        // TLS 1.1 beside 1.2 (Kestrel's example list): 1.2 is offered.
+        assert_eq!(
+            seen(tls12, true, &cluster(r#"["Tls11", "Tls12"]"#), form).await,
+            "HTTP/1.1 /v"
+        );
         // TLS 1.3 only: the handshake fails, 502.
         assert_eq!(
             seen(tls12, true, &cluster(r#"["Tls13"]"#), form).await,
             "502"
         );
     }
-    // Broken versions are refused with a message.
-    let err = fuseway::config::parse(
-        &common::simple_config(
-            &[("d1", "https://127.0.0.1:1")],
-            &cluster(r#"["Tls11", "Tls12"]"#),
-        ),
-        fuseway::config::Format::Json,
-    )
-    .unwrap_err();
-    assert_eq!(err.0[0].path, "Clusters.c.HttpClient.SslProtocols");
-    assert!(err.0[0].message.contains("TLS 1.1"), "{err}");
+    // Broken versions alone, and SSL anywhere, are refused with a message.
+    for (list, says) in [
+        (r#"["Tls11"]"#, "TLS 1.0 and 1.1"),
+        (r#"["Ssl3", "Tls12"]"#, "SSL"),
+    ] {
+        let err = fuseway::config::parse(
+            &common::simple_config(&[("d1", "https://127.0.0.1:1")], &cluster(list)),
+            fuseway::config::Format::Json,
+        )
+        .unwrap_err();
+        assert_eq!(err.0[0].path, "Clusters.c.HttpClient.SslProtocols");
+        assert!(err.0[0].message.contains(says), "{err}");
+    }
 }
 
 /// The certificates of a PEM text.
@@ -920,4 +927,408 @@ async fn a_listener_serves_only_its_protocols() {
         );
         proxy.shutdown().await;
     }
+}
+
+/// A TLS client of the tests' own, to see what a handshake gives: it accepts any
+/// certificate (the test compares the one it got), asks for `name` by SNI (`None`:
+/// connects by IP, so no SNI), offers `alpn` at `versions`, presents `identity` when
+/// given, then sends `GET /tls HTTP/1.1` unless ALPN chose `h2`.
+struct Hello<'a> {
+    name: Option<&'a str>,
+    alpn: &'a [&'a [u8]],
+    versions: &'a [&'static rustls::SupportedProtocolVersion],
+    identity: Option<(&'a str, &'a str)>,
+}
+
+/// What a [`Hello`] got: the server's leaf certificate (DER), the protocol ALPN chose,
+/// the TLS version, and the response's status line (`None`: no HTTP/1.1 request sent).
+#[derive(Debug)]
+struct Answer {
+    leaf: Vec<u8>,
+    alpn: Option<Vec<u8>>,
+    version: rustls::ProtocolVersion,
+    status: Option<String>,
+}
+
+impl Default for Hello<'_> {
+    fn default() -> Self {
+        Hello {
+            name: None,
+            alpn: &[b"h2", b"http/1.1"],
+            versions: rustls::DEFAULT_VERSIONS,
+            identity: None,
+        }
+    }
+}
+
+impl Hello<'_> {
+    async fn to(&self, addr: SocketAddr) -> Result<Answer, String> {
+        use rustls::pki_types::pem::PemObject;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(self.versions)
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)));
+        let mut config = match self.identity {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    rustls_pemfile_certs(cert),
+                    rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+        };
+        config.alpn_protocols = self.alpn.iter().map(|p| p.to_vec()).collect();
+        let server_name = match self.name {
+            Some(name) => rustls::pki_types::ServerName::try_from(name.to_string()).unwrap(),
+            None => rustls::pki_types::ServerName::IpAddress(addr.ip().into()),
+        };
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let mut tls = within("a TLS handshake", connector.connect(server_name, tcp))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        let (_, connection) = tls.get_ref();
+        let mut answer = Answer {
+            leaf: connection.peer_certificates().unwrap()[0].to_vec(),
+            alpn: connection.alpn_protocol().map(<[u8]>::to_vec),
+            version: connection.protocol_version().unwrap(),
+            status: None,
+        };
+        if answer.alpn.as_deref() == Some(b"h2") {
+            return Ok(answer);
+        }
+        tls.write_all(b"GET /tls HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        let mut response = Vec::new();
+        within("the response", tls.read_to_end(&mut response))
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        let response = String::from_utf8_lossy(&response);
+        match response.lines().next() {
+            Some(line) if !line.is_empty() => answer.status = Some(line.to_string()),
+            _ => return Err("no response".to_string()),
+        }
+        Ok(answer)
+    }
+}
+
+/// Accepts any server certificate (the tests look at which one they got).
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A self-signed certificate for `names`: (certificate PEM, key PEM, leaf DER).
+fn certificate_for(names: &[&str]) -> (String, String, Vec<u8>) {
+    let ck =
+        rcgen::generate_simple_self_signed(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    (
+        ck.cert.pem(),
+        ck.signing_key.serialize_pem(),
+        ck.cert.der().to_vec(),
+    )
+}
+
+/// Kestrel's `Sni` on a listener: the certificate, protocols and TLS versions by the
+/// host name the client asks for — the name itself ignoring case, else the longest
+/// `*.` suffix, else `*` (also for a client that names none); a listener without `*`
+/// refuses a name no entry matches, and a client that names none. Entries take the
+/// listener's certificate where they name none. Requests are served on the chosen
+/// site, by both engines.
+#[tokio::test]
+async fn sni_chooses_certificate_and_settings_by_host_name() {
+    let dir = TempDir::new("sni");
+    let file = |name: &str, (cert, key, der): (String, String, Vec<u8>)| {
+        let files = (
+            json_path(&dir.write(&format!("{name}.pem"), &cert)),
+            json_path(&dir.write(&format!("{name}.key"), &key)),
+        );
+        (files, der)
+    };
+    let (own, own_der) = file("own", certificate_for(&["localhost", "127.0.0.1"]));
+    let (a, a_der) = file("a", certificate_for(&["a.example.org"]));
+    let (deep, deep_der) = file("deep", certificate_for(&["*.b.example.org"]));
+    let (wild, wild_der) = file("wild", certificate_for(&["*.example.org"]));
+    let backend = common::echo_backend().await;
+    let config = |any: &str| {
+        format!(
+            r#"{{
+  "Listen": [ {{ "Address": "127.0.0.1:0", "Certificate": {}, "Key": {},
+     "Sni": {{
+       "a.example.org": {{ "Certificate": {}, "Key": {}, "Protocols": "Http1" }},
+       "*.b.example.org": {{ "Certificate": {}, "Key": {} }},
+       "*.example.org": {{ "Certificate": {}, "Key": {}, "SslProtocols": ["Tls12"] }}
+       {any}
+     }} }} ],
+  "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+  "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }} }}
+}}"#,
+            own.0,
+            own.1,
+            a.0,
+            a.1,
+            deep.0,
+            deep.1,
+            wild.0,
+            wild.1,
+            backend.url()
+        )
+    };
+    let proxy = tls_proxy(&config(""), Form::Fused).await;
+    let addr = proxy.addr;
+    let hello = |name| Hello {
+        name: Some(name),
+        ..Hello::default()
+    };
+    // Exact names, ignoring case: its certificate; `Http1` — ALPN chose HTTP/1.1 from
+    // a client offering both, and the request is served.
+    for name in ["a.example.org", "A.Example.ORG"] {
+        let got = hello(name).to(addr).await.unwrap();
+        assert_eq!(got.leaf, a_der, "{name}");
+        assert_eq!(got.alpn.as_deref(), Some(&b"http/1.1"[..]), "{name}");
+        assert_eq!(got.status.as_deref(), Some("HTTP/1.1 200 OK"), "{name}");
+    }
+    // The longest suffix wins; a wildcard entry keeps the listener's protocols (h2).
+    let got = hello("x.b.example.org").to(addr).await.unwrap();
+    assert_eq!(got.leaf, deep_der);
+    assert_eq!(got.alpn.as_deref(), Some(&b"h2"[..]));
+    assert_eq!(got.version, rustls::ProtocolVersion::TLSv1_3);
+    // `*.example.org`: TLS 1.2 only, any depth below the domain, not the domain.
+    for name in ["b.example.org", "x.y.example.org"] {
+        let got = hello(name).to(addr).await.unwrap();
+        assert_eq!(got.leaf, wild_der, "{name}");
+        assert_eq!(got.version, rustls::ProtocolVersion::TLSv1_2, "{name}");
+    }
+    let tls13_only = Hello {
+        name: Some("b.example.org"),
+        versions: &[&rustls::version::TLS13],
+        ..Hello::default()
+    };
+    assert!(tls13_only.to(addr).await.is_err());
+    // No entry: refused, as a client naming none.
+    for name in [Some("example.org"), Some("other.test"), None] {
+        let refused = Hello {
+            name,
+            ..Hello::default()
+        };
+        let got = refused.to(addr).await;
+        assert!(got.is_err(), "{name:?}: {got:?}");
+    }
+    // A real client, by name, over HTTP/1.1 and HTTP/2.
+    for (name, root, version) in [
+        ("a.example.org", &a, Version::HTTP_11),
+        ("x.b.example.org", &deep, Version::HTTP_2),
+    ] {
+        let root = std::fs::read_to_string(root.0.trim_matches('"')).unwrap();
+        let client = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(root.as_bytes()).unwrap())
+            .resolve(name, addr)
+            .timeout(common::LIMIT)
+            .no_proxy()
+            .build()
+            .unwrap();
+        let r = client
+            .get(format!("https://{name}:{}/sni", addr.port()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!((r.status().as_u16(), r.version()), (200, version), "{name}");
+        assert_eq!(r.headers()["x-echo-x-forwarded-proto"], "https");
+    }
+    proxy.shutdown().await;
+
+    // With `*` (the listener's certificate and settings): every other name, and none.
+    let proxy = tls_proxy(&config(r#", "*": {}"#), Form::Layered).await;
+    for name in [Some("other.test"), Some("example.org"), None] {
+        let got = Hello {
+            name,
+            ..Hello::default()
+        }
+        .to(proxy.addr)
+        .await
+        .unwrap();
+        assert_eq!(got.leaf, own_der, "{name:?}");
+        assert_eq!(got.alpn.as_deref(), Some(&b"h2"[..]), "{name:?}");
+    }
+    assert_eq!(
+        hello("a.example.org").to(proxy.addr).await.unwrap().leaf,
+        a_der
+    );
+    proxy.shutdown().await;
+}
+
+/// A listener's `SslProtocols`: a client that offers only another version fails its
+/// handshake.
+#[tokio::test]
+async fn a_listeners_ssl_protocols_are_enforced() {
+    let dir = TempDir::new("ssl-protocols");
+    let (cert, key, _) = certificate_for(&["127.0.0.1"]);
+    let listen = |versions: &str| {
+        format!(
+            r#"{{ "Listen": [ {{ "Address": "127.0.0.1:0", "Certificate": {}, "Key": {}, "SslProtocols": {versions} }} ],
+                 "Routes": {{}}, "Clusters": {{}} }}"#,
+            json_path(&dir.write("c.pem", &cert)),
+            json_path(&dir.write("k.pem", &key)),
+        )
+    };
+    use rustls::version::{TLS12, TLS13};
+    for (versions, tls12, tls13) in [
+        (r#"["Tls12"]"#, true, false),
+        (r#"["Tls13"]"#, false, true),
+        (r#"["Tls11", "Tls12", "Tls13"]"#, true, true),
+        (r#"["None"]"#, true, true),
+    ] {
+        let proxy = tls_proxy(&listen(versions), Form::Fused).await;
+        for (version, served) in [(&TLS12, tls12), (&TLS13, tls13)] {
+            let got = Hello {
+                versions: &[version],
+                ..Hello::default()
+            }
+            .to(proxy.addr)
+            .await;
+            assert_eq!(got.is_ok(), served, "{versions} {version:?}: {got:?}");
+        }
+        proxy.shutdown().await;
+    }
+}
+
+/// Kestrel's `ClientCertificateMode`, from an `appsettings.json` the binary runs:
+/// `RequireCertificate` serves only clients whose certificate chains to the trust store
+/// (`SSL_CERT_FILE` here) — none, or one from another CA, fails; `AllowCertificate`
+/// (an `Sni` entry's) serves clients without one too, but not a bad one;
+/// `EndpointDefaults.SslProtocols` applies to the endpoint.
+#[tokio::test]
+async fn client_certificates_are_asked_for_and_verified() {
+    use rcgen::{CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, KeyPair};
+    let dir = TempDir::new("client-certs");
+    let ca =
+        CertifiedIssuer::self_signed(common::ca_params(), KeyPair::generate().unwrap()).unwrap();
+    let roots = dir.write("ca.pem", &ca.pem());
+    let client = |issuer: &CertifiedIssuer<'_, KeyPair>| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["client.example.org".to_string()]).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let good = client(&ca);
+    let other_ca =
+        CertifiedIssuer::self_signed(common::ca_params(), KeyPair::generate().unwrap()).unwrap();
+    let bad = client(&other_ca);
+    let (cert, key, _) = certificate_for(&["127.0.0.1"]);
+    let backend = common::echo_backend().await;
+    let file = dir.write(
+        "appsettings.json",
+        &format!(
+            r#"{{
+  "Kestrel": {{
+    "EndpointDefaults": {{ "SslProtocols": ["Tls13"] }},
+    "Endpoints": {{ "Https": {{
+      "Url": "https://127.0.0.1:0",
+      "Certificate": {{ "Path": {}, "KeyPath": {} }},
+      "ClientCertificateMode": "RequireCertificate",
+      "Sni": {{ "open.example.org": {{ "ClientCertificateMode": "AllowCertificate" }}, "*": {{}} }}
+    }} }}
+  }},
+  "ReverseProxy": {{
+    "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+    "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }} }}
+  }}
+}}"#,
+            json_path(&dir.write("server.pem", &cert)),
+            json_path(&dir.write("server.key", &key)),
+            backend.url()
+        ),
+    );
+    let mut command = fuseway(&file);
+    command
+        .args(["--http1-engine", "native"])
+        .env("SSL_CERT_FILE", &roots)
+        .env_remove("SSL_CERT_DIR");
+    let mut child = command.spawn().unwrap();
+    let addr = until_listening(&mut child).await;
+    let http1: &[&[u8]] = &[b"http/1.1"];
+    let ask = |name: Option<&'static str>, identity: Option<&(String, String)>| {
+        let identity = identity.map(|(c, k)| (c.clone(), k.clone()));
+        async move {
+            Hello {
+                name,
+                alpn: http1,
+                identity: identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
+                ..Hello::default()
+            }
+            .to(addr)
+            .await
+            .map(|a| a.status)
+        }
+    };
+    let ok = Ok(Some("HTTP/1.1 200 OK".to_string()));
+    // Required (the endpoint's, through `*`).
+    assert_eq!(ask(None, Some(&good)).await, ok);
+    assert!(ask(None, None).await.is_err());
+    assert!(ask(None, Some(&bad)).await.is_err());
+    // Allowed (the entry's).
+    assert_eq!(ask(Some("open.example.org"), None).await, ok);
+    assert_eq!(ask(Some("open.example.org"), Some(&good)).await, ok);
+    assert!(ask(Some("open.example.org"), Some(&bad)).await.is_err());
+    // `EndpointDefaults.SslProtocols`: TLS 1.3 only.
+    let tls12 = Hello {
+        alpn: http1,
+        versions: &[&rustls::version::TLS12],
+        identity: Some((&good.0, &good.1)),
+        ..Hello::default()
+    };
+    assert!(tls12.to(addr).await.is_err());
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
 }

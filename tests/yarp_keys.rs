@@ -19,7 +19,11 @@ use serde_json::Value;
 /// Every nested object present once.
 const FULL: &str = r#"{
   "AllowedHosts": "example.com",
-  "Listen": [{ "Address": "127.0.0.1:0", "Certificate": "c.pem", "Key": "k.pem", "Protocols": "Http2" },
+  "Listen": [{ "Address": "127.0.0.1:0", "Certificate": "c.pem", "Key": "k.pem", "Protocols": "Http2",
+               "SslProtocols": ["Tls12"], "ClientCertificateMode": "AllowCertificate",
+               "Sni": { "a.example.org": { "Certificate": "a.pem", "Key": "a.key", "Password": "p",
+                                           "Protocols": "Http1", "SslProtocols": ["Tls13"],
+                                           "ClientCertificateMode": "NoCertificate" } } },
              { "Address": "127.0.0.1:0", "Certificate": "c.pfx", "Password": "p" }],
   "Routes": { "r": {
     "Match": { "Headers": [{ "Name": "h" }], "QueryParameters": [{ "Name": "q" }] },
@@ -42,7 +46,7 @@ const FULL: &str = r#"{
 }"#;
 
 /// Objects whose keys are ids, and values that are data rather than keys.
-const ID_MAPS: [&str; 3] = ["Routes", "Clusters", "Destinations"];
+const ID_MAPS: [&str; 4] = ["Routes", "Clusters", "Destinations", "Sni"];
 const LEAVES: [&str; 3] = ["Metadata", "Transforms", "LogLevel"];
 
 fn walk(value: &Value, path: &str, keys: &mut BTreeSet<String>) {

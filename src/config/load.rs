@@ -49,7 +49,7 @@ use serde_path_to_error::Segment;
 use super::binder::Binder;
 use super::{
     ConfigError, ConfigErrors, ListenConfig, ListenEntry, ListenProtocols, LoggingConfig,
-    ProxyConfig, ServerLimits,
+    ProxyConfig, ServerLimits, SniEntry,
 };
 
 /// The top-level key of the proxy object in YARP's `appsettings.json`.
@@ -126,16 +126,21 @@ struct KestrelCertificates {
 }
 
 /// `Kestrel.EndpointDefaults`: what its endpoints have unless they say otherwise (its
-/// `Protocols`; the rest configures ASP.NET).
+/// `Protocols`; `SslProtocols` and `ClientCertificateMode` for `https` ones; the rest
+/// configures ASP.NET).
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
 struct KestrelEndpointDefaults {
     #[serde(default)]
     protocols: Option<String>,
+    #[serde(default)]
+    ssl_protocols: Option<Vec<String>>,
+    #[serde(default)]
+    client_certificate_mode: Option<String>,
 }
 
 /// `Kestrel.Endpoints.<name>`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 struct KestrelEndpoint {
     url: String,
@@ -143,6 +148,27 @@ struct KestrelEndpoint {
     protocols: Option<String>,
     #[serde(default)]
     certificate: Option<KestrelCertificate>,
+    #[serde(default)]
+    ssl_protocols: Option<Vec<String>>,
+    #[serde(default)]
+    client_certificate_mode: Option<String>,
+    #[serde(default)]
+    sni: BTreeMap<String, KestrelSni>,
+}
+
+/// `Kestrel.Endpoints.<name>.Sni.<host name>`: an `https` endpoint's settings for the
+/// host names a client asks for.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct KestrelSni {
+    #[serde(default)]
+    protocols: Option<String>,
+    #[serde(default)]
+    ssl_protocols: Option<Vec<String>>,
+    #[serde(default)]
+    certificate: Option<KestrelCertificate>,
+    #[serde(default)]
+    client_certificate_mode: Option<String>,
 }
 
 /// `Kestrel.Endpoints.<name>.Certificate` (or `Kestrel.Certificates.Default`): PEM files
@@ -186,8 +212,7 @@ impl Document {
             {
                 let endpoint = KestrelEndpoint {
                     url: url.to_string(),
-                    protocols: None,
-                    certificate: None,
+                    ..KestrelEndpoint::default()
                 };
                 listen.push(endpoint.listener(&format!("Urls[{i}]"), &self.kestrel)?);
             }
@@ -283,15 +308,58 @@ impl KestrelEndpoint {
             None => None,
         };
         let address = format!("{ip}:{port}");
-        let certificate = match self.certificate {
-            None if https => kestrel.certificates.default.clone(),
-            certificate => certificate,
+        if !https {
+            // As Kestrel: HTTPS-only settings on an `http` endpoint are an error.
+            for (key, set) in [
+                ("Certificate", self.certificate.is_some()),
+                ("SslProtocols", self.ssl_protocols.is_some()),
+                (
+                    "ClientCertificateMode",
+                    self.client_certificate_mode.is_some(),
+                ),
+                ("Sni", !self.sni.is_empty()),
+            ] {
+                if set {
+                    return Err(ConfigError::new(
+                        format!("{path}.{key}"),
+                        "HTTPS-only, on an `http` endpoint: use an `https://` URL",
+                    ));
+                }
+            }
+            return Ok(match protocols {
+                None => ListenConfig::Address(address),
+                protocols => ListenConfig::Full(ListenEntry {
+                    address,
+                    protocols,
+                    ..ListenEntry::default()
+                }),
+            });
+        }
+        let defaults = &kestrel.endpoint_defaults;
+        let mut entry = ListenEntry {
+            address,
+            protocols,
+            ssl_protocols: self
+                .ssl_protocols
+                .or_else(|| defaults.ssl_protocols.clone()),
+            client_certificate_mode: self
+                .client_certificate_mode
+                .or_else(|| defaults.client_certificate_mode.clone()),
+            ..ListenEntry::default()
         };
-        let certificate = match (https, certificate) {
-            (false, None) if protocols.is_none() => return Ok(ListenConfig::Address(address)),
-            (false, None) => None,
-            (true, Some(certificate)) => Some(certificate),
-            (true, None) => {
+        let certificate = self
+            .certificate
+            .or_else(|| kestrel.certificates.default.clone());
+        match certificate {
+            Some(certificate) => {
+                let (file, key, password) = certificate.files(&format!("{path}.Certificate"))?;
+                entry.certificate = Some(file);
+                entry.key = key;
+                entry.password = password;
+            }
+            // With `Sni`, entries may each name their own.
+            None if !self.sni.is_empty() => {}
+            None => {
                 return Err(ConfigError::new(
                     format!("{path}.Certificate"),
                     "an `https` endpoint needs a certificate, its own or \
@@ -300,46 +368,59 @@ impl KestrelEndpoint {
                      certificate",
                 ))
             }
-            (false, Some(_)) => {
-                return Err(ConfigError::new(
-                    format!("{path}.Certificate"),
-                    "a certificate on an `http` endpoint: use an `https://` URL",
-                ))
-            }
-        };
-        let mut entry = ListenEntry {
-            address,
-            protocols,
-            ..ListenEntry::default()
-        };
-        if let Some(certificate) = certificate {
-            let KestrelCertificate {
-                path: file,
-                key_path,
-                password,
-                subject,
-                store,
-                location,
-                allow_invalid,
-            } = certificate;
-            let at = format!("{path}.Certificate");
-            if subject.is_some() || store.is_some() || location.is_some() || allow_invalid.is_some()
-            {
-                return Err(ConfigError::new(
-                    at,
-                    "a certificate from a certificate store (`Subject`, `Store`, `Location`) is \
-                     not supported: give its files (`Path` and `KeyPath`, or a PFX `Path` and \
-                     `Password`)",
-                ));
-            }
-            let Some(file) = file else {
-                return Err(ConfigError::new(at, "`Path` is missing"));
+        }
+        for (name, sni) in self.sni {
+            let at = format!("{path}.Sni.{name}");
+            let mut site = SniEntry {
+                protocols: match sni.protocols {
+                    Some(protocols) => {
+                        let parsed = super::validate::check_protocols(&protocols)
+                            .map_err(|e| ConfigError::new(format!("{at}.Protocols"), e))?;
+                        Some(parsed.as_str().to_string())
+                    }
+                    None => None,
+                },
+                ssl_protocols: sni.ssl_protocols,
+                client_certificate_mode: sni.client_certificate_mode,
+                ..SniEntry::default()
             };
-            entry.certificate = Some(file);
-            entry.key = key_path;
-            entry.password = password;
+            if let Some(certificate) = sni.certificate {
+                let (file, key, password) = certificate.files(&format!("{at}.Certificate"))?;
+                site.certificate = Some(file);
+                site.key = key;
+                site.password = password;
+            }
+            entry.sni.insert(name, site);
         }
         Ok(ListenConfig::Full(entry))
+    }
+}
+
+impl KestrelCertificate {
+    /// The files it names: (`Path`, `KeyPath`, `Password`); a certificate store's is
+    /// refused, at `at`.
+    fn files(self, at: &str) -> Result<(String, Option<String>, Option<String>), ConfigError> {
+        let KestrelCertificate {
+            path: file,
+            key_path,
+            password,
+            subject,
+            store,
+            location,
+            allow_invalid,
+        } = self;
+        if subject.is_some() || store.is_some() || location.is_some() || allow_invalid.is_some() {
+            return Err(ConfigError::new(
+                at,
+                "a certificate from a certificate store (`Subject`, `Store`, `Location`) is \
+                 not supported: give its files (`Path` and `KeyPath`, or a PFX `Path` and \
+                 `Password`)",
+            ));
+        }
+        let Some(file) = file else {
+            return Err(ConfigError::new(at, "`Path` is missing"));
+        };
+        Ok((file, key_path, password))
     }
 }
 

@@ -23,8 +23,9 @@ pub use logging::{ConsoleLogging, LogLevel, LoggingConfig};
 pub use model::*;
 pub use names::{
     ActiveHealthPolicyName, AffinityFailurePolicyName, AvailableDestinationsPolicyName,
-    CookieSameSite, CookieSecurePolicy, HttpVersion, HttpVersionPolicy, ListenProtocols,
-    LoadBalancingPolicyName, PassiveHealthPolicyName, SessionAffinityPolicyName, TlsVersions,
+    ClientCertificateMode, CookieSameSite, CookieSecurePolicy, HttpVersion, HttpVersionPolicy,
+    ListenProtocols, LoadBalancingPolicyName, PassiveHealthPolicyName, SessionAffinityPolicyName,
+    TlsVersions,
 };
 pub use transforms::{
     parse_transforms, ForwardedAction, ForwardedTransform, NodeFormat, ResponseCondition,

@@ -111,6 +111,22 @@ pub struct ListenEntry {
     /// Kestrel's `Protocols` ([`ListenProtocols`](super::ListenProtocols)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocols: Option<String>,
+    /// The TLS versions a TLS listener accepts: Kestrel's `SslProtocols` (`Tls12`,
+    /// `Tls13`; none, `None` or `Default`: both; see
+    /// [`TlsVersions`](super::TlsVersions)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_protocols: Option<Vec<String>>,
+    /// Whether a TLS listener asks clients for a certificate: Kestrel's
+    /// `ClientCertificateMode` ([`ClientCertificateMode`](super::ClientCertificateMode)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate_mode: Option<String>,
+    /// Kestrel's `Sni`: the certificate and settings by the host name a TLS client asks
+    /// for. Keys are a host name (matched ignoring case), `*.example.org` (any name
+    /// ending in `.example.org`; the longest such suffix wins) or `*` (any name, and
+    /// clients that send none). Each entry's unset fields are the listener's; a
+    /// listener with `Sni` refuses a client whose name no entry matches, as Kestrel.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sni: BTreeMap<String, SniEntry>,
 }
 
 impl fmt::Debug for ListenEntry {
@@ -122,6 +138,49 @@ impl fmt::Debug for ListenEntry {
             // Never shown.
             .field("password", &self.password.as_ref().map(|_| "…"))
             .field("protocols", &self.protocols)
+            .field("ssl_protocols", &self.ssl_protocols)
+            .field("client_certificate_mode", &self.client_certificate_mode)
+            .field("sni", &self.sni)
+            .finish()
+    }
+}
+
+/// A TLS listener's settings for the host names of an [`Sni`](ListenEntry::sni) key:
+/// Kestrel's `Sni` entries. A field left out is the listener's.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SniEntry {
+    /// The certificate for these names (as [`ListenEntry::certificate`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<String>,
+    /// Its key, for a PEM certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The password of a PKCS#12 certificate or of an encrypted key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// What is served to these names (`Http1`, `Http2`, `Http1AndHttp2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocols: Option<String>,
+    /// The TLS versions accepted from these names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_protocols: Option<Vec<String>>,
+    /// Whether clients asking for these names are asked for a certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate_mode: Option<String>,
+}
+
+impl fmt::Debug for SniEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SniEntry")
+            .field("certificate", &self.certificate)
+            .field("key", &self.key)
+            // Never shown.
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("protocols", &self.protocols)
+            .field("ssl_protocols", &self.ssl_protocols)
+            .field("client_certificate_mode", &self.client_certificate_mode)
             .finish()
     }
 }
@@ -179,29 +238,97 @@ impl ListenConfig {
         }
     }
 
-    /// Where the certificate and key are read from, when this listener terminates TLS.
+    /// Where the certificate and key are read from, when this listener terminates TLS
+    /// with a certificate of its own (a listener whose `Sni` entries each name theirs
+    /// may have none).
     pub fn tls_files(&self) -> Option<crate::server::TlsFiles> {
-        let ListenConfig::Full(ListenEntry {
-            certificate: Some(certificate),
-            key,
-            password,
-            ..
-        }) = self
-        else {
+        let ListenConfig::Full(entry) = self else {
             return None;
         };
-        Some(match key {
-            Some(key) => crate::server::TlsFiles::Pem {
-                certificate: certificate.into(),
-                key: key.into(),
-                password: password.clone(),
-            },
-            None => crate::server::TlsFiles::Pkcs12 {
-                file: certificate.into(),
-                password: password.clone().unwrap_or_default(),
-            },
+        tls_files(&entry.certificate, &entry.key, &entry.password)
+    }
+
+    /// How this listener terminates TLS (`None`: it does not): its certificate and its
+    /// settings, by host name when it has `Sni`. Values validation refuses are read as
+    /// their defaults.
+    pub(crate) fn tls_setup(&self) -> Option<crate::server::tls::TlsSetup> {
+        use crate::server::tls::{Site, TlsSetup, TlsSite};
+        let ListenConfig::Full(entry) = self else {
+            return None;
+        };
+        let files = self.tls_files();
+        if files.is_none() && entry.sni.is_empty() {
+            return None;
+        }
+        let own = Site {
+            protocols: self.protocols(),
+            versions: tls_versions(&entry.ssl_protocols).unwrap_or_default(),
+            client_certificates: client_certificates(&entry.client_certificate_mode)
+                .unwrap_or_default(),
+        };
+        let sites = if entry.sni.is_empty() {
+            vec![TlsSite {
+                name: "*".to_string(),
+                files: None,
+                site: own,
+            }]
+        } else {
+            entry
+                .sni
+                .iter()
+                .map(|(name, sni)| TlsSite {
+                    name: name.clone(),
+                    files: tls_files(&sni.certificate, &sni.key, &sni.password),
+                    site: Site {
+                        protocols: sni
+                            .protocols
+                            .as_deref()
+                            .and_then(|p| p.parse().ok())
+                            .unwrap_or(own.protocols),
+                        versions: tls_versions(&sni.ssl_protocols).unwrap_or(own.versions),
+                        client_certificates: client_certificates(&sni.client_certificate_mode)
+                            .unwrap_or(own.client_certificates),
+                    },
+                })
+                .collect()
+        };
+        Some(TlsSetup {
+            files,
+            sites,
+            sni: !entry.sni.is_empty(),
         })
     }
+}
+
+/// The files a `Certificate`, `Key` and `Password` name: PEM files with a `Key`, else a
+/// PKCS#12 archive.
+fn tls_files(
+    certificate: &Option<String>,
+    key: &Option<String>,
+    password: &Option<String>,
+) -> Option<crate::server::TlsFiles> {
+    let certificate = certificate.as_ref()?;
+    Some(match key {
+        Some(key) => crate::server::TlsFiles::Pem {
+            certificate: certificate.into(),
+            key: key.into(),
+            password: password.clone(),
+        },
+        None => crate::server::TlsFiles::Pkcs12 {
+            file: certificate.into(),
+            password: password.clone().unwrap_or_default(),
+        },
+    })
+}
+
+/// `SslProtocols`, when given and valid.
+fn tls_versions(names: &Option<Vec<String>>) -> Option<super::TlsVersions> {
+    super::TlsVersions::from_names(names.as_ref()?).ok()
+}
+
+/// `ClientCertificateMode`, when given and valid.
+fn client_certificates(mode: &Option<String>) -> Option<super::ClientCertificateMode> {
+    mode.as_deref()?.parse().ok()
 }
 
 /// A route: which requests it matches and which cluster serves them.

@@ -260,6 +260,27 @@ named_enum! {
     }
 }
 
+named_enum! {
+    /// Whether a TLS listener asks clients for a certificate: Kestrel's
+    /// `ClientCertificateMode`. A certificate a client gives must chain to the system's
+    /// trust store (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set, as for `https://`
+    /// destinations) and allow client authentication, as Kestrel checks it by default.
+    #[derive(Default)]
+    pub enum ClientCertificateMode("client certificate mode") {
+        /// Not asked for (the default).
+        #[default]
+        NoCertificate = "NoCertificate",
+        /// Asked for: a client may send none; one it sends must verify.
+        AllowCertificate = "AllowCertificate",
+        /// Required: a client without a verified certificate fails its handshake.
+        RequireCertificate = "RequireCertificate",
+        /// Kestrel asks only when the application asks later, which a proxy never does
+        /// (YARP's `ClientCert` transform reads the certificate the handshake gave): as
+        /// `NoCertificate`.
+        DelayCertificate = "DelayCertificate",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,13 +327,19 @@ mod tests {
 /// list of .NET's `SslProtocols` names).
 ///
 /// `Tls12` and `Tls13` are honoured; `None` and `Default` (or no list) leave the choice
-/// to the TLS library (1.2 and 1.3); `Tls`, `Tls11`, `Ssl2` and `Ssl3` are refused:
-/// they are broken and rustls does not implement them.
+/// to the TLS library (1.2 and 1.3). `Tls` and `Tls11` beside one of those are not
+/// offered (rustls does not implement them; a modern .NET on Linux does not offer them
+/// either): Kestrel's own example lists `Tls11`, `Tls12`, `Tls13`. Alone, and `Ssl2` and
+/// `Ssl3` anywhere, they are refused: broken, and not implemented.
 ///
 /// ```
 /// use fuseway::config::TlsVersions;
 /// assert_eq!(TlsVersions::from_names(&["Tls13".into()]), Ok(TlsVersions::Tls13));
-/// assert!(TlsVersions::from_names(&["Tls11".into(), "Tls12".into()]).is_err());
+/// assert_eq!(
+///     TlsVersions::from_names(&["Tls11".into(), "Tls12".into()]),
+///     Ok(TlsVersions::Tls12)
+/// );
+/// assert!(TlsVersions::from_names(&["Tls11".into()]).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum TlsVersions {
@@ -328,16 +355,17 @@ pub enum TlsVersions {
 impl TlsVersions {
     /// The versions a list of `SslProtocols` names allows.
     pub fn from_names(names: &[String]) -> Result<TlsVersions, String> {
-        let (mut tls12, mut tls13) = (false, false);
+        let (mut tls12, mut tls13, mut old) = (false, false, None);
         for name in names {
             match name.trim().to_ascii_lowercase().as_str() {
                 "tls12" => tls12 = true,
                 "tls13" => tls13 = true,
                 "none" | "default" => (tls12, tls13) = (true, true),
-                "tls" | "tls11" | "ssl2" | "ssl3" => {
+                "tls" | "tls11" => old = Some(name),
+                "ssl2" | "ssl3" => {
                     return Err(format!(
-                        "`{name}` is refused: SSL, TLS 1.0 and TLS 1.1 are broken and not \
-                         supported; use `Tls12` and/or `Tls13`"
+                        "`{name}` is refused: SSL is broken and not supported; use `Tls12` \
+                         and/or `Tls13`"
                     ))
                 }
                 _ => {
@@ -348,6 +376,12 @@ impl TlsVersions {
                     ))
                 }
             }
+        }
+        if let (Some(name), false, false) = (old, tls12, tls13) {
+            return Err(format!(
+                "`{name}` alone is refused: TLS 1.0 and 1.1 are broken and not supported; \
+                 use `Tls12` and/or `Tls13`"
+            ));
         }
         Ok(match (tls12, tls13) {
             (true, false) => TlsVersions::Tls12,

@@ -147,6 +147,88 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
         // is a PKCS#12 archive; a Key with a Password, an encrypted one.
         (Some(_), _, _) => {}
     }
+    let tls = entry.certificate.is_some() || !entry.sni.is_empty();
+    let prefix = format!("Listen[{i}]");
+    check_tls_settings(
+        &prefix,
+        &entry.ssl_protocols,
+        &entry.client_certificate_mode,
+        tls,
+        errors,
+    );
+    let mut names = std::collections::BTreeSet::new();
+    for (name, sni) in &entry.sni {
+        let path = format!("{prefix}.Sni.{name}");
+        let host = name.strip_prefix("*.").unwrap_or(name);
+        if name != "*" && (host.is_empty() || host.contains('*') || host.contains(':')) {
+            errors.push(
+                &path,
+                "a host name, `*.` and a domain (its sub-domains), or `*` (any)",
+            );
+        }
+        if !names.insert(name.to_ascii_lowercase()) {
+            errors.push(&path, "named twice (host names match ignoring case)");
+        }
+        match (&sni.certificate, &sni.key, &sni.password) {
+            (None, None, None) if entry.certificate.is_none() => errors.push(
+                format!("{path}.Certificate"),
+                "no certificate: give this entry one, or the listener",
+            ),
+            (None, Some(_), _) => errors.push(
+                format!("{path}.Certificate"),
+                "an entry with a Key needs its Certificate",
+            ),
+            (None, None, Some(_)) => errors.push(
+                format!("{path}.Password"),
+                "a Password without a Certificate (a PKCS#12 file's)",
+            ),
+            _ => {}
+        }
+        if let Some(protocols) = &sni.protocols {
+            if let Err(e) = check_protocols(protocols) {
+                errors.push(format!("{path}.Protocols"), e);
+            }
+        }
+        check_tls_settings(
+            &path,
+            &sni.ssl_protocols,
+            &sni.client_certificate_mode,
+            true,
+            errors,
+        );
+    }
+}
+
+/// A TLS listener's (or `Sni` entry's) `SslProtocols` and `ClientCertificateMode`, at
+/// `path`; `tls`: whether the listener terminates TLS (else they are an error).
+pub(super) fn check_tls_settings(
+    path: &str,
+    ssl_protocols: &Option<Vec<String>>,
+    client_certificate_mode: &Option<String>,
+    tls: bool,
+    errors: &mut ConfigErrors,
+) {
+    for (key, set) in [
+        ("SslProtocols", ssl_protocols.is_some()),
+        ("ClientCertificateMode", client_certificate_mode.is_some()),
+    ] {
+        if set && !tls {
+            errors.push(
+                format!("{path}.{key}"),
+                "only for a listener that terminates TLS (one with a Certificate or Sni)",
+            );
+        }
+    }
+    if let Some(protocols) = ssl_protocols {
+        if let Err(message) = TlsVersions::from_names(protocols) {
+            errors.push(format!("{path}.SslProtocols"), message);
+        }
+    }
+    if let Some(mode) = client_certificate_mode {
+        if let Err(message) = mode.parse::<super::ClientCertificateMode>() {
+            errors.push(format!("{path}.ClientCertificateMode"), message);
+        }
+    }
 }
 
 /// A listener's `Protocols` (Kestrel's names): the error for one fuseway does not serve.

@@ -30,7 +30,7 @@ pub(crate) mod progress;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod replay;
 mod request_body;
-mod tls;
+pub(crate) mod tls;
 pub(crate) mod trace_context;
 pub(crate) mod upgrade;
 

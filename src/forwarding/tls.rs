@@ -55,7 +55,7 @@ pub fn trust_bundled_roots(yes: bool) {
 /// read them), so that removing a CA from the system distrusts it. The bundled Mozilla
 /// set is used where the system has no roots at all, or when asked for
 /// ([`trust_bundled_roots`]).
-fn roots() -> Arc<RootCertStore> {
+pub(crate) fn roots() -> Arc<RootCertStore> {
     static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
     ROOTS
         .get_or_init(|| {

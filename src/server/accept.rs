@@ -108,6 +108,36 @@ pub(super) enum Protocol {
     Http2,
 }
 
+/// The TLS handshake of a client connection: with the listener's one configuration,
+/// or, when it has `Sni` entries, the one for the name the client's hello asks for
+/// (none matching: the handshake fails, as Kestrel's). Also says what the chosen site
+/// serves.
+async fn tls_handshake(
+    stream: tokio::net::TcpStream,
+    terminator: &tls::Terminator,
+) -> io::Result<(
+    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    ListenProtocols,
+)> {
+    if let Some(only) = terminator.only() {
+        let acceptor = tokio_rustls::TlsAcceptor::from(only.config.clone());
+        return Ok((acceptor.accept(stream).await?, only.protocols));
+    }
+    let start =
+        tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
+    let hello = start.client_hello();
+    let name = hello.server_name();
+    let Some(site) = terminator.choose(name) else {
+        let name = name.map_or_else(|| "none".to_string(), |n| format!("`{n}`"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("no `Sni` entry for the server name the client asked for ({name})"),
+        ));
+    };
+    let (config, protocols) = (site.config.clone(), site.protocols);
+    Ok((start.into_stream(config).await?, protocols))
+}
+
 /// Whether a listener serving `protocols` serves a connection speaking `protocol`. One
 /// that does not is closed unanswered: hyper's engine would serve whichever protocol it
 /// finds, and a client that speaks the other one has the wrong port.
@@ -381,23 +411,22 @@ pub(super) async fn accept_loop<S>(
                 };
                 spawn_connection(detect, service, info, shared.clone());
             }
-            Some(config) => {
-                // The configuration of the moment: a reload applies to new connections.
-                let acceptor = TlsAcceptor::from(config.load_full());
+            Some(terminator) => {
+                // The configurations of the moment: a reload applies to new connections.
+                let terminator = terminator.load_full();
                 // The handshake runs on the connection's task, bounded like a request head.
                 let timeout = options.header_read_timeout;
-                let handshake = tokio::time::timeout(timeout, acceptor.accept(stream));
                 let drain = graceful.signal(Some(place));
                 let handshake = async move {
-                    match handshake.await {
-                        Ok(Ok(stream)) => {
-                            // ALPN offers only what the listener serves; a client that
+                    match tokio::time::timeout(timeout, tls_handshake(stream, &terminator)).await {
+                        Ok(Ok((stream, served))) => {
+                            // ALPN offers only what the site serves; a client that
                             // negotiated none speaks HTTP/1.1.
                             let protocol = match stream.get_ref().1.alpn_protocol() {
                                 Some(b"h2") => Protocol::Http2,
                                 _ => Protocol::Http1,
                             };
-                            if !serves(protocols, protocol) {
+                            if !serves(served, protocol) {
                                 tracing::debug!(%remote, "HTTP/2 was not negotiated on an HTTP/2-only listener (as Kestrel, closing)");
                                 return None;
                             }

@@ -17,7 +17,7 @@ mod pace;
 pub(crate) mod replay;
 mod service;
 mod streams;
-mod tls;
+pub(crate) mod tls;
 
 use std::future::Future;
 use std::io;
@@ -35,7 +35,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_rustls::TlsAcceptor;
 
 use accept::{accept_loop, bind, worker_listener};
 use balance::Balance;
@@ -47,6 +46,7 @@ pub use tls::{
     tls_config_from_encrypted_pem, tls_config_from_files, tls_config_from_pem,
     tls_config_from_pkcs12, TlsError, TlsFiles, TlsPart,
 };
+use tls::{Terminator, TlsSetup};
 
 use crate::body::{Incoming, ProxyBody};
 use crate::config::{ListenConfig, ListenProtocols};
@@ -105,11 +105,11 @@ pub struct Server {
 
 struct Listener {
     tcp: TcpListener,
-    /// The TLS configuration new connections are accepted with; swapped by
+    /// The TLS configurations new connections are accepted with; swapped by
     /// [`TlsReloader::reload`].
-    tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
-    /// The files `tls` was read from (listeners bound from a configuration).
-    tls_files: Option<TlsFiles>,
+    tls: Option<Arc<ArcSwap<Terminator>>>,
+    /// What `tls` was read from (listeners bound from a configuration).
+    tls_setup: Option<TlsSetup>,
     /// What it serves.
     protocols: ListenProtocols,
 }
@@ -128,11 +128,7 @@ impl std::fmt::Debug for Listener {
 /// certificate it had.
 #[derive(Debug, Clone)]
 pub struct TlsReloader {
-    listeners: Vec<(
-        TlsFiles,
-        ListenProtocols,
-        Arc<ArcSwap<rustls::ServerConfig>>,
-    )>,
+    listeners: Vec<(TlsSetup, Arc<ArcSwap<Terminator>>)>,
 }
 
 impl TlsReloader {
@@ -141,10 +137,10 @@ impl TlsReloader {
     /// listeners that failed keep their certificates.
     pub fn reload(&self) -> Result<usize, Vec<String>> {
         let mut errors = Vec::new();
-        for (files, protocols, config) in &self.listeners {
-            match files.load() {
-                Ok(new) => config.store(with_alpn(new, *protocols)),
-                Err(e) => errors.push(format!("{files}: {e}")),
+        for (setup, config) in &self.listeners {
+            match setup.load() {
+                Ok(new) => config.store(Arc::new(new)),
+                Err(e) => errors.push(format!("{setup}: {e}")),
             }
         }
         if errors.is_empty() {
@@ -181,8 +177,8 @@ impl Server {
             let tcp = bind(&addr).await?;
             server.listeners.push(Listener {
                 tcp,
-                tls: tls.map(|t| Arc::new(ArcSwap::new(t))),
-                tls_files: entry.tls_files(),
+                tls: tls.map(|t| Arc::new(ArcSwap::from_pointee(t))),
+                tls_setup: entry.tls_setup(),
                 protocols: entry.protocols(),
             });
         }
@@ -212,7 +208,7 @@ impl Server {
                 .map(|tcp| Listener {
                     tcp,
                     tls: None,
-                    tls_files: None,
+                    tls_setup: None,
                     protocols: ListenProtocols::default(),
                 })
                 .collect(),
@@ -229,8 +225,11 @@ impl Server {
     ) -> Server {
         self.listeners.push(Listener {
             tcp: listener,
-            tls: Some(Arc::new(ArcSwap::new(tls))),
-            tls_files: None,
+            tls: Some(Arc::new(ArcSwap::from_pointee(Terminator::single(
+                tls,
+                ListenProtocols::default(),
+            )))),
+            tls_setup: None,
             protocols: ListenProtocols::default(),
         });
         self
@@ -245,7 +244,7 @@ impl Server {
             listeners: self
                 .listeners
                 .iter()
-                .filter_map(|l| Some((l.tls_files.clone()?, l.protocols, l.tls.clone()?)))
+                .filter_map(|l| Some((l.tls_setup.clone()?, l.tls.clone()?)))
                 .collect(),
         }
     }
@@ -393,7 +392,7 @@ impl Server {
         let listeners = self
             .listeners
             .into_iter()
-            .map(|l| Ok((l.tcp.into_std()?, l.tls, l.tls_files, l.protocols)))
+            .map(|l| Ok((l.tcp.into_std()?, l.tls, l.tls_setup, l.protocols)))
             .collect::<io::Result<Vec<_>>>()?;
         let mut threads = Vec::with_capacity(workers);
         for (i, lanes) in lanes.into_iter().enumerate() {
@@ -419,7 +418,7 @@ impl Server {
                 runtime.block_on(async move {
                     let service = make_service();
                     let mut tasks = JoinSet::new();
-                    for ((tcp, tls, tls_files, protocols), lane) in mine.into_iter().zip(lanes) {
+                    for ((tcp, tls, tls_setup, protocols), lane) in mine.into_iter().zip(lanes) {
                         let tcp = match TcpListener::from_std(tcp) {
                             Ok(tcp) => tcp,
                             Err(e) => {
@@ -431,7 +430,7 @@ impl Server {
                             Listener {
                                 tcp,
                                 tls,
-                                tls_files,
+                                tls_setup,
                                 protocols,
                             },
                             service.clone(),
@@ -460,40 +459,26 @@ impl Server {
     }
 }
 
-/// The TLS configuration of listener `i` (`None`: plain TCP), its files read now.
+/// The TLS configurations of listener `i` (`None`: plain TCP), its files read now;
+/// errors name the file's key (`Listen[i].Certificate`, `Listen[i].Sni.<name>.Key`).
 fn listener_tls(
     entry: &ListenConfig,
     i: usize,
-) -> Result<Option<Arc<rustls::ServerConfig>>, crate::config::ConfigError> {
-    let Some(files) = entry.tls_files() else {
+) -> Result<Option<Terminator>, crate::config::ConfigError> {
+    let Some(setup) = entry.tls_setup() else {
         return Ok(None);
     };
-    let protocols = entry.protocols();
-    files
-        .load()
-        .map(|config| Some(with_alpn(config, protocols)))
-        .map_err(|e| {
-            let part = match e.part {
-                TlsPart::Certificate => "Certificate",
-                TlsPart::Key => "Key",
-            };
-            crate::config::ConfigError::new(format!("Listen[{i}].{part}"), e.message)
-        })
-}
-
-/// `config` offering by ALPN only what `protocols` serves.
-fn with_alpn(
-    config: Arc<rustls::ServerConfig>,
-    protocols: ListenProtocols,
-) -> Arc<rustls::ServerConfig> {
-    let alpn: &[&[u8]] = match protocols {
-        ListenProtocols::Http1AndHttp2 => return config,
-        ListenProtocols::Http1 => &[b"http/1.1"],
-        ListenProtocols::Http2 => &[b"h2"],
-    };
-    let mut config = Arc::unwrap_or_clone(config);
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Arc::new(config)
+    setup.load().map(Some).map_err(|e| {
+        let part = match e.error.part {
+            TlsPart::Certificate => "Certificate",
+            TlsPart::Key => "Key",
+        };
+        let at = match &e.sni {
+            Some(name) => format!("Listen[{i}].Sni.{name}.{part}"),
+            None => format!("Listen[{i}].{part}"),
+        };
+        crate::config::ConfigError::new(at, e.error.message)
+    })
 }
 
 /// Completes on Ctrl-C or SIGTERM: the `shutdown` future to give

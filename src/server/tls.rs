@@ -1,5 +1,6 @@
 //! TLS termination: rustls (ring) server configurations from PEM certificates and keys,
-//! or from a PKCS#12 (PFX) archive holding both, offering HTTP/2 and HTTP/1.1 by ALPN.
+//! or from a PKCS#12 (PFX) archive holding both, offering HTTP/2 and HTTP/1.1 by ALPN;
+//! a listener's configurations by the host name clients ask for (Kestrel's `Sni`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -7,7 +8,10 @@ use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
+
+use crate::config::{ClientCertificateMode, ListenProtocols, TlsVersions};
 
 /// Why a certificate or key could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +97,11 @@ impl TlsFiles {
     /// Read the files now: a server configuration (see [`tls_config_from_files`] and
     /// [`tls_config_from_pkcs12`]); errors name the file at fault.
     pub fn load(&self) -> Result<Arc<ServerConfig>, TlsError> {
+        self.identity()?.server_config(&Site::default())
+    }
+
+    /// Read the files now: the chain and its key.
+    pub(crate) fn identity(&self) -> Result<Identity, TlsError> {
         match self {
             TlsFiles::Pem {
                 certificate,
@@ -112,7 +121,7 @@ impl TlsFiles {
                         ),
                     ));
                 }
-                tls_config_from_pkcs12(&archive, password).map_err(|mut e| {
+                pkcs12_identity(&archive, password).map_err(|mut e| {
                     e.message = format!("`{}`: {}", file.display(), e.message);
                     e
                 })
@@ -146,21 +155,17 @@ pub fn tls_config_from_files(
     certificate: &Path,
     key: &Path,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    pem_files(certificate, key, None)
+    pem_files(certificate, key, None)?.server_config(&Site::default())
 }
 
 /// [`tls_config_from_files`], the key decrypted with `password` when one is given
 /// ([`tls_config_from_encrypted_pem`]); errors name the file at fault.
-fn pem_files(
-    certificate: &Path,
-    key: &Path,
-    password: Option<&str>,
-) -> Result<Arc<ServerConfig>, TlsError> {
+fn pem_files(certificate: &Path, key: &Path, password: Option<&str>) -> Result<Identity, TlsError> {
     let cert_pem = read(certificate, TlsPart::Certificate)?;
     let key_pem = read(key, TlsPart::Key)?;
     match password {
-        None => tls_config_from_pem(&cert_pem, &key_pem),
-        Some(password) => tls_config_from_encrypted_pem(&cert_pem, &key_pem, password),
+        None => pem_identity(&cert_pem, &key_pem),
+        Some(password) => encrypted_pem_identity(&cert_pem, &key_pem, password),
     }
     .map_err(|mut e| {
         let path = match e.part {
@@ -174,10 +179,14 @@ fn pem_files(
 
 /// A server configuration from PEM text (see [`tls_config_from_files`]).
 pub fn tls_config_from_pem(certificate: &[u8], key: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
+    pem_identity(certificate, key)?.server_config(&Site::default())
+}
+
+fn pem_identity(certificate: &[u8], key: &[u8]) -> Result<Identity, TlsError> {
     let chain = pem_chain(certificate)?;
     let key = PrivateKeyDer::from_pem_slice(key)
         .map_err(|e| error(TlsPart::Key, format!("no usable PEM private key: {e}")))?;
-    server_config(chain, key)
+    Ok(Identity { chain, key })
 }
 
 /// A server configuration from PEM text whose key is an encrypted PKCS#8 key
@@ -188,6 +197,14 @@ pub fn tls_config_from_encrypted_pem(
     key: &[u8],
     password: &str,
 ) -> Result<Arc<ServerConfig>, TlsError> {
+    encrypted_pem_identity(certificate, key, password)?.server_config(&Site::default())
+}
+
+fn encrypted_pem_identity(
+    certificate: &[u8],
+    key: &[u8],
+    password: &str,
+) -> Result<Identity, TlsError> {
     let text = std::str::from_utf8(key)
         .map_err(|_| error(TlsPart::Key, "not a PEM encrypted private key"))?;
     let not_encrypted = |why: String| {
@@ -212,7 +229,10 @@ pub fn tls_config_from_encrypted_pem(
         )
     })?;
     let key = PrivateKeyDer::Pkcs8(key.as_bytes().to_vec().into());
-    server_config(pem_chain(certificate)?, key)
+    Ok(Identity {
+        chain: pem_chain(certificate)?,
+        key,
+    })
 }
 
 /// A server configuration from a PKCS#12 (PFX) archive, decrypted with `password`
@@ -225,6 +245,10 @@ pub fn tls_config_from_pkcs12(
     archive: &[u8],
     password: &str,
 ) -> Result<Arc<ServerConfig>, TlsError> {
+    pkcs12_identity(archive, password)?.server_config(&Site::default())
+}
+
+fn pkcs12_identity(archive: &[u8], password: &str) -> Result<Identity, TlsError> {
     use p12_keystore::{KeyStore, Pkcs12ImportPolicy};
     let store =
         KeyStore::from_pkcs12(archive, password, Pkcs12ImportPolicy::Strict).map_err(|e| {
@@ -245,7 +269,7 @@ pub fn tls_config_from_pkcs12(
         .map(|c| CertificateDer::from(c.as_der().to_vec()))
         .collect();
     let key = PrivateKeyDer::Pkcs8(keys.key().as_der().to_vec().into());
-    server_config(chain, key)
+    Ok(Identity { chain, key })
 }
 
 /// The `CERTIFICATE` blocks of PEM text: a chain, leaf first.
@@ -267,19 +291,261 @@ fn pem_chain(certificate: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsErro
     Ok(chain)
 }
 
-fn server_config(
+/// A certificate chain (leaf first) and its private key, read.
+pub(crate) struct Identity {
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
-) -> Result<Arc<ServerConfig>, TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| error(TlsPart::Key, format!("unusable with the certificate: {e}")))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+}
+
+/// What a TLS site serves and accepts, besides its certificate: Kestrel's `Protocols`,
+/// `SslProtocols` and `ClientCertificateMode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Site {
+    /// Offered by ALPN, and served.
+    pub(crate) protocols: ListenProtocols,
+    /// The TLS versions accepted.
+    pub(crate) versions: TlsVersions,
+    /// Whether clients are asked for a certificate.
+    pub(crate) client_certificates: ClientCertificateMode,
+}
+
+impl Identity {
+    /// A server configuration presenting this identity, as `site` says.
+    fn server_config(&self, site: &Site) -> Result<Arc<ServerConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let versions: &[&rustls::SupportedProtocolVersion] = match site.versions {
+            TlsVersions::Both => rustls::DEFAULT_VERSIONS,
+            TlsVersions::Tls12 => &[&rustls::version::TLS12],
+            TlsVersions::Tls13 => &[&rustls::version::TLS13],
+        };
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(versions)
+            .expect("ring supports TLS 1.2 and 1.3");
+        let builder = match site.client_certificates {
+            // Kestrel's `DelayCertificate` asks only when the application does later.
+            ClientCertificateMode::NoCertificate | ClientCertificateMode::DelayCertificate => {
+                builder.with_no_client_auth()
+            }
+            mode @ (ClientCertificateMode::AllowCertificate
+            | ClientCertificateMode::RequireCertificate) => {
+                // The system's trust store, as Kestrel's default validation.
+                let verifier = WebPkiClientVerifier::builder_with_provider(
+                    crate::forwarding::tls::roots(),
+                    provider,
+                );
+                let verifier = match mode {
+                    ClientCertificateMode::AllowCertificate => verifier.allow_unauthenticated(),
+                    _ => verifier,
+                };
+                let verifier = verifier.build().map_err(|e| {
+                    error(
+                        TlsPart::Certificate,
+                        format!("client certificates cannot be verified: {e}"),
+                    )
+                })?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| error(TlsPart::Key, format!("unusable with the certificate: {e}")))?;
+        let alpn: &[&[u8]] = match site.protocols {
+            ListenProtocols::Http1AndHttp2 => &[b"h2", b"http/1.1"],
+            ListenProtocols::Http1 => &[b"http/1.1"],
+            ListenProtocols::Http2 => &[b"h2"],
+        };
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Arc::new(config))
+    }
+}
+
+/// How a listener terminates TLS, as its configuration says: its own certificate and
+/// the sites it serves by host name ([`ListenConfig::tls_setup`](crate::config::ListenConfig)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TlsSetup {
+    /// The listener's own certificate (`None` when every `Sni` entry has its own).
+    pub(crate) files: Option<TlsFiles>,
+    /// The sites: without `Sni`, the listener's own alone, named `*`; with it, one per
+    /// entry.
+    pub(crate) sites: Vec<TlsSite>,
+    /// Whether `sites` are `Sni` entries (errors name them).
+    pub(crate) sni: bool,
+}
+
+/// One site of a [`TlsSetup`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TlsSite {
+    /// The host names it serves: a name, `*.suffix` or `*`.
+    pub(crate) name: String,
+    /// Its certificate (`None`: the listener's).
+    pub(crate) files: Option<TlsFiles>,
+    /// The rest of its settings.
+    pub(crate) site: Site,
+}
+
+/// A [`TlsSetup`] that could not be loaded: the error, and the `Sni` entry at fault
+/// (`None`: the listener's own certificate).
+#[derive(Debug)]
+pub(crate) struct TlsSetupError {
+    pub(crate) sni: Option<String>,
+    pub(crate) error: TlsError,
+}
+
+impl fmt::Display for TlsSetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.sni {
+            Some(name) => write!(f, "Sni `{name}`: {}", self.error),
+            None => write!(f, "{}", self.error),
+        }
+    }
+}
+
+impl fmt::Display for TlsSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for files in self
+            .files
+            .iter()
+            .chain(self.sites.iter().flat_map(|s| &s.files))
+        {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "{files}")?;
+        }
+        Ok(())
+    }
+}
+
+impl TlsSetup {
+    /// Read every certificate now: the configurations to accept connections with.
+    pub(crate) fn load(&self) -> Result<Terminator, TlsSetupError> {
+        let at = |site: &TlsSite| self.sni.then(|| site.name.clone());
+        let own = match &self.files {
+            Some(files) => Some(
+                files
+                    .identity()
+                    .map_err(|error| TlsSetupError { sni: None, error })?,
+            ),
+            None => None,
+        };
+        let mut terminator = Terminator::default();
+        for site in &self.sites {
+            let read;
+            let identity = match (&site.files, &own) {
+                (Some(files), _) => {
+                    read = files.identity().map_err(|error| TlsSetupError {
+                        sni: at(site),
+                        error,
+                    })?;
+                    &read
+                }
+                (None, Some(own)) => own,
+                (None, None) => {
+                    return Err(TlsSetupError {
+                        sni: at(site),
+                        error: error(
+                            TlsPart::Certificate,
+                            "no certificate: its own or the listener's",
+                        ),
+                    })
+                }
+            };
+            let config = identity
+                .server_config(&site.site)
+                .map_err(|error| TlsSetupError {
+                    sni: at(site),
+                    error,
+                })?;
+            terminator.insert(
+                &site.name,
+                SiteConfig {
+                    config,
+                    protocols: site.site.protocols,
+                },
+            );
+        }
+        Ok(terminator)
+    }
+}
+
+/// A configuration to accept a TLS connection with, and what it serves.
+#[derive(Clone)]
+pub(crate) struct SiteConfig {
+    pub(crate) config: Arc<ServerConfig>,
+    pub(crate) protocols: ListenProtocols,
+}
+
+/// A TLS listener's configurations by the host name a client asks for (SNI), chosen as
+/// Kestrel chooses among `Sni` entries: the name itself (ignoring case), else the
+/// longest `*.suffix` it ends with, else `*` (also for clients that name none); no
+/// match, no connection.
+#[derive(Default)]
+pub(crate) struct Terminator {
+    exact: std::collections::HashMap<String, SiteConfig>,
+    /// `.suffix`, longest first.
+    suffixes: Vec<(String, SiteConfig)>,
+    any: Option<SiteConfig>,
+}
+
+impl fmt::Debug for Terminator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Terminator")
+            .field("exact", &self.exact.keys().collect::<Vec<_>>())
+            .field(
+                "suffixes",
+                &self.suffixes.iter().map(|s| &s.0).collect::<Vec<_>>(),
+            )
+            .field("any", &self.any.is_some())
+            .finish()
+    }
+}
+
+impl Terminator {
+    /// One configuration for every client.
+    pub(crate) fn single(config: Arc<ServerConfig>, protocols: ListenProtocols) -> Terminator {
+        Terminator {
+            any: Some(SiteConfig { config, protocols }),
+            ..Terminator::default()
+        }
+    }
+
+    fn insert(&mut self, name: &str, served: SiteConfig) {
+        let name = name.to_ascii_lowercase();
+        if name == "*" {
+            self.any = Some(served);
+        } else if let Some(suffix) = name.strip_prefix('*') {
+            self.suffixes.push((suffix.to_string(), served));
+            self.suffixes
+                .sort_by_key(|(suffix, _)| std::cmp::Reverse(suffix.len()));
+        } else {
+            self.exact.insert(name, served);
+        }
+    }
+
+    /// The configuration for every client, when the choice does not depend on the name
+    /// (the handshake need not be read first).
+    pub(crate) fn only(&self) -> Option<&SiteConfig> {
+        match self.exact.is_empty() && self.suffixes.is_empty() {
+            true => self.any.as_ref(),
+            false => None,
+        }
+    }
+
+    /// The configuration for a client asking for `name`.
+    pub(crate) fn choose(&self, name: Option<&str>) -> Option<&SiteConfig> {
+        let found = name.and_then(|name| {
+            let name = name.to_ascii_lowercase();
+            self.exact.get(&name).or_else(|| {
+                self.suffixes
+                    .iter()
+                    .find(|(suffix, _)| name.ends_with(suffix.as_str()))
+                    .map(|(_, served)| served)
+            })
+        });
+        found.or(self.any.as_ref())
+    }
 }
 
 #[cfg(test)]
