@@ -941,13 +941,15 @@ struct Hello<'a> {
 }
 
 /// What a [`Hello`] got: the server's leaf certificate (DER), the protocol ALPN chose,
-/// the TLS version, and the response's status line (`None`: no HTTP/1.1 request sent).
+/// the TLS version, and the response's status line and whole text (`None`: no HTTP/1.1
+/// request sent).
 #[derive(Debug)]
 struct Answer {
     leaf: Vec<u8>,
     alpn: Option<Vec<u8>>,
     version: rustls::ProtocolVersion,
     status: Option<String>,
+    response: String,
 }
 
 impl Default for Hello<'_> {
@@ -996,19 +998,22 @@ impl Hello<'_> {
             alpn: connection.alpn_protocol().map(<[u8]>::to_vec),
             version: connection.protocol_version().unwrap(),
             status: None,
+            response: String::new(),
         };
         if answer.alpn.as_deref() == Some(b"h2") {
             return Ok(answer);
         }
-        tls.write_all(b"GET /tls HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .map_err(|e| format!("write: {e}"))?;
+        tls.write_all(
+            b"GET /tls HTTP/1.1\r\nHost: x\r\nX-Client-Cert: forged\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .map_err(|e| format!("write: {e}"))?;
         let mut response = Vec::new();
         within("the response", tls.read_to_end(&mut response))
             .await
             .map_err(|e| format!("read: {e}"))?;
-        let response = String::from_utf8_lossy(&response);
-        match response.lines().next() {
+        answer.response = String::from_utf8_lossy(&response).into_owned();
+        match answer.response.lines().next() {
             Some(line) if !line.is_empty() => answer.status = Some(line.to_string()),
             _ => return Err("no response".to_string()),
         }
@@ -1246,7 +1251,9 @@ async fn a_listeners_ssl_protocols_are_enforced() {
 /// `RequireCertificate` serves only clients whose certificate chains to the trust store
 /// (`SSL_CERT_FILE` here) — none, or one from another CA, fails; `AllowCertificate`
 /// (an `Sni` entry's) serves clients without one too, but not a bad one;
-/// `EndpointDefaults.SslProtocols` applies to the endpoint.
+/// `EndpointDefaults.SslProtocols` applies to the endpoint. YARP's `ClientCert`
+/// transform sends the certificate (DER, base64) to the destination, and never the
+/// client's own field of that name.
 #[tokio::test]
 async fn client_certificates_are_asked_for_and_verified() {
     use rcgen::{CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, KeyPair};
@@ -1259,12 +1266,20 @@ async fn client_certificates_are_asked_for_and_verified() {
         let mut params = CertificateParams::new(vec!["client.example.org".to_string()]).unwrap();
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let cert = params.signed_by(&key, issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
+        (cert.pem(), key.serialize_pem(), cert.der().to_vec())
     };
-    let good = client(&ca);
+    let (good_cert, good_key, good_der) = client(&ca);
+    let good = (good_cert, good_key);
+    let good_base64 = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(&good_der)
+    };
     let other_ca =
         CertifiedIssuer::self_signed(common::ca_params(), KeyPair::generate().unwrap()).unwrap();
-    let bad = client(&other_ca);
+    let bad = {
+        let (cert, key, _) = client(&other_ca);
+        (cert, key)
+    };
     let (cert, key, _) = certificate_for(&["127.0.0.1"]);
     let backend = common::echo_backend().await;
     let file = dir.write(
@@ -1281,7 +1296,8 @@ async fn client_certificates_are_asked_for_and_verified() {
     }} }}
   }},
   "ReverseProxy": {{
-    "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+    "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }},
+                          "Transforms": [ {{ "ClientCert": "X-Client-Cert" }} ] }} }},
     "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }} }}
   }}
 }}"#,
@@ -1290,45 +1306,88 @@ async fn client_certificates_are_asked_for_and_verified() {
             backend.url()
         ),
     );
-    let mut command = fuseway(&file);
-    command
-        .args(["--http1-engine", "native"])
-        .env("SSL_CERT_FILE", &roots)
-        .env_remove("SSL_CERT_DIR");
-    let mut child = command.spawn().unwrap();
-    let addr = until_listening(&mut child).await;
-    let http1: &[&[u8]] = &[b"http/1.1"];
-    let ask = |name: Option<&'static str>, identity: Option<&(String, String)>| {
-        let identity = identity.map(|(c, k)| (c.clone(), k.clone()));
-        async move {
-            Hello {
-                name,
-                alpn: http1,
-                identity: identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
-                ..Hello::default()
+    for engine in ["native", "hyper"] {
+        let mut command = fuseway(&file);
+        command
+            .args(["--http1-engine", engine, "--http2-engine", engine])
+            .env("SSL_CERT_FILE", &roots)
+            .env_remove("SSL_CERT_DIR");
+        let mut child = command.spawn().unwrap();
+        let addr = until_listening(&mut child).await;
+        let http1: &[&[u8]] = &[b"http/1.1"];
+        let ask = |name: Option<&'static str>, identity: Option<&(String, String)>| {
+            let identity = identity.map(|(c, k)| (c.clone(), k.clone()));
+            async move {
+                Hello {
+                    name,
+                    alpn: http1,
+                    identity: identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str())),
+                    ..Hello::default()
+                }
+                .to(addr)
+                .await
+                .map(|a| {
+                    // What the destination got in `X-Client-Cert` (the echo's header).
+                    let sent = a
+                        .response
+                        .lines()
+                        .find_map(|l| l.strip_prefix("x-echo-x-client-cert: "))
+                        .map(str::to_string);
+                    (a.status, sent)
+                })
             }
-            .to(addr)
-            .await
-            .map(|a| a.status)
+        };
+        let ok = |sent: Option<&str>| {
+            Ok((
+                Some("HTTP/1.1 200 OK".to_string()),
+                sent.map(str::to_string),
+            ))
+        };
+        // Required (the endpoint's, through `*`).
+        assert_eq!(ask(None, Some(&good)).await, ok(Some(&good_base64)));
+        assert!(ask(None, None).await.is_err());
+        assert!(ask(None, Some(&bad)).await.is_err());
+        // Allowed (the entry's): without a certificate the forged field is not passed on.
+        assert_eq!(ask(Some("open.example.org"), None).await, ok(None));
+        assert_eq!(
+            ask(Some("open.example.org"), Some(&good)).await,
+            ok(Some(&good_base64))
+        );
+        assert!(ask(Some("open.example.org"), Some(&bad)).await.is_err());
+        // `EndpointDefaults.SslProtocols`: TLS 1.3 only.
+        let tls12 = Hello {
+            alpn: http1,
+            versions: &[&rustls::version::TLS12],
+            identity: Some((&good.0, &good.1)),
+            ..Hello::default()
+        };
+        assert!(tls12.to(addr).await.is_err());
+        // Over HTTP/2, the certificate goes with every request of the connection.
+        let h2 = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(cert.as_bytes()).unwrap())
+            .identity(
+                reqwest::Identity::from_pem(format!("{}{}", good.0, good.1).as_bytes()).unwrap(),
+            )
+            .timeout(common::LIMIT)
+            .no_proxy()
+            .build()
+            .unwrap();
+        for _ in 0..2 {
+            let r = h2.get(format!("https://{addr}/h2")).send().await.unwrap();
+            assert_eq!(
+                (r.status().as_u16(), r.version()),
+                (200, Version::HTTP_2),
+                "{engine}"
+            );
+            assert_eq!(
+                r.headers()["x-echo-x-client-cert"],
+                good_base64.as_str(),
+                "{engine}"
+            );
         }
-    };
-    let ok = Ok(Some("HTTP/1.1 200 OK".to_string()));
-    // Required (the endpoint's, through `*`).
-    assert_eq!(ask(None, Some(&good)).await, ok);
-    assert!(ask(None, None).await.is_err());
-    assert!(ask(None, Some(&bad)).await.is_err());
-    // Allowed (the entry's).
-    assert_eq!(ask(Some("open.example.org"), None).await, ok);
-    assert_eq!(ask(Some("open.example.org"), Some(&good)).await, ok);
-    assert!(ask(Some("open.example.org"), Some(&bad)).await.is_err());
-    // `EndpointDefaults.SslProtocols`: TLS 1.3 only.
-    let tls12 = Hello {
-        alpn: http1,
-        versions: &[&rustls::version::TLS12],
-        identity: Some((&good.0, &good.1)),
-        ..Hello::default()
-    };
-    assert!(tls12.to(addr).await.is_err());
-    child.start_kill().unwrap();
-    let _ = child.wait().await;
+        child.start_kill().unwrap();
+        let _ = child.wait().await;
+    }
 }

@@ -51,7 +51,7 @@ pub use pool::{H2_PING_INTERVAL, H2_PING_TIMEOUT, IDLE_TIMEOUT, MAX_IDLE_PER_POO
 pub use request_body::RequestBody;
 pub use tls::trust_bundled_roots;
 
-use crate::request::{Balanced, ConnectionInfo, ForwardError, ForwardErrorKind};
+use crate::request::{Balanced, ClientCertificate, ConnectionInfo, ForwardError, ForwardErrorKind};
 use crate::state::UpstreamVersion;
 use crate::transforms::ClientRequest;
 use expect::UpstreamBody;
@@ -378,6 +378,7 @@ pub(crate) fn outgoing<B: 'static>(
         host: original_host.as_ref(),
         https: conn.is_some_and(|c| c.tls) || uri.scheme() == Some(&Scheme::HTTPS),
         connection: conn.as_ref(),
+        client_certificate: request.extensions().get::<ClientCertificate>(),
     };
     let rewritten = transforms.apply_request_adding(&client, &mut method, &mut headers, added);
 

@@ -116,6 +116,55 @@ impl Drop for CurrentConnection {
     }
 }
 
+/// The certificate a client presented on a TLS connection that asked for one (Kestrel's
+/// `ClientCertificateMode`), verified by the handshake. fuseway's server puts it in the
+/// extensions of every request of that connection (an insert costs allocations, so only
+/// such requests have one); YARP's `ClientCert` transform sends
+/// [`base64`](Self::base64) to the destination.
+///
+/// ```
+/// use fuseway::request::ClientCertificate;
+/// let cert = ClientCertificate::from_der(vec![1, 2, 3]);
+/// assert_eq!(cert.der(), &[1, 2, 3]);
+/// assert_eq!(cert.base64(), "AQID");
+/// ```
+#[derive(Clone)]
+pub struct ClientCertificate(Arc<CertificateParts>);
+
+struct CertificateParts {
+    der: Vec<u8>,
+    base64: http::HeaderValue,
+}
+
+impl ClientCertificate {
+    /// The certificate, DER-encoded.
+    pub fn from_der(der: Vec<u8>) -> ClientCertificate {
+        use base64::Engine as _;
+        let text = base64::engine::general_purpose::STANDARD.encode(&der);
+        let base64 = http::HeaderValue::try_from(text).expect("base64 is a valid header value");
+        ClientCertificate(Arc::new(CertificateParts { der, base64 }))
+    }
+
+    /// The certificate's DER bytes.
+    pub fn der(&self) -> &[u8] {
+        &self.0.der
+    }
+
+    /// The DER bytes in standard base64, as a header value: what YARP's `ClientCert`
+    /// transform sends (.NET's `Convert.ToBase64String(certificate.RawData)`).
+    pub fn base64(&self) -> &http::HeaderValue {
+        &self.0.base64
+    }
+}
+
+impl fmt::Debug for ClientCertificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientCertificate")
+            .field("der_len", &self.0.der.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// The routing decision for a request: the snapshot it was made on, the route, the
 /// cluster and the destinations still eligible.
 #[derive(Clone)]

@@ -151,11 +151,16 @@ fn serves(protocols: ListenProtocols, protocol: Protocol) -> bool {
 
 /// The service for one connection served by hyper, and the connection's activity (the
 /// requests it has in flight, for its idle limit).
-pub(super) fn served<S>(service: S, info: ConnectionInfo) -> (Served<S>, Arc<idle::Activity>) {
+pub(super) fn served<S>(
+    service: S,
+    info: ConnectionInfo,
+    certificate: Option<ClientCertificate>,
+) -> (Served<S>, Arc<idle::Activity>) {
     let activity = idle::Activity::new();
     let svc = Served {
         inner: service,
         info,
+        certificate,
         activity: Some(activity.clone()),
     };
     (svc, activity)
@@ -263,7 +268,8 @@ where
             drain,
         )))
     } else {
-        let (service, activity) = served(service, info);
+        let certificate = super::tls::certificate_of(&io).cloned();
+        let (service, activity) = served(service, info, certificate);
         let connection = shared
             .builder
             .serve_connection_with_upgrades(
@@ -430,7 +436,7 @@ pub(super) async fn accept_loop<S>(
                                 tracing::debug!(%remote, "HTTP/2 was not negotiated on an HTTP/2-only listener (as Kestrel, closing)");
                                 return None;
                             }
-                            Some((stream, protocol, drain))
+                            Some((tls::TlsIo::new(stream), protocol, drain))
                         }
                         Ok(Err(e)) => {
                             tracing::debug!(error = %e, %remote, "TLS handshake failed");

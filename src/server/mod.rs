@@ -50,7 +50,7 @@ use tls::{Terminator, TlsSetup};
 
 use crate::body::{Incoming, ProxyBody};
 use crate::config::{ListenConfig, ListenProtocols};
-use crate::request::ConnectionInfo;
+use crate::request::{ClientCertificate, ConnectionInfo};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -68,6 +68,7 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
                 let served = super::service::Served {
                     inner: service,
                     info: INFO,
+                    certificate: None,
                     activity: None,
                 };
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -112,6 +113,7 @@ pub async fn replay_h2(engine: Http2Engine, input: &[u8]) -> Replayed {
                 let served = super::service::Served {
                     inner: service,
                     info: INFO,
+                    certificate: None,
                     activity: None,
                 };
                 let _ =

@@ -15,7 +15,7 @@ use tower_service::Service;
 
 use super::idle::{Activity, Busy, ServedBody};
 use crate::body::{Incoming, ProxyBody};
-use crate::request::ConnectionInfo;
+use crate::request::{ClientCertificate, ConnectionInfo};
 
 /// Serves a tower pipeline through hyper: each request gets a clone of the pipeline (as
 /// hyper-util's `TowerToHyperService` does). The pipeline answers with a
@@ -91,6 +91,8 @@ where
 pub(crate) struct Served<S> {
     pub(crate) inner: S,
     pub(crate) info: ConnectionInfo,
+    /// The client's certificate, put in each request's extensions.
+    pub(crate) certificate: Option<ClientCertificate>,
     pub(crate) activity: Option<Arc<Activity>>,
 }
 
@@ -114,7 +116,10 @@ where
             return ServedFuture::BadRequest { busy };
         }
         let info = self.info;
-        let request = request.map(|body| Into::<Incoming>::into(body).with_connection(info));
+        let mut request = request.map(|body| Into::<Incoming>::into(body).with_connection(info));
+        if let Some(certificate) = &self.certificate {
+            request.extensions_mut().insert(certificate.clone());
+        }
         let _current = info.enter();
         let _moment = crate::clock::Moment::open();
         match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {

@@ -12,6 +12,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 
 use crate::config::{ClientCertificateMode, ListenProtocols, TlsVersions};
+use crate::request::ClientCertificate;
 
 /// Why a certificate or key could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -545,6 +546,83 @@ impl Terminator {
             })
         });
         found.or(self.any.as_ref())
+    }
+}
+
+/// A client's TLS stream, with the certificate the client presented (read once, at the
+/// handshake): what the engines serve TLS connections on.
+pub(crate) struct TlsIo {
+    stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    certificate: Option<ClientCertificate>,
+}
+
+impl TlsIo {
+    pub(crate) fn new(stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>) -> TlsIo {
+        let certificate = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|leaf| ClientCertificate::from_der(leaf.to_vec()));
+        TlsIo {
+            stream,
+            certificate,
+        }
+    }
+}
+
+/// The certificate the client of `io` presented, when `io` is a TLS stream
+/// ([`TlsIo`]) whose client gave one; for other streams a constant `None`.
+pub(crate) fn certificate_of<I: 'static>(io: &I) -> Option<&ClientCertificate> {
+    (io as &dyn std::any::Any)
+        .downcast_ref::<TlsIo>()?
+        .certificate
+        .as_ref()
+}
+
+impl tokio::io::AsyncRead for TlsIo {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for TlsIo {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 

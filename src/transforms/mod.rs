@@ -25,8 +25,9 @@
 //! - Response header transforms also run on the error responses the forwarder
 //!   produces (502, 504 ...), as in YARP; not on the answers of earlier stages (404,
 //!   429, 503 before a destination was chosen).
-//! - `ClientCert` removes the named header from incoming requests; fuseway does not
-//!   expose client certificates yet, so it never sets it.
+//! - `ClientCert` sets the named header to the client's certificate (DER, base64), as
+//!   YARP: on TLS listeners that ask for one (`ClientCertificateMode`); the client's own
+//!   field of that name is removed in any case.
 //!
 //! Without any `X-Forwarded` or `Forwarded` transform a route gets YARP's defaults:
 //! `X-Forwarded-For`, `-Proto` and `-Host` set (incoming values replaced),
@@ -136,6 +137,8 @@ enum HeaderOp {
     Set(HeaderName, HeaderValue),
     Append(HeaderName, HeaderValue),
     Remove(HeaderName),
+    /// YARP's `ClientCert`: the client's certificate in base64, or no such field.
+    ClientCert(HeaderName),
     RouteValue {
         name: HeaderName,
         action: ValueAction,
@@ -160,6 +163,7 @@ impl HeaderOp {
             HeaderOp::Set(name, _)
             | HeaderOp::Append(name, _)
             | HeaderOp::Remove(name)
+            | HeaderOp::ClientCert(name)
             | HeaderOp::RouteValue { name, .. }
             | HeaderOp::XForwarded { name, .. } => name,
             HeaderOp::Forwarded(_) => &http::header::FORWARDED,
@@ -335,7 +339,7 @@ impl RouteTransforms {
                         }
                     }
                 }
-                Transform::ClientCert(name) => headers.push(HeaderOp::Remove(name.clone())),
+                Transform::ClientCert(name) => headers.push(HeaderOp::ClientCert(name.clone())),
                 Transform::ResponseHeader {
                     name,
                     action,

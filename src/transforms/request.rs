@@ -13,7 +13,7 @@ use super::{
 };
 use crate::config::{ForwardedAction, NodeFormat, ValueAction};
 use crate::forwarding::headers::{may_have, remove_field, Added};
-use crate::request::ConnectionInfo;
+use crate::request::{ClientCertificate, ConnectionInfo};
 use crate::routing::RouteValues;
 
 /// What request transforms read from the client's request.
@@ -30,6 +30,8 @@ pub struct ClientRequest<'a> {
     pub https: bool,
     /// The client connection, when known.
     pub connection: Option<&'a ConnectionInfo>,
+    /// The certificate the client presented, when its TLS connection asked for one.
+    pub client_certificate: Option<&'a ClientCertificate>,
 }
 
 /// The path and query a route's transforms produced.
@@ -254,6 +256,13 @@ fn apply_header_op(
         }
         HeaderOp::Remove(name) => {
             remove_field(headers, name);
+        }
+        HeaderOp::ClientCert(name) => {
+            // As YARP: the client's own field never goes through.
+            remove_field(headers, name);
+            if let Some(certificate) = client.client_certificate {
+                headers.insert(name.clone(), certificate.base64().clone());
+            }
         }
         HeaderOp::RouteValue {
             name,

@@ -44,6 +44,7 @@ fn with_request<R>(
         host: Some(&host),
         https: false,
         connection: Some(&conn),
+        client_certificate: None,
     };
     let mut h = HeaderMap::new();
     for (n, v) in headers {
@@ -404,5 +405,34 @@ fn x_forwarded_fields_a_request_lacks_are_added_beside_its_map() {
             v
         };
         assert_eq!(sorted(&map), sorted(&expected), "{headers:?}");
+    }
+}
+
+/// YARP's `ClientCert`: the client's certificate in base64 replaces the client's own
+/// field of that name; without a certificate, the field is only removed.
+#[test]
+fn client_cert_sends_the_certificate_or_nothing() {
+    let t = compile(&[&[("ClientCert", "X-Client-Cert")]], None);
+    let certificate = crate::request::ClientCertificate::from_der(vec![0x30, 0x03, 1, 2, 3]);
+    for (given, expected) in [(Some(&certificate), Some("MAMBAgM=")), (None, None)] {
+        let sent = with_request(
+            "/",
+            None,
+            &[("x-client-cert", "forged")],
+            |client, mut h| {
+                let client = ClientRequest {
+                    client_certificate: given,
+                    ..*client
+                };
+                let mut method = Method::GET;
+                t.apply_request(&client, &mut method, &mut h);
+                h
+            },
+        );
+        let values: Vec<_> = sent.get_all("x-client-cert").iter().collect();
+        match expected {
+            Some(value) => assert_eq!(values, [value], "{given:?}"),
+            None => assert!(values.is_empty(), "{values:?}"),
+        }
     }
 }

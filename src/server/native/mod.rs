@@ -164,7 +164,10 @@ where
                     // answers 500 (as hyper's engine does). Only whether it was called
                     // is kept across the wait below.
                     let mut start = |conn: &mut Conn<I>, head| {
-                        let (request, message) = conn.start_request(head, info);
+                        let (mut request, message) = conn.start_request(head, info);
+                        if let Some(certificate) = super::tls::certificate_of(&conn.io) {
+                            request.extensions_mut().insert(certificate.clone());
+                        }
                         let _current = info.enter();
                         let mut slot = lent.get();
                         let called = std::panic::catch_unwind(AssertUnwindSafe(|| {

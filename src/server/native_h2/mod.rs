@@ -939,7 +939,10 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             upgrade,
             ..Stream::default()
         };
-        let request = request.map(|body| body.with_connection(self.info));
+        let mut request = request.map(|body| body.with_connection(self.info));
+        if let Some(certificate) = super::tls::certificate_of(&self.io) {
+            request.extensions_mut().insert(certificate.clone());
+        }
         let _current = self.info.enter();
         let slot = self.slots[i].as_mut().project();
         let mut future = slot.future;
