@@ -613,6 +613,110 @@ async fn the_logging_levels_of_a_yarp_file_filter_the_log() {
     }
 }
 
+/// Whether fuseway's debug line for a refused request head is written: a bad head
+/// (400), then a request to the dead destination, whose warning comes after the debug
+/// line if that is written.
+/// The next log line that says `says` (a reload's, seen by the file's watcher).
+async fn reloaded(logged: &mut common::Logged, says: &str) -> String {
+    within("the reload's log line", async {
+        while let Some(line) = logged.log.recv().await {
+            if line.contains(says) {
+                return line;
+            }
+        }
+        panic!("fuseway exited");
+    })
+    .await
+}
+
+async fn debug_logged(logged: &mut common::Logged) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(logged.proxy).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0u8; 12];
+    within("the 400", s.read_exact(&mut answer)).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 400");
+    let r = h1_client()
+        .get(format!("http://{}/x", logged.proxy))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    within("the destination's warning", async {
+        let mut refused = false;
+        while let Some(line) = logged.log.recv().await {
+            refused |= line.contains("refused a request head");
+            if line.contains("WARN") {
+                return refused;
+            }
+        }
+        panic!("fuseway exited");
+    })
+    .await
+}
+
+/// A reload that changes `Logging` re-filters the log at once, as ASP.NET applies a
+/// changed `appsettings.json`: `Yarp: Debug` added, fuseway's debug lines are written;
+/// taken away, they stop. With `RUST_LOG` set, `RUST_LOG` keeps filtering, and the
+/// change is said not to apply.
+#[tokio::test]
+async fn a_reload_applies_changed_logging_levels() {
+    let dir = TempDir::new("cli-logging-reload");
+    let file = |levels: &str| {
+        dir.write(
+            "appsettings.json",
+            &format!(
+                r#"{{ "Logging": {{ "LogLevel": {levels} }}, "ReverseProxy": {} }}"#,
+                common::simple_config(&[("d", "http://127.0.0.1:9")], "")
+            ),
+        )
+    };
+    let quiet = r#"{ "Default": "Information" }"#;
+    let verbose = r#"{ "Default": "Information", "Yarp": "Debug" }"#;
+    let path = file(quiet);
+    let start = |rust_log: Option<&str>| {
+        let mut command = fuseway();
+        match rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        command
+            .args(["--http1-engine", "native"])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&path)
+            .spawn()
+            .unwrap()
+    };
+
+    let mut child = start(None);
+    let mut logged = common::proxy_and_admin(&mut child).await;
+    assert!(!debug_logged(&mut logged).await);
+    file(verbose);
+    let line = reloaded(&mut logged, "log levels from the configuration").await;
+    assert!(line.contains("fuseway=debug"), "{line}");
+    assert!(debug_logged(&mut logged).await);
+    file(quiet);
+    reloaded(&mut logged, "log levels from the configuration").await;
+    assert!(!debug_logged(&mut logged).await);
+    child.start_kill().unwrap();
+
+    file(quiet);
+    let mut child = start(Some("info"));
+    let mut logged = common::proxy_and_admin(&mut child).await;
+    file(verbose);
+    reloaded(&mut logged, "`RUST_LOG` filters the log").await;
+    assert!(!debug_logged(&mut logged).await);
+    child.start_kill().unwrap();
+}
+
 /// A YARP container's `ASPNETCORE_URLS` is where fuseway listens (the file naming no
 /// listener), as ASP.NET binds it.
 #[tokio::test]

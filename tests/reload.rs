@@ -427,7 +427,8 @@ fn a_changed_listen_is_logged_as_needing_a_restart() {
         Some("/c")
     );
 
-    // The log levels too are read at start only: a change is said to need a restart.
+    // Without a hook applying them (the binary has one), changed log levels are said to
+    // need a restart.
     assert!(!logged().contains("`Logging` changed"), "{}", logged());
     let with_levels = config("127.0.0.1:2", "/c").replacen(
         "{ \"Listen\"",

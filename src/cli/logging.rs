@@ -9,7 +9,13 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use tracing_subscriber::layer::SubscriberExt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
@@ -82,15 +88,17 @@ pub fn init(args: &Args) -> Result<LogGuard, BoxError> {
         None => configured_levels(&args.config),
     };
     let filter = match (&configured, EnvFilter::try_from_default_env()) {
-        (Some((_, directives)), _) => EnvFilter::try_new(directives)?,
-        (None, Ok(filter)) => filter,
-        (None, Err(_)) => EnvFilter::new("info"),
+        (Some((_, directives)), _) => LogFilter::new(directives)?,
+        (None, Ok(filter)) => LogFilter(Arc::new(Levels {
+            levels: ArcSwap::from_pointee(filter),
+            directives: Mutex::new(String::new()),
+        })),
+        (None, Err(_)) => LogFilter::new(DEFAULT_LEVEL)?,
     };
-    // Static filters only (decided once per call site, not per event): the access and
-    // span records are kept out of the log proper by directives of their own.
-    let filter = filter
-        .add_directive(format!("{TARGET}=off").parse()?)
-        .add_directive(format!("{}=off", crate::telemetry::span::TARGET).parse()?);
+    if std::env::var_os("RUST_LOG").is_none() {
+        // The configuration's levels filter the log: its reloads may change them.
+        let _ = LEVELS.set(filter.clone());
+    }
     // A `Vec` of the layers in use rather than `Option`s: an absent (`None`) layer
     // would count as interested in everything, enabling every record and span.
     let mut layers = vec![log_layer(format).with_filter(filter).boxed()];
@@ -135,6 +143,127 @@ pub fn init(args: &Args) -> Result<LogGuard, BoxError> {
         #[cfg(feature = "otlp")]
         spans,
     })
+}
+
+/// The log proper's level when neither `RUST_LOG` nor the configuration sets one.
+const DEFAULT_LEVEL: &str = "info";
+
+/// The log proper's filter, when the configuration's `Logging` levels make it (`RUST_LOG`
+/// is not set): what [`apply_levels`] swaps.
+static LEVELS: OnceLock<LogFilter> = OnceLock::new();
+
+/// The log proper's filter: `RUST_LOG`'s, else the configuration's `Logging` levels,
+/// which a reload of the configuration may swap (ASP.NET applies a changed `Logging` at
+/// once too). The swap costs the records nothing: each call site's interest is decided
+/// when it is first seen and again after a swap (`rebuild_interest_cache`), and the
+/// records of the access log and the span export — one or two a request, which the
+/// other layers take — are kept out by their target alone, before the levels are read.
+#[derive(Clone)]
+struct LogFilter(Arc<Levels>);
+
+/// What a [`LogFilter`] shares with [`LEVELS`].
+struct Levels {
+    levels: ArcSwap<EnvFilter>,
+    /// The directives `levels` was made from (empty: `RUST_LOG`'s).
+    directives: Mutex<String>,
+}
+
+impl LogFilter {
+    fn new(directives: &str) -> Result<LogFilter, BoxError> {
+        Ok(LogFilter(Arc::new(Levels {
+            levels: ArcSwap::from_pointee(EnvFilter::try_new(directives)?),
+            directives: Mutex::new(directives.to_string()),
+        })))
+    }
+
+    fn levels(&self) -> arc_swap::Guard<Arc<EnvFilter>> {
+        self.0.levels.load()
+    }
+
+    /// Records of the other layers, never in the log proper.
+    fn others(meta: &tracing::Metadata<'_>) -> bool {
+        let target = meta.target();
+        target == TARGET || target == crate::telemetry::span::TARGET
+    }
+}
+
+impl<S> Filter<S> for LogFilter
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn enabled(&self, meta: &tracing::Metadata<'_>, cx: &Context<'_, S>) -> bool {
+        !Self::others(meta) && Filter::<S>::enabled(&**self.levels(), meta, cx)
+    }
+
+    fn callsite_enabled(&self, meta: &'static tracing::Metadata<'static>) -> Interest {
+        if Self::others(meta) {
+            return Interest::never();
+        }
+        Filter::<S>::callsite_enabled(&**self.levels(), meta)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Filter::<S>::max_level_hint(&**self.levels())
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, cx: Context<'_, S>) {
+        Filter::<S>::on_new_span(&**self.levels(), attrs, id, cx);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, cx: Context<'_, S>) {
+        Filter::<S>::on_record(&**self.levels(), id, values, cx);
+    }
+
+    fn on_enter(&self, id: &Id, cx: Context<'_, S>) {
+        Filter::<S>::on_enter(&**self.levels(), id, cx);
+    }
+
+    fn on_exit(&self, id: &Id, cx: Context<'_, S>) {
+        Filter::<S>::on_exit(&**self.levels(), id, cx);
+    }
+
+    fn on_close(&self, id: Id, cx: Context<'_, S>) {
+        Filter::<S>::on_close(&**self.levels(), id, cx);
+    }
+}
+
+/// Filter the log by a configuration's `Logging` levels from now on (the binary calls it
+/// on every reload that changes them): a change is logged; levels equal to those in use
+/// change nothing. When `RUST_LOG` filters the log, a configuration's levels are not
+/// applied: said.
+pub fn apply_levels(logging: &crate::config::LoggingConfig) {
+    let directives = logging
+        .directives()
+        .unwrap_or_else(|| DEFAULT_LEVEL.to_string());
+    let Some(filter) = LEVELS.get() else {
+        if !logging.is_empty() {
+            tracing::warn!(
+                "the configuration's `Logging` levels are not applied: `RUST_LOG` filters the log"
+            );
+        }
+        return;
+    };
+    let mut current = filter
+        .0
+        .directives
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if *current == directives {
+        return;
+    }
+    match EnvFilter::try_new(&directives) {
+        Ok(levels) => {
+            filter.0.levels.store(Arc::new(levels));
+            directives.clone_into(&mut current);
+            drop(current);
+            // Call sites decide their interest again, under the new levels.
+            tracing::callsite::rebuild_interest_cache();
+            tracing::info!(filter = %directives, "log levels from the configuration's `Logging`");
+        }
+        Err(e) => {
+            tracing::warn!(filter = %directives, error = %e, "the configuration's `Logging` levels make no filter; the log keeps its levels");
+        }
+    }
 }
 
 /// The `Logging` levels of the first of the `--config` files that sets them, as a

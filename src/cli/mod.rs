@@ -242,7 +242,7 @@ fn providers(args: &Args) -> Result<Providers, BoxError> {
             list.push(file);
         }
     }
-    Ok(Providers::new(list))
+    Ok(Providers::new(list).on_logging_change(logging::apply_levels))
 }
 
 /// The etcd provider of an `etcd://` source, with the command line's credentials.

@@ -1,6 +1,6 @@
 //! ASP.NET's `Logging` section: its log levels (`Logging.LogLevel`, and the console
 //! provider's `Logging.Console.LogLevel` over them — fuseway's log is its console), which
-//! the binary takes as its log filter at start when `RUST_LOG` is not set.
+//! the binary takes as its log filter when `RUST_LOG` is not set (reloads change it).
 
 use std::collections::BTreeMap;
 use std::fmt;

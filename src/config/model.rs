@@ -38,7 +38,7 @@ pub struct ProxyConfig {
     #[serde(default, skip_serializing_if = "ServerLimits::is_empty")]
     pub limits: ServerLimits,
     /// ASP.NET's log levels (`Logging` in a YARP `appsettings.json`): the binary's log
-    /// filter at start when `RUST_LOG` is not set.
+    /// filter when `RUST_LOG` is not set (reloads change it).
     #[serde(default, skip_serializing_if = "LoggingConfig::is_empty")]
     pub logging: LoggingConfig,
 }

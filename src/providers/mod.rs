@@ -147,7 +147,12 @@ pub struct Providers {
     /// What the last [`apply`](Self::apply) saw of each provider (its configuration
     /// and error), so that an apply with nothing new does nothing.
     seen: Mutex<Vec<Seen>>,
+    /// What applies a changed `Logging` ([`on_logging_change`](Self::on_logging_change)).
+    on_logging: Option<LoggingHook>,
 }
+
+/// See [`Providers::on_logging_change`].
+type LoggingHook = Box<dyn Fn(&crate::config::LoggingConfig) + Send + Sync>;
 
 /// A provider's configuration and error, by identity.
 type Seen = (Option<Arc<ProxyConfig>>, Option<Arc<ConfigErrors>>);
@@ -167,7 +172,19 @@ impl Providers {
         Providers {
             providers,
             seen: Mutex::default(),
+            on_logging: None,
         }
+    }
+
+    /// Call `apply` with the new `Logging` section when an applied configuration changes
+    /// it (the binary re-filters its log: `cli::logging::apply_levels`, with the `cli`
+    /// feature). Without it, such a change is warned of as needing a restart.
+    pub fn on_logging_change(
+        mut self,
+        apply: impl Fn(&crate::config::LoggingConfig) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_logging = Some(Box::new(apply));
+        self
     }
 
     /// The providers' sources, in order.
@@ -387,7 +404,7 @@ impl Providers {
             return Ok(false);
         }
         let listen_changed = config.listen != running.config().listen;
-        let logging_changed = config.logging != running.config().logging;
+        let logging = (config.logging != running.config().logging).then(|| config.logging.clone());
         crate::server::Server::check_listeners(&config.listen)?;
         state.update(config)?;
         if listen_changed {
@@ -398,12 +415,15 @@ impl Providers {
                  certificates reload on SIGHUP)"
             );
         }
-        if logging_changed {
-            tracing::warn!(
-                config = %self.sources_list(),
-                "`Logging` changed: the log levels are read at start, so the change needs a \
-                 restart (the rest of the configuration is applied)"
-            );
+        if let Some(logging) = logging {
+            match &self.on_logging {
+                Some(apply) => apply(&logging),
+                None => tracing::warn!(
+                    config = %self.sources_list(),
+                    "`Logging` changed: nothing applies the log levels here, so the change \
+                     needs a restart (the rest of the configuration is applied)"
+                ),
+            }
         }
         Ok(true)
     }
