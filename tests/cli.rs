@@ -543,8 +543,6 @@ async fn kestrel_limits_in_appsettings_are_applied() {
 /// categories name none of fuseway's log, so at `Information` they are not written.
 #[tokio::test]
 async fn the_logging_levels_of_a_yarp_file_filter_the_log() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpStream;
     let dir = TempDir::new("cli-logging");
     for (levels, debug) in [
         (r#"{ "Default": "Information", "Yarp": "Debug" }"#, true),
@@ -582,40 +580,15 @@ async fn the_logging_levels_of_a_yarp_file_filter_the_log() {
             .find(|line| line.contains("log levels from the configuration"))
             .unwrap_or_else(|| panic!("{levels}: {:?}", logged.early));
         assert!(filter.contains(&file.display().to_string()), "{filter}");
-        // A request head with a space in a field name: refused (400), at debug level.
-        let mut s = TcpStream::connect(logged.proxy).await.unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n")
-            .await
-            .unwrap();
-        let mut answer = [0u8; 12];
-        within("the 400", s.read_exact(&mut answer)).await.unwrap();
-        assert_eq!(&answer, b"HTTP/1.1 400");
-        // Then the dead destination's warning: the debug line, if written, is before it.
-        let r = h1_client()
-            .get(format!("http://{}/x", logged.proxy))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 502);
-        let refused = within("the destination's warning", async {
-            let mut refused = false;
-            while let Some(line) = logged.log.recv().await {
-                refused |= line.contains("refused a request head");
-                if line.contains("WARN") {
-                    return refused;
-                }
-            }
-            panic!("fuseway exited");
-        })
-        .await;
+        let refused = debug_logged(&mut logged).await;
         assert_eq!(refused, debug, "{levels}");
         child.start_kill().unwrap();
     }
 }
 
-/// Whether fuseway's debug line for a refused request head is written: a bad head
-/// (400), then a request to the dead destination, whose warning comes after the debug
-/// line if that is written.
+/// Whether fuseway's debug line for a refused request head is written: a request head
+/// with a space in a field name (400, at debug level), then a request to the dead
+/// destination, whose warning comes after the debug line if that is written.
 /// The next log line that says `says` (a reload's, seen by the file's watcher).
 async fn reloaded(logged: &mut common::Logged, says: &str) -> String {
     within("the reload's log line", async {
