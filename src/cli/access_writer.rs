@@ -8,7 +8,6 @@
 //! writer falls behind by [`MAX_BATCH`] bytes of a thread, that thread's records are
 //! dropped (and the drops logged) rather than the thread kept waiting.
 
-use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,7 +16,7 @@ use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::Context;
 
 use super::logging::LogFormat;
-use crate::telemetry::access::decimal;
+use crate::http1::decimal;
 
 /// The batches are written out at least this often while they have records.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(200);
@@ -46,9 +45,11 @@ struct Wake {
     closed: bool,
 }
 
+/// A thread's records, as the sink takes them: bytes (what is written in them is text,
+/// and bytes spare each number and stamp a check that it is).
 #[derive(Default)]
 struct Batch {
-    text: String,
+    text: Vec<u8>,
     dropped: u64,
 }
 
@@ -56,6 +57,34 @@ struct Batch {
 pub(crate) struct AccessLayer {
     shared: Arc<Shared>,
     format: LogFormat,
+    /// The keys of the first record's call site — the access log's —, as written.
+    keys: std::sync::OnceLock<Keys>,
+}
+
+/// Each field's key of a call site as a record writes it (` name=`, or `,"name":` in
+/// JSON): one append a field, where writing it afresh takes three (seventeen fields a
+/// request).
+struct Keys {
+    callsite: tracing::callsite::Identifier,
+    written: Vec<Box<[u8]>>,
+}
+
+impl Keys {
+    fn of(meta: &tracing::Metadata<'_>, json: bool) -> Keys {
+        let written = meta
+            .fields()
+            .iter()
+            .map(|field| {
+                let mut key = Vec::new();
+                Fields::write_key(&mut key, field.name(), json);
+                key.into_boxed_slice()
+            })
+            .collect();
+        Keys {
+            callsite: meta.callsite(),
+            written,
+        }
+    }
 }
 
 /// Writes the last batches and stops the writer thread when dropped.
@@ -82,6 +111,7 @@ pub(crate) fn access_log(
         AccessLayer {
             shared: shared.clone(),
             format,
+            keys: std::sync::OnceLock::new(),
         },
         Flusher {
             shared,
@@ -91,7 +121,7 @@ pub(crate) fn access_log(
 }
 
 fn write_batches(shared: &Shared, mut sink: Box<dyn Write + Send>) {
-    let mut spare = String::with_capacity(BATCH_CAPACITY);
+    let mut spare = Vec::with_capacity(BATCH_CAPACITY);
     loop {
         let closed = {
             // Until a batch fills, or the interval ends, or the log closes.
@@ -124,7 +154,7 @@ fn write_batches(shared: &Shared, mut sink: Box<dyn Write + Send>) {
                 dropped += std::mem::take(&mut batch.dropped);
             }
             if !spare.is_empty() {
-                if let Err(e) = sink.write_all(spare.as_bytes()) {
+                if let Err(e) = sink.write_all(&spare) {
                     tracing::warn!(error = %e, "cannot write the access log");
                 }
                 spare.clear();
@@ -186,7 +216,7 @@ struct Stamp {
 
 /// `at` as [`timestamp`] writes it, the second's part taken from this thread's
 /// [`Stamp`] when it is the same second.
-fn cached_timestamp(at: SystemTime, out: &mut [u8; 27]) -> &str {
+fn cached_timestamp(at: SystemTime, out: &mut [u8; 27]) -> &[u8] {
     let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
     STAMP.with(|cached| {
         let mut stamp = cached.get();
@@ -203,7 +233,7 @@ fn cached_timestamp(at: SystemTime, out: &mut [u8; 27]) -> &str {
         out[i] = b'0' + (micros % 10) as u8;
         micros /= 10;
     }
-    std::str::from_utf8(&out[..]).unwrap_or("")
+    &out[..]
 }
 
 impl AccessLayer {
@@ -218,7 +248,7 @@ impl AccessLayer {
                 Some((shared, batch)) if std::ptr::eq(shared.as_ptr(), &*self.shared) => f(batch),
                 _ => {
                     let batch = Arc::new(Mutex::new(Batch {
-                        text: String::with_capacity(BATCH_CAPACITY),
+                        text: Vec::with_capacity(BATCH_CAPACITY),
                         dropped: 0,
                     }));
                     self.shared
@@ -243,20 +273,27 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
             let json = self.format == LogFormat::Json;
             let mut stamp = [0u8; 27];
             let stamp = cached_timestamp(SystemTime::now(), &mut stamp);
-            let target = event.metadata().target();
+            let meta = event.metadata();
+            let target = meta.target();
             if json {
-                for part in [r#"{"timestamp":""#, stamp, r#"","level":"INFO","target":""#] {
-                    line.push_str(part);
+                for part in [
+                    br#"{"timestamp":""#,
+                    stamp,
+                    br#"","level":"INFO","target":""#,
+                    target.as_bytes(),
+                    b"\"",
+                ] {
+                    line.extend_from_slice(part);
                 }
-                line.push_str(target);
-                line.push('"');
             } else {
-                for part in [stamp, "  INFO ", target, ": request"] {
-                    line.push_str(part);
+                for part in [stamp, b"  INFO ", target.as_bytes(), b": request"] {
+                    line.extend_from_slice(part);
                 }
             }
-            event.record(&mut Fields { line, json });
-            line.push_str(if json { "}\n" } else { "\n" });
+            let keys = self.keys.get_or_init(|| Keys::of(meta, json));
+            let keys = (keys.callsite == meta.callsite()).then_some(&keys.written[..]);
+            event.record(&mut Fields { line, json, keys });
+            line.extend_from_slice(if json { b"}\n" } else { b"\n" });
             if line.len() > MAX_BATCH {
                 line.truncate(start);
                 batch.dropped += 1;
@@ -276,46 +313,61 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AccessLayer {
 
 /// Appends each field of a record to the line.
 struct Fields<'a> {
-    line: &'a mut String,
+    line: &'a mut Vec<u8>,
     json: bool,
+    /// The record's call site's [`Keys`], when they were kept.
+    keys: Option<&'a [Box<[u8]>]>,
 }
 
 impl Fields<'_> {
     // No `write!` on this path: `fmt`'s machinery cost more than the rest of a
     // record's formatting (measured with `perf` under the e2e load).
     fn key(&mut self, field: &Field) {
-        let (before, after) = if self.json {
-            (",\"", "\":")
-        } else {
-            (" ", "=")
-        };
-        self.line.push_str(before);
-        self.line.push_str(field.name());
-        self.line.push_str(after);
+        match self.keys.and_then(|keys| keys.get(field.index())) {
+            Some(key) => self.line.extend_from_slice(key),
+            None => Self::write_key(self.line, field.name(), self.json),
+        }
+    }
+
+    fn write_key(line: &mut Vec<u8>, name: &str, json: bool) {
+        let (before, after) = if json { (",\"", "\":") } else { (" ", "=") };
+        for part in [before, name, after] {
+            line.extend_from_slice(part.as_bytes());
+        }
     }
 
     fn number(&mut self, value: u64) {
-        self.line.push_str(decimal(value, &mut [0; 20]));
+        self.line.extend_from_slice(decimal(value, &mut [0; 20]));
     }
 
     fn text(&mut self, value: &str) {
         if self.json {
             json_string(self.line, value);
-        } else if needs_quotes(value) {
+        } else if needs_quotes(value.as_bytes()) {
             let _ = write!(self.line, "{value:?}");
         } else {
-            self.line.push_str(value);
+            self.line.extend_from_slice(value.as_bytes());
         }
     }
 }
 
 /// Whether a text value must be quoted (and escaped) to stay one token.
-fn needs_quotes(value: &str) -> bool {
-    value.is_empty()
-        || value
-            .bytes()
-            .any(|b| b <= b' ' || b == b'"' || b == b'\\' || b >= 0x7f)
+fn needs_quotes(value: &[u8]) -> bool {
+    value.is_empty() || value.iter().any(|&b| QUOTED[usize::from(b)])
 }
+
+/// The bytes that make a text value need quotes: controls, space, `"`, `\`, DEL and
+/// every byte of a non-ASCII character (a table: one look-up a byte, where four
+/// comparisons cost twice as much on a record's hundred bytes of text).
+const QUOTED: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = b <= 0x20 || b == b'"' as usize || b == b'\\' as usize || b >= 0x7f;
+        b += 1;
+    }
+    table
+};
 
 impl Visit for Fields<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
@@ -331,7 +383,7 @@ impl Visit for Fields<'_> {
     fn record_i64(&mut self, field: &Field, value: i64) {
         self.key(field);
         if value < 0 {
-            self.line.push('-');
+            self.line.push(b'-');
         }
         self.number(value.unsigned_abs());
     }
@@ -343,10 +395,10 @@ impl Visit for Fields<'_> {
         if (0.0..1e12).contains(&value) {
             let micros = (value * 1000.0).round() as u64;
             self.number(micros / 1000);
-            self.line.push('.');
+            self.line.push(b'.');
             // Three digits, zero-padded: those of 1xyz after its leading 1.
             self.line
-                .push_str(&decimal(1000 + micros % 1000, &mut [0; 20])[1..]);
+                .extend_from_slice(&decimal(1000 + micros % 1000, &mut [0; 20])[1..]);
         } else {
             let _ = write!(self.line, "{value}");
         }
@@ -354,14 +406,15 @@ impl Visit for Fields<'_> {
 
     fn record_bool(&mut self, field: &Field, value: bool) {
         self.key(field);
-        let _ = write!(self.line, "{value}");
+        let value: &[u8] = if value { b"true" } else { b"false" };
+        self.line.extend_from_slice(value);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         // The message is the text format's fixed word ("request"), written above.
         if field.name() == "message" {
             if self.json {
-                self.line.push_str(r#","message":"request""#);
+                self.line.extend_from_slice(br#","message":"request""#);
             }
             return;
         }
@@ -372,41 +425,44 @@ impl Visit for Fields<'_> {
         let _ = write!(self.line, "{value:?}");
         let written = &self.line[start..];
         let plain = if self.json {
-            !written.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
+            !written.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\')
         } else {
             !needs_quotes(written)
         };
         if plain {
             if self.json {
-                self.line.insert(start, '"');
-                self.line.push('"');
+                self.line.insert(start, b'"');
+                self.line.push(b'"');
             }
         } else {
-            let value = self.line.split_off(start);
+            // `Debug` wrote text.
+            let value = String::from_utf8_lossy(&self.line.split_off(start)).into_owned();
             self.text(&value);
         }
     }
 }
 
 /// `value` as a JSON string.
-fn json_string(out: &mut String, value: &str) {
-    out.push('"');
-    if !value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-        out.push_str(value);
-        out.push('"');
+fn json_string(out: &mut Vec<u8>, value: &str) {
+    out.push(b'"');
+    let bytes = value.as_bytes();
+    if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
         return;
     }
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+    // Escapes are ASCII: the other bytes (UTF-8 sequences included) go as they are.
+    for &b in bytes {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b if b < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", b);
             }
-            c => out.push(c),
+            b => out.push(b),
         }
     }
-    out.push('"');
+    out.push(b'"');
 }
 
 /// `at` as RFC 3339 in UTC with microseconds (`2026-12-02T17:46:47.151453Z`).
@@ -460,7 +516,7 @@ mod tests {
     fn the_cached_second_is_reused_and_renewed() {
         let stamp = |at: Duration| {
             let mut out = [0u8; 27];
-            cached_timestamp(UNIX_EPOCH + at, &mut out).to_string()
+            String::from_utf8(cached_timestamp(UNIX_EPOCH + at, &mut out).to_vec()).unwrap()
         };
         assert_eq!(
             stamp(Duration::new(1_796_233_607, 151_453_000)),
@@ -573,19 +629,23 @@ mod tests {
         let (layer, flusher) = access_log(LogFormat::Text, Box::new(kept.clone())).unwrap();
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
             tracing::info!(target: "fuseway::access", a = 1.005f64, b = 0.3f64, c = 12.0f64, n = 404u64, i = -7i64, "request");
+            // Another call site: its keys are written afresh (the first one's are kept).
+            tracing::info!(target: "fuseway::access", z = true, n = 5u64, "request");
         });
         drop(flusher);
-        let line = kept.text();
+        let text = kept.text();
+        let lines: Vec<&str> = text.lines().collect();
         assert!(
-            line.ends_with(" a=1.005 b=0.300 c=12.000 n=404 i=-7\n"),
-            "{line}"
+            lines[0].ends_with(" a=1.005 b=0.300 c=12.000 n=404 i=-7"),
+            "{text}"
         );
+        assert!(lines[1].ends_with(": request z=true n=5"), "{text}");
     }
 
     #[test]
     fn json_strings_are_escaped() {
-        let mut out = String::new();
-        json_string(&mut out, "a\"b\\c\nd");
-        assert_eq!(out, r#""a\"b\\c\u000ad""#);
+        let mut out = Vec::new();
+        json_string(&mut out, "a\"b\\c\nd é");
+        assert_eq!(String::from_utf8(out).unwrap(), r#""a\"b\\c\u000ad é""#);
     }
 }

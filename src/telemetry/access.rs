@@ -287,21 +287,6 @@ impl RequestId {
     }
 }
 
-/// `n` in decimal, written at the end of `buf`: its digits (no `fmt` machinery; the
-/// access log writes several numbers per request).
-pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    std::str::from_utf8(&buf[at..]).unwrap_or("0")
-}
-
 /// `addr` as `Display` writes it, into `buf`: an IPv4 one without `fmt`'s machinery
 /// (the access log writes one per request).
 fn client_text(addr: SocketAddr, buf: &mut [u8; 64]) -> &str {
@@ -313,7 +298,7 @@ fn client_text(addr: SocketAddr, buf: &mut [u8; 64]) -> &str {
                     buf[len] = separator;
                     len += 1;
                 }
-                for &d in decimal(u64::from(n), &mut [0; 20]).as_bytes() {
+                for &d in crate::http1::decimal(u64::from(n), &mut [0; 20]) {
                     buf[len] = d;
                     len += 1;
                 }
@@ -337,13 +322,6 @@ fn client_text(addr: SocketAddr, buf: &mut [u8; 64]) -> &str {
 mod tests {
     use super::*;
     use crate::kept::KeptBoxes;
-
-    #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, 10, 404, 1_000_000, u64::MAX] {
-            assert_eq!(decimal(n, &mut [0; 20]), n.to_string());
-        }
-    }
 
     #[test]
     fn client_addresses_are_written_as_std_writes_them() {
