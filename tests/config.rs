@@ -814,8 +814,25 @@ fn listeners_take_kestrels_protocols() {
     let err =
         protocols(r#"{"Listen": [{"Address": "127.0.0.1:1", "Protocols": "Http4"}]}"#).unwrap_err();
     assert_eq!(err.0[0].path, "Listen[0].Protocols");
+    // HTTP/3 beside the others (.NET's templates): HTTP/1.1 and HTTP/2, as Kestrel serves
+    // them where there is no QUIC; HTTP/3 alone is refused.
+    assert_eq!(
+        protocols(
+            r#"{"Kestrel": {"EndpointDefaults": {"Protocols": "Http1AndHttp2AndHttp3"},
+                "Endpoints": {"S": {"Url": "http://127.0.0.1:1", "Protocols": "Http1"},
+                              "T": {"Url": "http://127.0.0.1:2"}}},
+                "Listen": [{"Address": "127.0.0.1:3", "Protocols": "http1andhttp2andhttp3"}],
+                "ReverseProxy": {}}"#,
+        )
+        .unwrap(),
+        [
+            ("127.0.0.1:3".to_string(), ListenProtocols::Http1AndHttp2),
+            ("127.0.0.1:1".to_string(), ListenProtocols::Http1),
+            ("127.0.0.1:2".to_string(), ListenProtocols::Http1AndHttp2),
+        ]
+    );
     let err = protocols(
-        r#"{"Kestrel": {"EndpointDefaults": {"Protocols": "Http1AndHttp2AndHttp3"},
+        r#"{"Kestrel": {"EndpointDefaults": {"Protocols": "Http3"},
             "Endpoints": {"S": {"Url": "http://127.0.0.1:1"}}}, "ReverseProxy": {}}"#,
     )
     .unwrap_err();

@@ -233,7 +233,7 @@ impl ListenConfig {
         match self {
             ListenConfig::Full(ListenEntry {
                 protocols: Some(p), ..
-            }) => p.parse().unwrap_or_default(),
+            }) => super::validate::check_protocols(p).unwrap_or_default(),
             _ => super::ListenProtocols::default(),
         }
     }
@@ -283,7 +283,7 @@ impl ListenConfig {
                         protocols: sni
                             .protocols
                             .as_deref()
-                            .and_then(|p| p.parse().ok())
+                            .and_then(|p| super::validate::check_protocols(p).ok())
                             .unwrap_or(own.protocols),
                         versions: tls_versions(&sni.ssl_protocols).unwrap_or(own.versions),
                         client_certificates: client_certificates(&sni.client_certificate_mode)

@@ -231,8 +231,16 @@ pub(super) fn check_tls_settings(
     }
 }
 
-/// A listener's `Protocols` (Kestrel's names): the error for one fuseway does not serve.
+/// A listener's `Protocols` (Kestrel's names), or the error for one fuseway does not
+/// serve. `Http1AndHttp2AndHttp3` is HTTP/1.1 and HTTP/2, as Kestrel serves it where the
+/// platform has no QUIC (.NET's templates write it); HTTP/3 alone is refused, as there.
 pub(super) fn check_protocols(protocols: &str) -> Result<ListenProtocols, String> {
+    if protocols
+        .trim()
+        .eq_ignore_ascii_case("Http1AndHttp2AndHttp3")
+    {
+        return Ok(ListenProtocols::Http1AndHttp2);
+    }
     protocols.parse::<ListenProtocols>().map_err(|e| {
         if protocols.to_ascii_lowercase().contains("http3") {
             format!(
