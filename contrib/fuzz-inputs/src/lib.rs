@@ -633,7 +633,87 @@ fn config_value(u: &mut Unstructured) -> Result<Value> {
     for i in 0..clusters {
         c.insert(format!("c{i}"), cluster(u)?);
     }
-    Ok(json!({ "Routes": r, "Clusters": c }))
+    let mut config = json!({ "Routes": r, "Clusters": c });
+    if u.ratio(1, 3)? {
+        let mut listen = Vec::new();
+        for _ in 0..u.int_in_range(1..=2)? {
+            listen.push(listener(u)?);
+        }
+        config["Listen"] = Value::Array(listen);
+    }
+    Ok(config)
+}
+
+/// A listener's long form: TLS files (never read by validation), Kestrel's protocols,
+/// TLS versions, client certificate modes and `Sni` entries, valid or not.
+fn listener(u: &mut Unstructured) -> Result<Value> {
+    const PROTOCOLS: &[&str] = &[
+        "Http1",
+        "http2",
+        "Http1AndHttp2",
+        "Http1AndHttp2AndHttp3",
+        "Http3",
+        "",
+    ];
+    const VERSIONS: &[&str] = &["Tls12", "Tls13", "None", "Tls11", "Tls", "Ssl3", "x"];
+    const MODES: &[&str] = &[
+        "NoCertificate",
+        "AllowCertificate",
+        "requirecertificate",
+        "DelayCertificate",
+        "Maybe",
+    ];
+    const NAMES: &[&str] = &[
+        "*",
+        "*.example.org",
+        "a.example.org",
+        "A.example.org",
+        "a.*.org",
+        "*.",
+        "",
+        "[::1]",
+    ];
+    // The settings an entry and a listener share.
+    fn settings(u: &mut Unstructured, entry: &mut Map<String, Value>) -> Result<()> {
+        if u.ratio(1, 2)? {
+            entry.insert("Certificate".into(), json!("c.pem"));
+            if u.ratio(1, 2)? {
+                entry.insert("Key".into(), json!("k.pem"));
+            }
+        } else if u.ratio(1, 4)? {
+            entry.insert("Key".into(), json!("k.pem"));
+        }
+        if u.ratio(1, 4)? {
+            entry.insert("Password".into(), json!("p"));
+        }
+        if u.ratio(1, 3)? {
+            entry.insert("Protocols".into(), json!(pick(u, PROTOCOLS)?));
+        }
+        if u.ratio(1, 3)? {
+            let n = u.int_in_range(0..=3)?;
+            let list = (0..n)
+                .map(|_| pick(u, VERSIONS).map(|v| json!(v)))
+                .collect::<Result<Vec<_>>>()?;
+            entry.insert("SslProtocols".into(), Value::Array(list));
+        }
+        if u.ratio(1, 3)? {
+            entry.insert("ClientCertificateMode".into(), json!(pick(u, MODES)?));
+        }
+        Ok(())
+    }
+    let mut entry = Map::new();
+    entry.insert("Address".into(), json!("127.0.0.1:0"));
+    settings(u, &mut entry)?;
+    if u.ratio(1, 3)? {
+        let mut sni = Map::new();
+        for _ in 0..u.int_in_range(1..=3)? {
+            let mut site = Map::new();
+            settings(u, &mut site)?;
+            sni.insert(pick(u, NAMES)?.to_string(), Value::Object(site));
+        }
+        entry.insert("Sni".into(), Value::Object(sni));
+    }
+    Ok(Value::Object(entry))
 }
 
 /// A request path: pieces of path syntax, with an optional query.
@@ -690,19 +770,27 @@ pub fn config_text(data: &[u8]) {
 pub fn config_structured(u: &mut Unstructured) -> Result<()> {
     let value = config_value(u)?;
     let text = serde_json::to_string(&value).expect("JSON");
-    match parse(&text, Format::Json) {
-        Ok(config) => match ProxyState::new(config.clone()) {
-            Ok(state) => {
-                let other = config_value(u)?;
-                if let Ok(other) = parse(&other.to_string(), Format::Json) {
-                    let _ = state.update(other);
-                }
-                state
-                    .update(config)
-                    .expect("a config that loaded once reloads");
+    let config = match parse(&text, Format::Json) {
+        Ok(config) => config,
+        Err(errors) => {
+            assert!(!errors.to_string().is_empty());
+            return Ok(());
+        }
+    };
+    // What the server reads of a valid listener, short of its files.
+    for listen in &config.listen {
+        let _ = (listen.protocols(), listen.tls_files());
+    }
+    match ProxyState::new(config.clone()) {
+        Ok(state) => {
+            let other = config_value(u)?;
+            if let Ok(other) = parse(&other.to_string(), Format::Json) {
+                let _ = state.update(other);
             }
-            Err(errors) => assert!(!errors.to_string().is_empty()),
-        },
+            state
+                .update(config)
+                .expect("a config that loaded once reloads");
+        }
         Err(errors) => assert!(!errors.to_string().is_empty()),
     }
     Ok(())
