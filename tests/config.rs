@@ -978,6 +978,15 @@ fn kestrel_tls_settings_become_listener_settings() {
     .unwrap();
     assert_eq!(got[0].certificate, None);
 
+    // A store's qualifiers beside a file are ignored, as Kestrel ignores them.
+    let got = entries(
+        r#"{"Endpoints": {"S": {"Url": "https://127.0.0.1:5443",
+            "Certificate": {"Path": "a.pem", "KeyPath": "a.key", "AllowInvalid": true,
+                            "Store": "My", "Location": "CurrentUser"}}}}"#,
+    )
+    .unwrap();
+    assert_eq!(got[0].certificate.as_deref(), Some("a.pem"));
+
     // Errors, each at its key.
     for (kestrel, path, says) in [
         (
@@ -1014,6 +1023,12 @@ fn kestrel_tls_settings_become_listener_settings() {
                 "Certificate": {"Path": "a.pem", "KeyPath": "a.key"},
                 "Sni": {"a.example.org": {"Certificate": {"Subject": "CN=a"}}}}}}"#,
             "Kestrel.Endpoints.S.Sni.a.example.org.Certificate",
+            "certificate store",
+        ),
+        (
+            r#"{"Endpoints": {"S": {"Url": "https://127.0.0.1:1",
+                "Certificate": {"Path": "a.pem", "KeyPath": "a.key", "Subject": "CN=a"}}}}"#,
+            "Kestrel.Endpoints.S.Certificate",
             "certificate store",
         ),
         (

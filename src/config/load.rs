@@ -183,15 +183,19 @@ struct KestrelCertificate {
     key_path: Option<String>,
     #[serde(default)]
     password: Option<String>,
-    /// A certificate store's (`Subject`, `Store`, `Location`, `AllowInvalid`): refused,
-    /// named.
+    /// A certificate store's (`Subject`, `Store`, `Location`, `AllowInvalid`): a
+    /// `Subject` is refused, named; the others, beside a file, are ignored as Kestrel
+    /// ignores them.
     #[serde(default)]
     subject: Option<serde::de::IgnoredAny>,
     #[serde(default)]
+    #[expect(dead_code, reason = "accepted, and ignored beside a file")]
     store: Option<serde::de::IgnoredAny>,
     #[serde(default)]
+    #[expect(dead_code, reason = "accepted, and ignored beside a file")]
     location: Option<serde::de::IgnoredAny>,
     #[serde(default)]
+    #[expect(dead_code, reason = "accepted, and ignored beside a file")]
     allow_invalid: Option<serde::de::IgnoredAny>,
 }
 
@@ -397,19 +401,18 @@ impl KestrelEndpoint {
 }
 
 impl KestrelCertificate {
-    /// The files it names: (`Path`, `KeyPath`, `Password`); a certificate store's is
-    /// refused, at `at`.
+    /// The files it names: (`Path`, `KeyPath`, `Password`); a certificate store's (a
+    /// `Subject`) is refused, at `at`.
     fn files(self, at: &str) -> Result<(String, Option<String>, Option<String>), ConfigError> {
         let KestrelCertificate {
             path: file,
             key_path,
             password,
             subject,
-            store,
-            location,
-            allow_invalid,
+            ..
         } = self;
-        if subject.is_some() || store.is_some() || location.is_some() || allow_invalid.is_some() {
+        // As Kestrel: `Store`, `Location` and `AllowInvalid` only qualify a `Subject`.
+        if subject.is_some() {
             return Err(ConfigError::new(
                 at,
                 "a certificate from a certificate store (`Subject`, `Store`, `Location`) is \
