@@ -127,28 +127,16 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
     let ListenConfig::Full(entry) = listen else {
         return;
     };
-    if let Some(protocols) = &entry.protocols {
-        if let Err(e) = check_protocols(protocols) {
-            errors.push(format!("Listen[{i}].Protocols"), e);
-        }
-    }
-    match (&entry.certificate, &entry.key, &entry.password) {
-        (None, None, None) => {}
-        (None, Some(_), _) => errors.push(
-            format!("Listen[{i}].Certificate"),
-            "a listener with a Key needs its Certificate",
-        ),
-        (None, None, Some(_)) => errors.push(
-            format!("Listen[{i}].Password"),
-            "a Password without a Certificate (a PKCS#12 file's)",
-        ),
-        // The files themselves are read by the server (`Server::check_listeners`, and
-        // when binding): the configuration is plain data. A Certificate without a Key
-        // is a PKCS#12 archive; a Key with a Password, an encrypted one.
-        (Some(_), _, _) => {}
-    }
-    let tls = entry.certificate.is_some() || !entry.sni.is_empty();
     let prefix = format!("Listen[{i}]");
+    check_site(
+        &prefix,
+        "a listener",
+        [&entry.certificate, &entry.key, &entry.password],
+        &entry.protocols,
+        false,
+        errors,
+    );
+    let tls = entry.certificate.is_some() || !entry.sni.is_empty();
     check_tls_settings(
         &prefix,
         &entry.ssl_protocols,
@@ -169,26 +157,14 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
         if !names.insert(name.to_ascii_lowercase()) {
             errors.push(&path, "named twice (host names match ignoring case)");
         }
-        match (&sni.certificate, &sni.key, &sni.password) {
-            (None, None, None) if entry.certificate.is_none() => errors.push(
-                format!("{path}.Certificate"),
-                "no certificate: give this entry one, or the listener",
-            ),
-            (None, Some(_), _) => errors.push(
-                format!("{path}.Certificate"),
-                "an entry with a Key needs its Certificate",
-            ),
-            (None, None, Some(_)) => errors.push(
-                format!("{path}.Password"),
-                "a Password without a Certificate (a PKCS#12 file's)",
-            ),
-            _ => {}
-        }
-        if let Some(protocols) = &sni.protocols {
-            if let Err(e) = check_protocols(protocols) {
-                errors.push(format!("{path}.Protocols"), e);
-            }
-        }
+        check_site(
+            &path,
+            "an entry",
+            [&sni.certificate, &sni.key, &sni.password],
+            &sni.protocols,
+            entry.certificate.is_none(),
+            errors,
+        );
         check_tls_settings(
             &path,
             &sni.ssl_protocols,
@@ -196,6 +172,42 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
             true,
             errors,
         );
+    }
+}
+
+/// A listener's (`what`: "a listener") or `Sni` entry's files — `Certificate`, `Key`,
+/// `Password` — and `Protocols`, at `path`; `required`: it must name a certificate (an
+/// entry of a listener without one).
+fn check_site(
+    path: &str,
+    what: &str,
+    [certificate, key, password]: [&Option<String>; 3],
+    protocols: &Option<String>,
+    required: bool,
+    errors: &mut ConfigErrors,
+) {
+    if let Some(protocols) = protocols {
+        if let Err(e) = check_protocols(protocols) {
+            errors.push(format!("{path}.Protocols"), e);
+        }
+    }
+    match (certificate, key, password) {
+        (None, None, None) if required => errors.push(
+            format!("{path}.Certificate"),
+            "no certificate: give this entry one, or the listener",
+        ),
+        (None, Some(_), _) => errors.push(
+            format!("{path}.Certificate"),
+            format!("{what} with a Key needs its Certificate"),
+        ),
+        (None, None, Some(_)) => errors.push(
+            format!("{path}.Password"),
+            "a Password without a Certificate (a PKCS#12 file's)",
+        ),
+        // The files themselves are read by the server (`Server::check_listeners`, and
+        // when binding): the configuration is plain data. A Certificate without a Key
+        // is a PKCS#12 archive; a Key with a Password, an encrypted one.
+        _ => {}
     }
 }
 
