@@ -551,28 +551,8 @@ async fn the_logging_levels_of_a_yarp_file_filter_the_log() {
             false,
         ),
     ] {
-        // A destination nothing listens on: a request to it is a warning.
-        let file = dir.write(
-            "appsettings.json",
-            &format!(
-                r#"{{ "Logging": {{ "LogLevel": {levels} }}, "ReverseProxy": {} }}"#,
-                common::simple_config(&[("d", "http://127.0.0.1:9")], "")
-            ),
-        );
-        // The native engine, whichever the environment names: the debug line is its.
-        let mut child = fuseway()
-            .env_remove("RUST_LOG")
-            .args(["--http1-engine", "native"])
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--config",
-            ])
-            .arg(&file)
-            .spawn()
-            .unwrap();
+        let file = logging_file(&dir, levels);
+        let mut child = logging_fuseway(&file, None);
         let mut logged = common::proxy_and_admin(&mut child).await;
         let filter = logged
             .early
@@ -589,6 +569,40 @@ async fn the_logging_levels_of_a_yarp_file_filter_the_log() {
 /// Whether fuseway's debug line for a refused request head is written: a request head
 /// with a space in a field name (400, at debug level), then a request to the dead
 /// destination, whose warning comes after the debug line if that is written.
+/// A YARP file with these `Logging.LogLevel` levels, whose one destination nothing
+/// listens on (a request to it is a warning), written (again) in `dir`.
+fn logging_file(dir: &TempDir, levels: &str) -> std::path::PathBuf {
+    dir.write(
+        "appsettings.json",
+        &format!(
+            r#"{{ "Logging": {{ "LogLevel": {levels} }}, "ReverseProxy": {} }}"#,
+            common::simple_config(&[("d", "http://127.0.0.1:9")], "")
+        ),
+    )
+}
+
+/// The binary on `file`, with `RUST_LOG` as given (`None`: unset), on the native engine
+/// whichever the environment names (the debug line [`debug_logged`] looks for is its).
+fn logging_fuseway(file: &std::path::Path, rust_log: Option<&str>) -> tokio::process::Child {
+    let mut command = fuseway();
+    match rust_log {
+        Some(filter) => command.env("RUST_LOG", filter),
+        None => command.env_remove("RUST_LOG"),
+    };
+    command
+        .args(["--http1-engine", "native"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(file)
+        .spawn()
+        .unwrap()
+}
+
 /// The next log line that says `says` (a reload's, seen by the file's watcher).
 async fn reloaded(logged: &mut common::Logged, says: &str) -> String {
     within("the reload's log line", async {
@@ -637,54 +651,26 @@ async fn debug_logged(logged: &mut common::Logged) -> bool {
 #[tokio::test]
 async fn a_reload_applies_changed_logging_levels() {
     let dir = TempDir::new("cli-logging-reload");
-    let file = |levels: &str| {
-        dir.write(
-            "appsettings.json",
-            &format!(
-                r#"{{ "Logging": {{ "LogLevel": {levels} }}, "ReverseProxy": {} }}"#,
-                common::simple_config(&[("d", "http://127.0.0.1:9")], "")
-            ),
-        )
-    };
     let quiet = r#"{ "Default": "Information" }"#;
     let verbose = r#"{ "Default": "Information", "Yarp": "Debug" }"#;
-    let path = file(quiet);
-    let start = |rust_log: Option<&str>| {
-        let mut command = fuseway();
-        match rust_log {
-            Some(filter) => command.env("RUST_LOG", filter),
-            None => command.env_remove("RUST_LOG"),
-        };
-        command
-            .args(["--http1-engine", "native"])
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--config",
-            ])
-            .arg(&path)
-            .spawn()
-            .unwrap()
-    };
-
+    let path = logging_file(&dir, quiet);
+    let start = |rust_log| logging_fuseway(&path, rust_log);
     let mut child = start(None);
     let mut logged = common::proxy_and_admin(&mut child).await;
     assert!(!debug_logged(&mut logged).await);
-    file(verbose);
+    logging_file(&dir, verbose);
     let line = reloaded(&mut logged, "log levels from the configuration").await;
     assert!(line.contains("fuseway=debug"), "{line}");
     assert!(debug_logged(&mut logged).await);
-    file(quiet);
+    logging_file(&dir, quiet);
     reloaded(&mut logged, "log levels from the configuration").await;
     assert!(!debug_logged(&mut logged).await);
     child.start_kill().unwrap();
 
-    file(quiet);
+    logging_file(&dir, quiet);
     let mut child = start(Some("info"));
     let mut logged = common::proxy_and_admin(&mut child).await;
-    file(verbose);
+    logging_file(&dir, verbose);
     reloaded(&mut logged, "`RUST_LOG` filters the log").await;
     assert!(!debug_logged(&mut logged).await);
     child.start_kill().unwrap();
