@@ -1391,3 +1391,68 @@ async fn client_certificates_are_asked_for_and_verified() {
         let _ = child.wait().await;
     }
 }
+
+/// `SIGHUP` re-reads an `Sni` entry's certificate too: the entry's name gets the new
+/// one, the listener's own is unchanged.
+#[tokio::test]
+async fn sighup_rotates_sni_certificates() {
+    let dir = TempDir::new("rotate-sni");
+    let write = |name: &str, (cert, key, der): (String, String, Vec<u8>)| {
+        dir.write(&format!("{name}.pem"), &cert);
+        dir.write(&format!("{name}.key"), &key);
+        der
+    };
+    let own = write("own", certificate_for(&["127.0.0.1"]));
+    let old = write("a", certificate_for(&["a.example.org"]));
+    let backend = common::echo_backend().await;
+    let file = dir.write(
+        "proxy.json",
+        &format!(
+            r#"{{
+  "Listen": [ {{ "Address": "127.0.0.1:0", "Certificate": {}, "Key": {},
+     "Sni": {{ "a.example.org": {{ "Certificate": {}, "Key": {} }}, "*": {{}} }} }} ],
+  "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+  "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }} }}
+}}"#,
+            json_path(&dir.path().join("own.pem")),
+            json_path(&dir.path().join("own.key")),
+            json_path(&dir.path().join("a.pem")),
+            json_path(&dir.path().join("a.key")),
+            backend.url()
+        ),
+    );
+    let mut child = fuseway(&file).spawn().unwrap();
+    let (addr, mut log) = listening_with_log(&mut child).await;
+    let leaf = |name: Option<&'static str>| async move {
+        Hello {
+            name,
+            ..Hello::default()
+        }
+        .to(addr)
+        .await
+        .unwrap()
+        .leaf
+    };
+    assert_eq!(leaf(Some("a.example.org")).await, old);
+    assert_eq!(leaf(None).await, own);
+
+    let new = write("a", certificate_for(&["a.example.org"]));
+    let pid = child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    within("the certificates to reload", async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if line.contains("TLS certificates reloaded") {
+                return;
+            }
+        }
+        panic!("fuseway exited before reloading");
+    })
+    .await;
+    assert_eq!(leaf(Some("a.example.org")).await, new);
+    assert_eq!(leaf(None).await, own);
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+}
