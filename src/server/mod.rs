@@ -162,7 +162,7 @@ impl Server {
     }
 
     /// Bind a configuration's `Listen` entries: TLS where an entry names a
-    /// `Certificate` and a `Key` (PEM files, read now), plain TCP otherwise.
+    /// `Certificate` or `Sni` entries (their files read now), plain TCP otherwise.
     pub async fn bind_config(listen: &[ListenConfig]) -> io::Result<Server> {
         let mut server = Server::from_listeners(Vec::new());
         for (i, entry) in listen.iter().enumerate() {
@@ -172,13 +172,14 @@ impl Server {
                     format!("Listen[{i}]: `{}`: {e}", entry.address()),
                 )
             })?;
-            let tls = listener_tls(entry, i)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+            let (tls_setup, tls) = listener_tls(entry, i)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+                .unzip();
             let tcp = bind(&addr).await?;
             server.listeners.push(Listener {
                 tcp,
                 tls: tls.map(|t| Arc::new(ArcSwap::from_pointee(t))),
-                tls_setup: entry.tls_setup(),
+                tls_setup,
                 protocols: entry.protocols(),
             });
         }
@@ -459,26 +460,30 @@ impl Server {
     }
 }
 
-/// The TLS configurations of listener `i` (`None`: plain TCP), its files read now;
-/// errors name the file's key (`Listen[i].Certificate`, `Listen[i].Sni.<name>.Key`).
+/// How listener `i` terminates TLS and its configurations, its files read now (`None`:
+/// plain TCP); errors name the file's key (`Listen[i].Certificate`,
+/// `Listen[i].Sni.<name>.Key`).
 fn listener_tls(
     entry: &ListenConfig,
     i: usize,
-) -> Result<Option<Terminator>, crate::config::ConfigError> {
+) -> Result<Option<(TlsSetup, Terminator)>, crate::config::ConfigError> {
     let Some(setup) = entry.tls_setup() else {
         return Ok(None);
     };
-    setup.load().map(Some).map_err(|e| {
-        let part = match e.error.part {
-            TlsPart::Certificate => "Certificate",
-            TlsPart::Key => "Key",
-        };
-        let at = match &e.sni {
-            Some(name) => format!("Listen[{i}].Sni.{name}.{part}"),
-            None => format!("Listen[{i}].{part}"),
-        };
-        crate::config::ConfigError::new(at, e.error.message)
-    })
+    let loaded = setup.load();
+    loaded
+        .map(|terminator| Some((setup, terminator)))
+        .map_err(|e| {
+            let part = match e.error.part {
+                TlsPart::Certificate => "Certificate",
+                TlsPart::Key => "Key",
+            };
+            let at = match &e.sni {
+                Some(name) => format!("Listen[{i}].Sni.{name}.{part}"),
+                None => format!("Listen[{i}].{part}"),
+            };
+            crate::config::ConfigError::new(at, e.error.message)
+        })
 }
 
 /// Completes on Ctrl-C or SIGTERM: the `shutdown` future to give
