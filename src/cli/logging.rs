@@ -83,9 +83,10 @@ impl std::fmt::Debug for LogGuard {
 /// of the first `--config` file that has them, else at `info`; call once, early).
 pub fn init(args: &Args) -> Result<LogGuard, BoxError> {
     let format = args.log_format;
-    let configured = match std::env::var_os("RUST_LOG") {
-        Some(_) => None,
-        None => configured_levels(&args.config),
+    let rust_log = std::env::var_os("RUST_LOG").is_some();
+    let configured = match rust_log {
+        true => None,
+        false => configured_levels(&args.config),
     };
     let filter = match (&configured, EnvFilter::try_from_default_env()) {
         (Some((_, directives)), _) => LogFilter::new(directives)?,
@@ -95,7 +96,7 @@ pub fn init(args: &Args) -> Result<LogGuard, BoxError> {
         })),
         (None, Err(_)) => LogFilter::new(DEFAULT_LEVEL)?,
     };
-    if std::env::var_os("RUST_LOG").is_none() {
+    if !rust_log {
         // The configuration's levels filter the log: its reloads may change them.
         let _ = LEVELS.set(filter.clone());
     }
