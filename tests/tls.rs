@@ -807,6 +807,24 @@ async fn listening_with_log(child: &mut tokio::process::Child) -> (std::net::Soc
     (addr, log)
 }
 
+/// Send the binary `SIGHUP` and wait for its log to say the certificates were reloaded.
+async fn reload_certificates(child: &tokio::process::Child, log: &mut Log) {
+    let pid = child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    within("the certificates to reload", async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if line.contains("TLS certificates reloaded") {
+                return;
+            }
+        }
+        panic!("fuseway exited before reloading");
+    })
+    .await;
+}
+
 /// `SIGHUP` re-reads the listener's certificate and key: after the files are replaced,
 /// new connections get the new certificate, without a restart.
 #[tokio::test]
@@ -836,20 +854,7 @@ async fn sighup_rotates_listener_certificates() {
 
     dir.write("cert.pem", &new_cert);
     dir.write("key.pem", &new_key);
-    let pid = child.id().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
-    within("the certificates to reload", async {
-        while let Some(line) = log.next_line().await.unwrap() {
-            if line.contains("TLS certificates reloaded") {
-                return;
-            }
-        }
-        panic!("fuseway exited before reloading");
-    })
-    .await;
+    reload_certificates(&child, &mut log).await;
     assert_eq!(get(&new_cert).await.unwrap().status(), 200);
     assert!(get(&old_cert).await.is_err(), "the old certificate is gone");
     child.start_kill().unwrap();
@@ -1437,20 +1442,7 @@ async fn sighup_rotates_sni_certificates() {
     assert_eq!(leaf(None).await, own);
 
     let new = write("a", certificate_for(&["a.example.org"]));
-    let pid = child.id().unwrap().to_string();
-    std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
-    within("the certificates to reload", async {
-        while let Some(line) = log.next_line().await.unwrap() {
-            if line.contains("TLS certificates reloaded") {
-                return;
-            }
-        }
-        panic!("fuseway exited before reloading");
-    })
-    .await;
+    reload_certificates(&child, &mut log).await;
     assert_eq!(leaf(Some("a.example.org")).await, new);
     assert_eq!(leaf(None).await, own);
     child.start_kill().unwrap();
