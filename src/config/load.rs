@@ -304,11 +304,9 @@ impl KestrelEndpoint {
             .protocols
             .or_else(|| kestrel.endpoint_defaults.protocols.clone())
         {
-            Some(protocols) => {
-                let parsed = super::validate::check_protocols(&protocols)
-                    .map_err(|e| ConfigError::new(format!("{path}.Protocols"), e))?;
-                (parsed != ListenProtocols::default()).then(|| parsed.as_str().to_string())
-            }
+            // The default is left unsaid.
+            Some(protocols) => Some(kestrel_protocols(&protocols, path)?)
+                .filter(|p| *p != ListenProtocols::default().as_str()),
             None => None,
         };
         let address = format!("{ip}:{port}");
@@ -376,14 +374,10 @@ impl KestrelEndpoint {
         for (name, sni) in self.sni {
             let at = format!("{path}.Sni.{name}");
             let mut site = SniEntry {
-                protocols: match sni.protocols {
-                    Some(protocols) => {
-                        let parsed = super::validate::check_protocols(&protocols)
-                            .map_err(|e| ConfigError::new(format!("{at}.Protocols"), e))?;
-                        Some(parsed.as_str().to_string())
-                    }
-                    None => None,
-                },
+                protocols: sni
+                    .protocols
+                    .map(|protocols| kestrel_protocols(&protocols, &at))
+                    .transpose()?,
                 ssl_protocols: sni.ssl_protocols,
                 client_certificate_mode: sni.client_certificate_mode,
                 ..SniEntry::default()
@@ -398,6 +392,14 @@ impl KestrelEndpoint {
         }
         Ok(ListenConfig::Full(entry))
     }
+}
+
+/// Kestrel's `Protocols` at `at` (an endpoint's or an `Sni` entry's), in fuseway's
+/// spelling; errors name Kestrel's key.
+fn kestrel_protocols(protocols: &str, at: &str) -> Result<String, ConfigError> {
+    super::validate::check_protocols(protocols)
+        .map(|parsed| parsed.as_str().to_string())
+        .map_err(|e| ConfigError::new(format!("{at}.Protocols"), e))
 }
 
 impl KestrelCertificate {

@@ -213,7 +213,7 @@ fn check_site(
 
 /// A TLS listener's (or `Sni` entry's) `SslProtocols` and `ClientCertificateMode`, at
 /// `path`; `tls`: whether the listener terminates TLS (else they are an error).
-pub(super) fn check_tls_settings(
+fn check_tls_settings(
     path: &str,
     ssl_protocols: &Option<Vec<String>>,
     client_certificate_mode: &Option<String>,
