@@ -946,15 +946,40 @@ struct Hello<'a> {
 }
 
 /// What a [`Hello`] got: the server's leaf certificate (DER), the protocol ALPN chose,
-/// the TLS version, and the response's status line and whole text (`None`: no HTTP/1.1
-/// request sent).
+/// the TLS version, how many certificate authorities the server's certificate request
+/// named (`None`: it asked for no certificate, or the hello presented none), and the
+/// response's status line and whole text (`None`: no HTTP/1.1 request sent).
 #[derive(Debug)]
 struct Answer {
     leaf: Vec<u8>,
     alpn: Option<Vec<u8>>,
     version: rustls::ProtocolVersion,
+    authorities: Option<usize>,
     status: Option<String>,
     response: String,
+}
+
+/// Presents one client certificate and notes how many authorities the server's
+/// certificate request named.
+#[derive(Debug)]
+struct Presents {
+    key: Arc<rustls::sign::CertifiedKey>,
+    authorities: std::sync::Mutex<Option<usize>>,
+}
+
+impl rustls::client::ResolvesClientCert for Presents {
+    fn resolve(
+        &self,
+        root_hint_subjects: &[&[u8]],
+        _: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        *self.authorities.lock().unwrap() = Some(root_hint_subjects.len());
+        Some(self.key.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 impl Default for Hello<'_> {
@@ -977,15 +1002,22 @@ impl Hello<'_> {
             .with_protocol_versions(self.versions)
             .unwrap()
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)));
-        let mut config = match self.identity {
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider.clone())));
+        let presents = self.identity.map(|(cert, key)| {
+            let key = rustls::sign::CertifiedKey::from_der(
+                rustls_pemfile_certs(cert),
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                &provider,
+            )
+            .unwrap();
+            Arc::new(Presents {
+                key: Arc::new(key),
+                authorities: std::sync::Mutex::new(None),
+            })
+        });
+        let mut config = match &presents {
             None => builder.with_no_client_auth(),
-            Some((cert, key)) => builder
-                .with_client_auth_cert(
-                    rustls_pemfile_certs(cert),
-                    rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-                )
-                .unwrap(),
+            Some(presents) => builder.with_client_cert_resolver(presents.clone()),
         };
         config.alpn_protocols = self.alpn.iter().map(|p| p.to_vec()).collect();
         let server_name = match self.name {
@@ -1002,6 +1034,7 @@ impl Hello<'_> {
             leaf: connection.peer_certificates().unwrap()[0].to_vec(),
             alpn: connection.alpn_protocol().map(<[u8]>::to_vec),
             version: connection.protocol_version().unwrap(),
+            authorities: presents.and_then(|p| *p.authorities.lock().unwrap()),
             status: None,
             response: String::new(),
         };
@@ -1350,6 +1383,17 @@ async fn client_certificates_are_asked_for_and_verified() {
         };
         // Required (the endpoint's, through `*`).
         assert_eq!(ask(None, Some(&good)).await, ok(Some(&good_base64)));
+        // The request names no authorities (as .NET's), though the store has one.
+        let asked = Hello {
+            alpn: http1,
+            identity: Some((&good.0, &good.1)),
+            ..Hello::default()
+        };
+        assert_eq!(
+            asked.to(addr).await.unwrap().authorities,
+            Some(0),
+            "{engine}"
+        );
         assert!(ask(None, None).await.is_err());
         assert!(ask(None, Some(&bad)).await.is_err());
         // Allowed (the entry's): without a certificate the forged field is not passed on.
