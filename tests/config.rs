@@ -867,6 +867,31 @@ fn yarp_keys_fuseway_cannot_honour_are_refused_with_what_is_supported() {
             "Clusters.c1.HttpClient.SslProtocols",
             "broken",
         ),
+        (
+            r#""HttpClient": {"WebProxy": {"Address": "https://proxy:3128"}}"#,
+            "Clusters.c1.HttpClient.WebProxy.Address",
+            "`https` proxies are not supported",
+        ),
+        (
+            r#""HttpClient": {"WebProxy": {"Address": "socks5://proxy:1080"}}"#,
+            "Clusters.c1.HttpClient.WebProxy.Address",
+            "`socks5` proxies are not supported",
+        ),
+        (
+            r#""HttpClient": {"WebProxy": {"Address": "http://user:pw@proxy:3128"}}"#,
+            "Clusters.c1.HttpClient.WebProxy.Address",
+            "no credentials",
+        ),
+        (
+            r#""HttpClient": {"WebProxy": {"Address": "proxy.example.org"}}"#,
+            "Clusters.c1.HttpClient.WebProxy.Address",
+            "needs the scheme",
+        ),
+        (
+            r#""HttpClient": {"WebProxy": {"Address": "http://proxy:3128", "UseDefaultCredentials": true}}"#,
+            "Clusters.c1.HttpClient.WebProxy.UseDefaultCredentials",
+            "no credentials",
+        ),
     ] {
         let (p, message) = only_error(&cluster(extra));
         assert_eq!(p, path);
@@ -878,6 +903,8 @@ fn yarp_keys_fuseway_cannot_honour_are_refused_with_what_is_supported() {
         r#""HttpClient": {"RequestHeaderEncoding": "utf-8", "ResponseHeaderEncoding": "Latin1"}"#,
         r#""HttpClient": {"EnableMultipleHttp2Connections": false, "SslProtocols": ["Tls12", "Tls13"]}"#,
         r#""HttpClient": {"EnableMultipleHttp2Connections": true}"#,
+        r#""HttpClient": {"WebProxy": {"Address": "http://proxy:3128", "BypassOnLocal": true, "UseDefaultCredentials": false}}"#,
+        r#""HttpClient": {"WebProxy": {"Address": null}}"#,
     ] {
         parse(&cluster(extra), Format::Json).unwrap_or_else(|e| panic!("{extra}: {e}"));
     }

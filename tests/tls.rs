@@ -1492,3 +1492,151 @@ async fn sighup_rotates_sni_certificates() {
     child.start_kill().unwrap();
     let _ = child.wait().await;
 }
+
+/// A forward proxy of the tests' own, as a corporate proxy is: `CONNECT host:port`
+/// opens a tunnel; a request in absolute form sends its connection on, unchanged, to
+/// the authority it names (the destination takes the absolute form too). It notes the
+/// first line of every connection, and with `refuse` answers 407 to each.
+struct ForwardProxy {
+    addr: SocketAddr,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ForwardProxy {
+    async fn start(refuse: bool) -> ForwardProxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let noted = lines.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let noted = noted.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match client.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let line = text.lines().next().unwrap_or_default().to_string();
+                    noted.lock().unwrap().push(line.clone());
+                    if refuse {
+                        let _ = client
+                            .write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n")
+                            .await;
+                        return;
+                    }
+                    let mut words = line.split(' ');
+                    let (method, target) = (words.next().unwrap(), words.next().unwrap_or(""));
+                    // Not in absolute form: the connection is closed (the test sees it).
+                    let authority = match method {
+                        "CONNECT" => target.to_string(),
+                        _ => match target
+                            .parse::<http::Uri>()
+                            .ok()
+                            .and_then(|u| u.authority().cloned())
+                        {
+                            Some(authority) => authority.to_string(),
+                            None => return,
+                        },
+                    };
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(authority).await else {
+                        return;
+                    };
+                    if method == "CONNECT" {
+                        let _ = client
+                            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                            .await;
+                    } else if upstream.write_all(&head).await.is_err() {
+                        return;
+                    }
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                });
+            }
+        });
+        ForwardProxy { addr, lines }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+/// YARP's `HttpClient.WebProxy`, as .NET's `HttpClient` uses a proxy: requests to a
+/// plain destination go to the proxy in absolute form, on connections kept alive;
+/// `https://` destinations (ALPN through the tunnel) and HTTP/2 over `http://` get a
+/// `CONNECT` tunnel; `BypassOnLocal` reaches `127.0.0.1` directly; a tunnel refused,
+/// or no proxy there, is a 502.
+#[tokio::test]
+async fn destinations_are_reached_through_a_web_proxy() {
+    let (cert, key) = self_signed();
+    let https = https_backend(&cert, &key).await;
+    let plain = versioned_backend(None).await;
+    let proxied = |proxy: SocketAddr, extra: &str| {
+        format!(
+            r#""HttpClient": {{ "DangerousAcceptAnyServerCertificate": true, "WebProxy": {{ "Address": "http://{proxy}" {extra} }} }},"#
+        )
+    };
+    for form in FORMS {
+        // Plain HTTP/1.1: the absolute form, two requests on one connection.
+        let proxy = ForwardProxy::start(false).await;
+        let config = common::simple_config(
+            &[("d1", &format!("http://127.0.0.1:{}", plain.port()))],
+            &proxied(proxy.addr, ""),
+        );
+        let front = common::proxy_with(&config, form).await;
+        let client = common::h1_client();
+        for path in ["/a?x=1", "/b"] {
+            let r = client.get(front.url(path)).send().await.unwrap();
+            assert_eq!(r.status(), 200, "{form:?}");
+            assert_eq!(r.text().await.unwrap(), format!("HTTP/1.1 {}", &path[..2]));
+        }
+        assert_eq!(
+            proxy.lines(),
+            [format!(
+                "GET http://127.0.0.1:{}/a?x=1 HTTP/1.1",
+                plain.port()
+            )],
+            "{form:?}"
+        );
+        front.shutdown().await;
+        // `https://`: a tunnel, the destination choosing HTTP/2 through it.
+        let proxy = ForwardProxy::start(false).await;
+        let extra = proxied(proxy.addr, "");
+        assert_eq!(seen(https, true, &extra, form).await, "HTTP/2.0 /v");
+        assert_eq!(
+            proxy.lines(),
+            [format!("CONNECT 127.0.0.1:{} HTTP/1.1", https.port())]
+        );
+        // HTTP/2 over `http://` (prior knowledge): a tunnel too.
+        let proxy = ForwardProxy::start(false).await;
+        let extra = format!(
+            r#"{} "HttpRequest": {{ "Version": "2", "VersionPolicy": "RequestVersionExact" }},"#,
+            proxied(proxy.addr, "")
+        );
+        assert_eq!(seen(plain, false, &extra, form).await, "HTTP/2.0 /v");
+        assert_eq!(
+            proxy.lines(),
+            [format!("CONNECT 127.0.0.1:{} HTTP/1.1", plain.port())]
+        );
+        // `BypassOnLocal`: 127.0.0.1 directly.
+        let proxy = ForwardProxy::start(false).await;
+        let extra = proxied(proxy.addr, r#", "BypassOnLocal": true"#);
+        assert_eq!(seen(plain, false, &extra, form).await, "HTTP/1.1 /v");
+        assert_eq!(seen(https, true, &extra, form).await, "HTTP/2.0 /v");
+        assert!(proxy.lines().is_empty(), "{:?}", proxy.lines());
+        // A proxy that refuses: its answer to a request (as .NET passes it on), 502
+        // for a tunnel it does not open; none there: 502.
+        let refusing = ForwardProxy::start(true).await;
+        let extra = proxied(refusing.addr, "");
+        assert_eq!(seen(plain, false, &extra, form).await, "407");
+        assert_eq!(seen(https, true, &extra, form).await, "502");
+        assert_eq!(refusing.lines().len(), 2, "{:?}", refusing.lines());
+        let gone = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
+        assert_eq!(seen(plain, false, &proxied(gone, ""), form).await, "502");
+    }
+}

@@ -33,7 +33,7 @@ const FULL: &str = r#"{
     "SessionAffinity": { "Cookie": {} },
     "HealthCheck": { "Passive": {}, "Active": {} },
     "HttpRequest": {},
-    "HttpClient": {},
+    "HttpClient": { "WebProxy": {} },
     "Destinations": { "d": { "Address": "http://127.0.0.1:1" } }
   } },
   "Limits": {

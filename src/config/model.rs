@@ -687,6 +687,29 @@ pub struct HttpClientConfig {
     /// As `RequestHeaderEncoding`, for response headers.
     #[serde(default)]
     pub response_header_encoding: Option<String>,
+    /// The HTTP proxy connections to destinations go through (YARP's `WebProxy`; none
+    /// by default, and the environment's `HTTP_PROXY` is not read, as in YARP).
+    #[serde(default)]
+    pub web_proxy: Option<WebProxyConfig>,
+}
+
+/// An HTTP proxy to reach a cluster's destinations through (YARP's `WebProxy`): plain
+/// `http://` destinations get requests in absolute form on connections to it, `https://`
+/// ones (and `h2c` ones) a tunnel it opens with `CONNECT`, as .NET's `HttpClient` does.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+#[non_exhaustive]
+pub struct WebProxyConfig {
+    /// The proxy, `http://host[:port]` (port 80 by default). None: no proxy.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// Destinations on this machine (`localhost`, loopback addresses) and host names
+    /// without a dot are reached directly (default `false`).
+    #[serde(default)]
+    pub bypass_on_local: Option<bool>,
+    /// `false` (default); `true` (the process's Windows credentials) is refused.
+    #[serde(default)]
+    pub use_default_credentials: Option<bool>,
 }
 
 /// One destination of a cluster.

@@ -458,6 +458,19 @@ fn check_http_client(client: &HttpClientConfig, path: &str, errors: &mut ConfigE
             errors.push(format!("{path}.SslProtocols"), message);
         }
     }
+    if let Some(proxy) = &client.web_proxy {
+        if let Some(address) = &proxy.address {
+            if let Err(message) = crate::state::WebProxy::authority_of(address) {
+                errors.push(format!("{path}.WebProxy.Address"), message);
+            }
+        }
+        if proxy.use_default_credentials == Some(true) {
+            errors.push(
+                format!("{path}.WebProxy.UseDefaultCredentials"),
+                "`true` is not supported: fuseway sends no credentials to a proxy",
+            );
+        }
+    }
     for (key, encoding) in [
         ("RequestHeaderEncoding", &client.request_header_encoding),
         ("ResponseHeaderEncoding", &client.response_header_encoding),

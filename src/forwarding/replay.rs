@@ -179,6 +179,7 @@ async fn read_response(
         accept_any_certificate: false,
         tls: TlsVersions::Both,
         multiple_http2: false,
+        proxy: None,
         limit: None,
         cache: None,
     };

@@ -351,6 +351,13 @@ impl Prober {
             accept_any_certificate: plan.http.accept_any_certificate,
             tls: plan.http.tls_versions,
             multiple_http2: plan.http.multiple_http2_connections,
+            // As YARP's probes, which go through the cluster's client.
+            proxy: plan
+                .http
+                .web_proxy
+                .as_ref()
+                .filter(|p| !p.bypasses(authority.as_str()))
+                .map(|p| p.address()),
             // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
             // where they go through a client of their own).
             limit: None,

@@ -89,7 +89,8 @@ pub(crate) enum RequestFraming {
 }
 
 /// Write a request head into `dst`: request line (the URI's path and query: the
-/// origin form, or `*`), the request's fields less the framing ones `framing` decides.
+/// origin form, or `*`; a URI with a scheme, as for a proxy, in absolute form), the
+/// request's fields less the framing ones `framing` decides.
 pub(crate) fn write_request_head(
     dst: &mut Vec<u8>,
     method: &http::Method,
@@ -100,6 +101,11 @@ pub(crate) fn write_request_head(
 ) {
     dst.extend_from_slice(method.as_str().as_bytes());
     dst.push(b' ');
+    if let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) {
+        dst.extend_from_slice(scheme.as_str().as_bytes());
+        dst.extend_from_slice(b"://");
+        dst.extend_from_slice(authority.as_str().as_bytes());
+    }
     dst.extend_from_slice(
         uri.path_and_query()
             .map_or("/", |pq| pq.as_str())

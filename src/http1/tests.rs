@@ -532,6 +532,18 @@ fn request_heads_carry_the_framing_we_chose() {
         RequestFraming::Empty,
     );
     assert_eq!(out, b"OPTIONS * HTTP/1.1\r\n\r\n");
+    // With a scheme (for a proxy): the absolute form.
+    let mut out = Vec::new();
+    let absolute: http::Uri = "http://dest:8080/a?b=c".parse().unwrap();
+    write_request_head(
+        &mut out,
+        &Method::GET,
+        &absolute,
+        &HeaderMap::new(),
+        &none,
+        RequestFraming::Empty,
+    );
+    assert_eq!(out, b"GET http://dest:8080/a?b=c HTTP/1.1\r\n\r\n");
 }
 
 /// Reads `raw` into a map that held the head `earlier` (names kept, values blanked, as

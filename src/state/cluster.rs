@@ -80,6 +80,97 @@ pub struct HttpSettings {
     /// `true`), up to `max_connections_per_server`; `false`: one connection, requests
     /// past the limit queue on it.
     pub multiple_http2_connections: bool,
+    /// The HTTP proxy destinations are reached through (YARP's `HttpClient.WebProxy`).
+    pub web_proxy: Option<WebProxy>,
+}
+
+/// An HTTP proxy a cluster's destinations are reached through (YARP's
+/// `HttpClient.WebProxy`, as .NET's `HttpClient` uses it): requests to `http://`
+/// destinations go to it in absolute form over HTTP/1.1; to `https://` destinations,
+/// and HTTP/2 ones over `http://`, through a tunnel it opens with `CONNECT`.
+///
+/// ```
+/// use fuseway::state::WebProxy;
+///
+/// let proxy = WebProxy::new("http://proxy.example.org:3128", true).unwrap();
+/// assert_eq!(proxy.address().as_str(), "proxy.example.org:3128");
+/// assert!(proxy.bypasses("localhost") && proxy.bypasses("127.0.0.1:8080"));
+/// assert!(proxy.bypasses("[::1]:8080"));
+/// assert!(proxy.bypasses("intranet"));
+/// assert!(!proxy.bypasses("api.example.org"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebProxy {
+    address: http::uri::Authority,
+    bypass_on_local: bool,
+}
+
+impl WebProxy {
+    /// The proxy at `address` (`http://host[:port]`, port 80 by default), reaching
+    /// local destinations directly when `bypass_on_local`.
+    pub fn new(address: &str, bypass_on_local: bool) -> Result<Self, String> {
+        Ok(WebProxy {
+            address: Self::authority_of(address)?,
+            bypass_on_local,
+        })
+    }
+
+    /// `host:port` of the proxy at `address`, or why it is not one fuseway can use.
+    pub(crate) fn authority_of(address: &str) -> Result<http::uri::Authority, String> {
+        let uri: http::Uri = address
+            .trim()
+            .parse()
+            .map_err(|e| format!("`{address}` is not a URI: {e}"))?;
+        match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("http") => {}
+            Some(s) => {
+                return Err(format!(
+                    "`{s}` proxies are not supported; an `http://` proxy is (it also \
+                     tunnels to `https://` destinations)"
+                ))
+            }
+            None => return Err(format!("`{address}` needs the scheme: `http://{address}`")),
+        }
+        let authority = uri
+            .authority()
+            .ok_or_else(|| format!("`{address}` names no host"))?;
+        if authority.as_str().contains('@') {
+            return Err(
+                "user information in the address is not supported: fuseway sends no \
+                        credentials to a proxy"
+                    .to_string(),
+            );
+        }
+        let port = authority.port_u16().unwrap_or(80);
+        format!("{}:{port}", authority.host())
+            .parse()
+            .map_err(|e| format!("`{address}`: {e}"))
+    }
+
+    /// Where connections through the proxy go: its `host:port`.
+    pub fn address(&self) -> &http::uri::Authority {
+        &self.address
+    }
+
+    /// Whether a destination at `authority` (`host[:port]`) is reached directly: with
+    /// `BypassOnLocal`, `localhost`, a loopback address or a name without a dot, as
+    /// .NET's `WebProxy` tells a local address (the machine's other own addresses and
+    /// names in its own domain go through the proxy here).
+    pub fn bypasses(&self, authority: &str) -> bool {
+        if !self.bypass_on_local {
+            return false;
+        }
+        let host = match authority.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(v6),
+            None => authority
+                .rsplit_once(':')
+                .map_or(authority, |(host, _)| host),
+        };
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => ip.is_loopback(),
+            Err(_) => host.eq_ignore_ascii_case("localhost") || !host.contains('.'),
+        }
+    }
 }
 
 /// YARP's default `ActivityTimeout`.
@@ -116,6 +207,11 @@ impl HttpSettings {
             multiple_http2_connections: client
                 .and_then(|c| c.enable_multiple_http2_connections)
                 .unwrap_or(true),
+            // Validation has checked the address.
+            web_proxy: client.and_then(|c| c.web_proxy.as_ref()).and_then(|p| {
+                let address = p.address.as_deref()?;
+                WebProxy::new(address, p.bypass_on_local.unwrap_or(false)).ok()
+            }),
         }
     }
 }

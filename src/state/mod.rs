@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-pub use cluster::{Cluster, HttpSettings, Route, UpstreamVersion, DEFAULT_ACTIVITY_TIMEOUT};
+pub use cluster::{
+    Cluster, HttpSettings, Route, UpstreamVersion, WebProxy, DEFAULT_ACTIVITY_TIMEOUT,
+};
 pub use data::{
     ClusterData, ClusterSource, RouteData, RouteSource, Shared, SnapshotData, SnapshotSource,
 };

@@ -75,7 +75,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::client::{Connector, Io};
+use super::client::{Connector, ConnectorKind, Io};
 use crate::config::TlsVersions;
 use crate::fxhash::FxBuild;
 use crate::state::{DestinationState, PoolCache, UpstreamVersion};
@@ -277,6 +277,8 @@ struct Key {
     /// More than one HTTP/2 connection when the open ones are at the destination's
     /// stream limit (`EnableMultipleHttp2Connections`).
     multiple_h2: bool,
+    /// The HTTP proxy the destination is reached through (`WebProxy`).
+    proxy: Option<Authority>,
 }
 
 impl PartialEq for Key {
@@ -287,6 +289,8 @@ impl PartialEq for Key {
             && self.tls == other.tls
             && self.multiple_h2 == other.multiple_h2
             && self.authority.as_str() == other.authority.as_str()
+            && self.proxy.as_ref().map(Authority::as_str)
+                == other.proxy.as_ref().map(Authority::as_str)
     }
 }
 
@@ -320,6 +324,9 @@ pub(crate) struct Target<'a> {
     /// A new HTTP/2 connection when the open ones are at the destination's stream
     /// limit (`EnableMultipleHttp2Connections`), up to `limit`'s maximum.
     pub(crate) multiple_http2: bool,
+    /// The HTTP proxy the destination is reached through (the cluster's `WebProxy`,
+    /// unless it bypasses this destination).
+    pub(crate) proxy: Option<&'a Authority>,
     /// The destination and its cluster's `MaxConnectionsPerServer`: the request goes
     /// through the destination's pool, shared by every forwarder, and waits for a
     /// connection at the limit.
@@ -418,6 +425,7 @@ impl<B: SendBody> Pools<B> {
             accept_any_certificate: to.accept_any_certificate,
             // Plain connections share a pool whatever the TLS setting.
             tls: if https { to.tls } else { TlsVersions::Both },
+            proxy: to.proxy.cloned(),
         };
         match (to.limit, to.cache) {
             (None, Some(cache)) => {
@@ -474,8 +482,12 @@ impl<B: SendBody> Pools<B> {
 
     fn new_pool(&self, key: Key, limit: Option<Arc<Limit>>) -> Pool<B> {
         let connector = |version| {
-            self.connectors
-                .get((version, key.accept_any_certificate, key.tls))
+            self.connectors.get(ConnectorKind {
+                version,
+                accept_any_certificate: key.accept_any_certificate,
+                tls: key.tls,
+                proxy: key.proxy.clone(),
+            })
         };
         let address = format!(
             "{}://{}",
@@ -484,6 +496,9 @@ impl<B: SendBody> Pools<B> {
         );
         let target: Uri = address.parse().expect("scheme and authority make a URI");
         Pool {
+            absolute_form: key.proxy.is_some()
+                && !key.https
+                && key.version == UpstreamVersion::Http1,
             stats: PoolStats::register(address),
             connector: connector(key.version),
             h1_connector: (key.version == UpstreamVersion::Negotiate)
@@ -558,6 +573,9 @@ pub(crate) struct Pool<B> {
     learned: AtomicU8,
     /// `scheme://authority`, what the connector is called with.
     target: Uri,
+    /// Requests go to an HTTP proxy (a plain destination's, over HTTP/1.1) and so
+    /// name their target in absolute form.
+    absolute_form: bool,
     key: Key,
     /// Idle HTTP/1.1 connections, the most recently used last.
     idle: Mutex<Vec<Idle<B>>>,
@@ -609,6 +627,10 @@ impl<B: SendBody> Pool<B> {
         upgrade: bool,
         added: &mut Added,
     ) -> BoxExchange {
+        let request = match self.absolute_form {
+            true => absolute_form(request, &self.target),
+            false => request,
+        };
         match (self.key.version, upgrade) {
             (_, true) => upgrade_exchange(self, with_added(request, added)),
             (UpstreamVersion::Http1, false) => self.checkout_h1(request, added),
@@ -655,6 +677,27 @@ impl<B: SendBody> Pool<B> {
             }
         })
     }
+}
+
+/// `request` naming its target in absolute form, `target`'s scheme and authority before
+/// its path (for a proxy).
+/// (`*`, for `OPTIONS`, is left as it is.)
+fn absolute_form<B>(mut request: Request<B>, target: &Uri) -> Request<B> {
+    let uri = request.uri();
+    if uri.scheme().is_none() && uri.path() != "*" {
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = target.scheme().cloned();
+        parts.authority = target.authority().cloned();
+        parts.path_and_query = Some(
+            uri.path_and_query()
+                .cloned()
+                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+        );
+        if let Ok(absolute) = Uri::from_parts(parts) {
+            *request.uri_mut() = absolute;
+        }
+    }
+    request
 }
 
 /// `request` with the fields `added` beside it moved into its map: for every way of

@@ -123,6 +123,7 @@ fn key(authority: &'static str) -> Key {
         accept_any_certificate: false,
         tls: TlsVersions::Both,
         multiple_h2: false,
+        proxy: None,
     }
 }
 
