@@ -883,6 +883,187 @@ ProxyPass "/h2/" "h2c://{addr}/"
     proxy.shutdown().await;
 }
 
+/// Apache httpd as the forward proxy fuseway reaches destinations through (a cluster's
+/// `HttpClient.WebProxy`): a plain destination by `mod_proxy_http` (fuseway's requests in
+/// absolute form, Apache's `Via` on what the destination gets), an `https://` one and an
+/// h2c one through `mod_proxy_connect`'s tunnels (each in Apache's log once fuseway
+/// closes its connections).
+#[tokio::test]
+async fn destinations_through_apache_as_a_web_proxy() {
+    let what = "Apache httpd as a web proxy behind fuseway";
+    let Some(apache_binary) = installed(&["apache2", "httpd"], "apache2-bin", what) else {
+        return;
+    };
+    let Some(modules) = ["/usr/lib/apache2/modules", "/usr/lib64/httpd/modules"]
+        .into_iter()
+        .map(Path::new)
+        .find(|dir| dir.join("mod_proxy_connect.so").is_file())
+    else {
+        eprintln!("SKIPPED: Apache's mod_proxy_connect was not found; {what} was not checked");
+        return;
+    };
+    let answer = |req: Request<Incoming>| async move {
+        let via = req
+            .headers()
+            .get("via")
+            .map(|v| v.to_str().unwrap().to_string());
+        let text = format!(
+            "{:?} {} via {}",
+            req.version(),
+            req.uri().path_and_query().map_or("", |pq| pq.as_str()),
+            via.unwrap_or_default()
+        );
+        Response::new(common::full(text))
+    };
+    let plain = backend(answer).await;
+    let tls = tls_backend(answer).await;
+    let dir = TempDir::new("interop-apache-forward");
+    let port = free_port();
+    let m = modules.display();
+    let d = dir.path().display();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let (user, group) = if passwd.lines().any(|l| l.starts_with("www-data:")) {
+        ("www-data", "www-data")
+    } else {
+        ("nobody", "nogroup")
+    };
+    // `mod_log_config` is built in on Debian, a module elsewhere.
+    let log_config = match modules.join("mod_log_config.so").is_file() {
+        true => format!("LoadModule log_config_module {m}/mod_log_config.so"),
+        false => String::new(),
+    };
+    let config = format!(
+        r#"LoadModule mpm_event_module {m}/mod_mpm_event.so
+LoadModule authz_core_module {m}/mod_authz_core.so
+LoadModule proxy_module {m}/mod_proxy.so
+LoadModule proxy_http_module {m}/mod_proxy_http.so
+LoadModule proxy_connect_module {m}/mod_proxy_connect.so
+{log_config}
+Listen 127.0.0.1:{port}
+ServerName localhost
+PidFile {d}/httpd.pid
+DefaultRuntimeDir {d}
+ErrorLog {d}/error.log
+LogLevel warn
+CustomLog {d}/access.log "%r %>s"
+User {user}
+Group {group}
+ProxyRequests On
+ProxyVia On
+AllowCONNECT {tls_port} {plain_port}
+<Proxy "*">
+    Require all granted
+</Proxy>
+"#,
+        tls_port = tls.port(),
+        plain_port = plain.addr.port(),
+    );
+    let file = dir.write("httpd.conf", &config);
+    let mut command = Command::new(&apache_binary);
+    command.arg("-X").arg("-f").arg(&file);
+    let mut apache = Program::start("Apache httpd", command, port).await;
+    let web_proxy = format!(r#""WebProxy": {{ "Address": "http://127.0.0.1:{port}" }}"#);
+    let config = format!(
+        r#"{{
+  "Routes": {{
+    "plain": {{ "ClusterId": "plain", "Match": {{ "Path": "/plain/{{**rest}}" }} }},
+    "tls": {{ "ClusterId": "tls", "Match": {{ "Path": "/tls/{{**rest}}" }} }},
+    "h2c": {{ "ClusterId": "h2c", "Match": {{ "Path": "/h2c/{{**rest}}" }} }}
+  }},
+  "Clusters": {{
+    "plain": {{ "HttpClient": {{ {web_proxy} }},
+                "Destinations": {{ "d": {{ "Address": "http://{plain}" }} }} }},
+    "tls": {{ "HttpClient": {{ "DangerousAcceptAnyServerCertificate": true, {web_proxy} }},
+              "Destinations": {{ "d": {{ "Address": "https://{tls}" }} }} }},
+    "h2c": {{ "HttpClient": {{ {web_proxy} }},
+              "HttpRequest": {{ "Version": "2", "VersionPolicy": "RequestVersionExact" }},
+              "Destinations": {{ "d": {{ "Address": "http://{plain}" }} }} }}
+  }}
+}}"#,
+        plain = plain.addr,
+    );
+    let front = proxy(&config).await;
+    let client = h1_client();
+    for (path, expected) in [
+        ("/plain/a?b=1", "HTTP/1.1 /plain/a?b=1 via 1.1 localhost"),
+        ("/tls/c", "HTTP/2.0 /tls/c via "),
+        ("/h2c/d", "HTTP/2.0 /h2c/d via "),
+    ] {
+        let r = client.get(front.url(path)).send().await.unwrap();
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert!(
+            status == 200 && text.starts_with(expected),
+            "{path}: {status} {text}; Apache's log:\n{}",
+            std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+        );
+    }
+    // The tunnels are logged when they close: when fuseway lets go of its connections.
+    front.shutdown().await;
+    let log = dir.path().join("access.log");
+    let tunnels = [
+        format!("CONNECT 127.0.0.1:{} HTTP/1.1 200", tls.port()),
+        format!("CONNECT 127.0.0.1:{} HTTP/1.1 200", plain.addr.port()),
+    ];
+    within("Apache to log both tunnels", async {
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if tunnels.iter().all(|t| text.contains(t.as_str())) {
+                assert!(
+                    text.contains(&format!(
+                        "GET http://{}/plain/a?b=1 HTTP/1.1 200",
+                        plain.addr
+                    )),
+                    "{text}"
+                );
+                return;
+            }
+            // Apache says nothing else when it writes its log; the file is what tells.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    apache.assert_running();
+}
+
+/// An HTTPS destination (HTTP/1.1 and HTTP/2 by ALPN, a self-signed certificate)
+/// answered by `handler`.
+async fn tls_backend<F, Fut>(handler: F) -> SocketAddr
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<common::TestBody>> + Send + 'static,
+{
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let tls = fuseway::server::tls_config_from_pem(
+        certified.cert.pem().as_bytes(),
+        certified.signing_key.serialize_pem().as_bytes(),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, handler) = (acceptor.clone(), handler.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(move |req| {
+                    let answer = handler(req);
+                    async move { Ok::<_, std::convert::Infallible>(answer.await) }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+            });
+        }
+    });
+    addr
+}
+
 #[tokio::test]
 async fn a_connection_nginx_closed_while_idle_is_not_reused() {
     let Some(nginx_binary) = installed(&["nginx"], "nginx", "nginx closing idle connections")

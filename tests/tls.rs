@@ -1636,7 +1636,10 @@ async fn destinations_are_reached_through_a_web_proxy() {
         assert_eq!(seen(plain, false, &extra, form).await, "407");
         assert_eq!(seen(https, true, &extra, form).await, "502");
         assert_eq!(refusing.lines().len(), 2, "{:?}", refusing.lines());
-        let gone = std::net::SocketAddr::from(([127, 0, 0, 1], common::free_port()));
-        assert_eq!(seen(plain, false, &proxied(gone, ""), form).await, "502");
+        let gone = common::Refused::bind();
+        assert_eq!(
+            seen(plain, false, &proxied(gone.addr, ""), form).await,
+            "502"
+        );
     }
 }
