@@ -177,7 +177,7 @@ fn unknown_fields_are_rejected_with_their_path() {
     );
     assert_eq!(path, "Routes.r1.Match");
     assert!(
-        message.starts_with("unknown field `Pathh`, expected one of"),
+        message.starts_with("unknown field `Pathh` (did you mean `Path`?), expected one of"),
         "{message}"
     );
 

@@ -724,8 +724,62 @@ where
         let path = track.path();
         let segments: Vec<&Segment> = path.iter().collect();
         let message = message(e);
-        ConfigError::new(dotted_path(&segments, wrapped, &message), message)
+        let path = dotted_path(&segments, wrapped, &message);
+        ConfigError::new(path, with_suggestion(message))
     })
+}
+
+/// An "unknown field" message with the expected key the unknown one most likely meant,
+/// where one is close: the same but for case, spaces and punctuation (YARP's own sample
+/// writes `"Authorization Policy"`), or two edits away.
+fn with_suggestion(message: String) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message;
+    };
+    let Some((unknown, expected)) = rest.split_once('`') else {
+        return message;
+    };
+    let squeeze = |key: &str| -> String {
+        key.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let wanted = squeeze(unknown);
+    let meant = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|key| (edits(&wanted, &squeeze(key)), key))
+        .filter(|&(n, _)| n == 0 || (n <= 2 && wanted.len() > 4))
+        .min_by_key(|&(n, _)| n);
+    match meant {
+        Some((_, key)) => {
+            let at = message.len() - expected.len();
+            format!(
+                "{} (did you mean `{key}`?){}",
+                &message[..at],
+                &message[at..]
+            )
+        }
+        None => message,
+    }
+}
+
+/// Levenshtein distance between two short keys.
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// `Routes.r1.Match.Hosts[0]`; drops the leading `ReverseProxy` of the wrapped shape,
@@ -786,6 +840,31 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_keys_name_the_key_they_likely_meant() {
+        let e = first_error(
+            r#"{"ReverseProxy": {"Routes": {"r1": {"ClusterId": "c", "Authorization Policy": "Anonymous"}}}}"#,
+            Format::Json,
+        );
+        assert_eq!(e.path, "Routes.r1");
+        assert!(
+            e.message.starts_with(
+                "unknown field `Authorization Policy` (did you mean `AuthorizationPolicy`?), expected one of"
+            ),
+            "{e}"
+        );
+        let e = first_error(r#"{"Clusters": {"c": {"Destinatons": {}}}}"#, Format::Json);
+        assert!(
+            e.message
+                .contains("`Destinatons` (did you mean `Destinations`?)"),
+            "{e}"
+        );
+        // Nothing close: no guess.
+        let e = first_error(r#"{"Clusters": {"c": {"Backends": {}}}}"#, Format::Json);
+        assert!(!e.message.contains("did you mean"), "{e}");
+        assert_eq!(edits("kitten", "sitting"), 3);
+    }
 
     fn first_error(text: &str, format: Format) -> ConfigError {
         match parse(text, format) {
