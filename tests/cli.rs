@@ -701,3 +701,114 @@ async fn aspnetcore_urls_in_the_environment_is_where_it_listens() {
     assert_eq!(r.text().await.unwrap(), "GET /x");
     child.start_kill().unwrap();
 }
+
+/// ASP.NET's host layers `appsettings.{Environment}.json` over `appsettings.json`, and
+/// so does fuseway: the environment is `ASPNETCORE_ENVIRONMENT`, else
+/// `DOTNET_ENVIRONMENT`, else `Production`; what the layer sets wins key by key; a
+/// change to the layer reloads; `--check` reads it too.
+#[tokio::test]
+async fn the_environments_appsettings_file_is_layered_on_top() {
+    let named = |name: &'static str| {
+        common::backend(move |_| async move { http::Response::new(common::full(name)) })
+    };
+    let (base, production, staging, changed) = (
+        named("base").await,
+        named("production").await,
+        named("staging").await,
+        named("changed").await,
+    );
+    let dir = TempDir::new("cli-environment-file");
+    let file = dir.write(
+        "appsettings.json",
+        &format!(
+            r#"{{ "ReverseProxy": {} }}"#,
+            common::simple_config(&[("d", &base.url())], "")
+        ),
+    );
+    let layer = |name: &str, address: &str| {
+        dir.write(
+            name,
+            &format!(
+                r#"{{ "ReverseProxy": {{ "clusters": {{ "c": {{ "Destinations": {{ "D": {{ "Address": "{address}" }} }} }} }} }} }}"#
+            ),
+        )
+    };
+    layer("appsettings.Production.json", &production.url());
+    layer("appsettings.Staging.json", &staging.url());
+    let start = |aspnetcore: Option<&str>, dotnet: Option<&str>| {
+        let mut command = fuseway();
+        command.env("RUST_LOG", "info");
+        for (name, value) in [
+            ("ASPNETCORE_ENVIRONMENT", aspnetcore),
+            ("DOTNET_ENVIRONMENT", dotnet),
+        ] {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        command
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--config",
+            ])
+            .arg(&file)
+            .spawn()
+            .unwrap()
+    };
+    let answer = |addr: std::net::SocketAddr| async move {
+        let r = h1_client()
+            .get(format!("http://{addr}/x"))
+            .send()
+            .await
+            .unwrap();
+        r.text().await.unwrap()
+    };
+    for (aspnetcore, dotnet, expected) in [
+        (None, None, "production"),
+        (Some("Staging"), None, "staging"),
+        (None, Some("Staging"), "staging"),
+        (Some("Production"), Some("Staging"), "production"),
+        (Some("Development"), None, "base"),
+    ] {
+        let mut child = start(aspnetcore, dotnet);
+        let logged = common::proxy_and_admin(&mut child).await;
+        assert_eq!(
+            answer(logged.proxy).await,
+            expected,
+            "{aspnetcore:?} {dotnet:?}"
+        );
+        child.start_kill().unwrap();
+    }
+    // A change to the layer reloads.
+    let mut child = start(None, None);
+    let mut logged = common::proxy_and_admin(&mut child).await;
+    assert_eq!(answer(logged.proxy).await, "production");
+    layer("appsettings.Production.json", &changed.url());
+    reloaded(&mut logged, "configuration reloaded").await;
+    assert_eq!(answer(logged.proxy).await, "changed");
+    child.start_kill().unwrap();
+    // `--check` reads the layer, and names it when it is not JSON.
+    dir.write("appsettings.Production.json", "{ nope");
+    let out = within(
+        "fuseway --check",
+        fuseway()
+            .env_remove("ASPNETCORE_ENVIRONMENT")
+            .env_remove("DOTNET_ENVIRONMENT")
+            .arg("--check")
+            .arg("--config")
+            .arg(&file)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("appsettings.Production.json: invalid JSON"),
+        "{stderr}"
+    );
+}

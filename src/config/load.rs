@@ -17,6 +17,9 @@
 //!   disables a setting.
 //! * [`parse_with_overrides`] applies .NET-style environment overrides
 //!   (`ReverseProxy__Clusters__c1__Destinations__d1__Address=...`) on top of the file.
+//! * `appsettings.json` has `appsettings.{Environment}.json` beside it layered on top
+//!   when that file exists ([`environment_file`], [`parse_layered`]), as ASP.NET's host
+//!   reads them: `ASPNETCORE_ENVIRONMENT`, else `DOTNET_ENVIRONMENT`, else `Production`.
 //!
 //! Error paths are relative to the proxy object in both shapes (`Routes.r1.Match.Path`)
 //! and name keys as the file wrote them.
@@ -39,7 +42,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -491,8 +494,120 @@ pub fn parse_value(value: Value) -> Result<ProxyConfig, ConfigErrors> {
     Ok(config)
 }
 
+/// [`parse_with_overrides`] of `text` with `layers` — JSON documents, each a (name,
+/// text) — on top of it, in order, as .NET's configuration layers
+/// `appsettings.{Environment}.json` over `appsettings.json`: a key a layer sets replaces
+/// the one below it (matched ignoring case), objects merge key by key, and lists item by
+/// item (a layer's first item over the first, and so on). Errors name the layer's file
+/// for its syntax; a field's error names its path, without a line.
+///
+/// ```
+/// use fuseway::config::{parse_layered, Format};
+/// let base = r#"{"ReverseProxy": {"Clusters": {"c1": {"Destinations": {
+///     "d1": {"Address": "http://127.0.0.1:5001/"}, "d2": {"Address": "http://127.0.0.1:5002/"}}}}}}"#;
+/// let production = r#"{"ReverseProxy": {"clusters": {"c1": {"Destinations": {
+///     "d2": {"Address": "http://10.0.0.2:5002/"}}}}}}"#;
+/// let layers = [("appsettings.Production.json".to_string(), production.to_string())];
+/// let config = parse_layered(base, Format::Json, &layers, &[]).unwrap();
+/// let destinations = &config.clusters["c1"].destinations;
+/// assert_eq!(destinations["d1"].address, "http://127.0.0.1:5001/");
+/// assert_eq!(destinations["d2"].address, "http://10.0.0.2:5002/");
+/// ```
+pub fn parse_layered(
+    text: &str,
+    format: Format,
+    layers: &[(String, String)],
+    overrides: &[(String, String)],
+) -> Result<ProxyConfig, ConfigErrors> {
+    if layers.is_empty() {
+        return parse_with_overrides(text, format, overrides);
+    }
+    let document = |name: Option<&str>, text: &str| -> Result<Value, ConfigError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let in_file = |message: String| match name {
+            Some(name) => ConfigError::new("", format!("{name}: {message}")),
+            None => ConfigError::new("", message),
+        };
+        let value: Value = match (format, name) {
+            (Format::Toml, None) => {
+                let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                    in_file(format!("invalid TOML: {}", toml_message(text, &e)))
+                })?;
+                serde_json::to_value(&table).map_err(|e| in_file(format!("invalid TOML: {e}")))?
+            }
+            _ => {
+                let mut text = text.to_string();
+                json_strip_comments::strip(&mut text)
+                    .map_err(|e| in_file(format!("invalid JSON: {e}")))?;
+                serde_json::from_str(&text).map_err(|e| in_file(format!("invalid JSON: {e}")))?
+            }
+        };
+        match value.is_object() {
+            true => Ok(value),
+            false => Err(in_file(
+                "the configuration must be a JSON object".to_string(),
+            )),
+        }
+    };
+    let mut value = document(None, text)?;
+    for (name, layer) in layers {
+        merge(&mut value, document(Some(name), layer)?);
+    }
+    let config = from_value(value, overrides)?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// Lay `over` on `base` as .NET's configuration layers sources: objects key by key
+/// (ignoring case), lists item by item, anything else replaced.
+fn merge(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Object(base), Value::Object(over)) => {
+            for (k, v) in over {
+                match base
+                    .iter_mut()
+                    .find(|(key, _)| key.eq_ignore_ascii_case(&k))
+                {
+                    Some((_, existing)) => merge(existing, v),
+                    None => {
+                        base.insert(k, v);
+                    }
+                }
+            }
+        }
+        (Value::Array(base), Value::Array(over)) => {
+            for (i, v) in over.into_iter().enumerate() {
+                match base.get_mut(i) {
+                    Some(existing) => merge(existing, v),
+                    None => base.push(v),
+                }
+            }
+        }
+        (base, over) => *base = over,
+    }
+}
+
+/// The file ASP.NET's host layers over the configuration file `path`: for an
+/// `appsettings.json`, `appsettings.{Environment}.json` beside it, whether or not it
+/// exists yet; the environment is `ASPNETCORE_ENVIRONMENT`, else `DOTNET_ENVIRONMENT`,
+/// else `Production`. `None` for other files.
+pub fn environment_file(path: &Path) -> Option<PathBuf> {
+    let var = |name| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let environment = var("ASPNETCORE_ENVIRONMENT")
+        .or_else(|| var("DOTNET_ENVIRONMENT"))
+        .unwrap_or_else(|| "Production".to_string());
+    environment_file_for(path, environment.trim())
+}
+
+fn environment_file_for(path: &Path, environment: &str) -> Option<PathBuf> {
+    let name = path.file_name()?.to_str()?;
+    name.eq_ignore_ascii_case("appsettings.json")
+        .then(|| path.with_file_name(format!("appsettings.{environment}.json")))
+}
+
 /// Read, parse and validate a configuration file; the format follows the extension
-/// (`.json` or `.toml`).
+/// (`.json` or `.toml`). An `appsettings.json` has its environment's file layered on
+/// top when there is one ([`environment_file`]).
 pub fn load_file(path: &Path) -> Result<ProxyConfig, ConfigErrors> {
     load_file_with_overrides(path, &[])
 }
@@ -511,9 +626,16 @@ pub fn load_file_with_overrides(
             ),
         )
     })?;
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new("", format!("cannot read {}: {e}", path.display())))?;
-    parse_with_overrides(&text, format, overrides)
+    let read = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new("", format!("cannot read {}: {e}", path.display())))
+    };
+    let text = read(path)?;
+    let layers = match environment_file(path).filter(|layer| layer.is_file()) {
+        Some(layer) => vec![(layer.display().to_string(), read(&layer)?)],
+        None => Vec::new(),
+    };
+    parse_layered(&text, format, &layers, overrides)
 }
 
 /// The environment variables that override configuration keys, .NET style: those whose
@@ -840,6 +962,77 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn environment_files_layer_as_dotnet_layers_sources() {
+        let base = r#"{
+          // The base file, as YARP's sample.
+          "Logging": { "LogLevel": { "Default": "Information" } },
+          "ReverseProxy": {
+            "Routes": { "r1": { "ClusterId": "c1", "Match": { "Path": "/a", "Hosts": ["a.example", "b.example"] } } },
+            "Clusters": { "c1": { "Destinations": { "d1": { "Address": "http://127.0.0.1:1/" } } } },
+          }
+        }"#;
+        let layer = |text: &str| [("appsettings.Production.json".to_string(), text.to_string())];
+        // Keys by any case; lists item by item; what a layer does not name stays.
+        let config = parse_layered(
+            base,
+            Format::Json,
+            &layer(
+                r#"{ "reverseproxy": { "routes": { "R1": { "Match": { "hosts": ["c.example"] } } },
+                     "Clusters": { "c1": { "Destinations": { "d2": { "Address": "http://127.0.0.1:2/" } } } } },
+                     "Logging": { "LogLevel": { "Yarp": "Debug" } } }"#,
+            ),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(config.routes["r1"].match_.path.as_deref(), Some("/a"));
+        assert_eq!(
+            config.routes["r1"].match_.hosts.as_deref(),
+            Some(&["c.example".to_string(), "b.example".to_string()][..])
+        );
+        let destinations = &config.clusters["c1"].destinations;
+        assert_eq!(destinations.len(), 2);
+        assert_eq!(destinations["d1"].address, "http://127.0.0.1:1/");
+        // Environment overrides go on top of both.
+        let overrides = [(
+            "ReverseProxy__Clusters__c1__Destinations__d2__Address".to_string(),
+            "http://127.0.0.1:3/".to_string(),
+        )];
+        let layered = layer(
+            r#"{ "ReverseProxy": { "Clusters": { "c1": { "Destinations": { "d2": { "Address": "http://127.0.0.1:2/" } } } } } }"#,
+        );
+        let config = parse_layered(base, Format::Json, &layered, &overrides).unwrap();
+        assert_eq!(
+            config.clusters["c1"].destinations["d2"].address,
+            "http://127.0.0.1:3/"
+        );
+        // A layer's own errors name it; a field's name its path.
+        let e = parse_layered(base, Format::Json, &layer("{ nope"), &[]).unwrap_err();
+        let e = e.iter().next().unwrap();
+        assert!(
+            e.message
+                .starts_with("appsettings.Production.json: invalid JSON"),
+            "{e}"
+        );
+        let e = parse_layered(
+            base,
+            Format::Json,
+            &layer(r#"{ "ReverseProxy": { "Routes": { "r1": { "Order": "first" } } } }"#),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.iter().next().unwrap().path, "Routes.r1.Order");
+        // Which file: `appsettings.json` only.
+        assert_eq!(
+            environment_file_for(Path::new("/etc/yarp/AppSettings.json"), "Staging"),
+            Some(PathBuf::from("/etc/yarp/appsettings.Staging.json"))
+        );
+        assert_eq!(
+            environment_file_for(Path::new("proxy.json"), "Staging"),
+            None
+        );
+    }
 
     #[test]
     fn unknown_keys_name_the_key_they_likely_meant() {

@@ -16,8 +16,8 @@ pub use duration::ConfigDuration;
 pub use error::{ConfigError, ConfigErrors};
 pub use limits::{DataRate, Http2Limits, Ignored, ServerLimits};
 pub use load::{
-    env_overrides, load_file, load_file_with_overrides, parse, parse_value, parse_with_overrides,
-    Format,
+    env_overrides, environment_file, load_file, load_file_with_overrides, parse, parse_layered,
+    parse_value, parse_with_overrides, Format,
 };
 pub use logging::{ConsoleLogging, LogLevel, LoggingConfig};
 pub use model::*;

@@ -21,7 +21,9 @@ pub const DEBOUNCE: Duration = Duration::from_millis(250);
 /// writes have settled for [`DEBOUNCE`]. The file's directory is watched, so editors
 /// that write a new file and rename it over the old one (and Kubernetes' symlink swaps)
 /// are seen; changes that leave the contents as they were are ignored. The version is a
-/// digest of the contents.
+/// digest of the contents. An `appsettings.json` has its environment's
+/// `appsettings.{Environment}.json` layered on top while that file exists, and a change
+/// to either reloads both ([`config::environment_file`]).
 ///
 /// ```no_run
 /// # async fn run(state: std::sync::Arc<fuseway::state::ProxyState>) {
@@ -38,11 +40,13 @@ pub const DEBOUNCE: Duration = Duration::from_millis(250);
 pub struct FileProvider {
     path: PathBuf,
     source: String,
+    /// The file layered on top of it when it exists (`appsettings.{Environment}.json`).
+    layer: Option<PathBuf>,
     /// Applied on top of the file at every read (see [`config::parse_with_overrides`]).
     overrides: Vec<(String, String)>,
     snapshot: watch::Sender<ProviderSnapshot>,
-    /// The file's contents at the last read.
-    last: Mutex<Option<Vec<u8>>>,
+    /// The contents of the file and of its layer (`None`: absent) at the last read.
+    last: Mutex<Option<Contents>>,
     watcher: Mutex<Option<FileWatcher>>,
 }
 
@@ -52,6 +56,7 @@ impl FileProvider {
     pub fn open(path: PathBuf, overrides: Vec<(String, String)>) -> Self {
         let provider = FileProvider {
             source: path.display().to_string(),
+            layer: config::environment_file(&path),
             path,
             overrides,
             snapshot: watch::Sender::new(ProviderSnapshot::default()),
@@ -69,42 +74,73 @@ impl FileProvider {
 
     /// Read the file now.
     fn read(&self) {
-        match std::fs::read(&self.path) {
-            Ok(bytes) => self.parse(bytes),
-            Err(e) => self.cannot_read(e),
+        match self.contents() {
+            Ok(contents) => self.parse(contents),
+            Err((path, e)) => self.cannot_read(path, e),
         }
     }
 
-    fn cannot_read(&self, e: std::io::Error) {
+    /// The file's contents and its layer's, or the file that cannot be read and why.
+    fn contents(&self) -> Result<Contents, (&Path, std::io::Error)> {
+        let file = std::fs::read(&self.path).map_err(|e| (&*self.path, e))?;
+        let layer = match &self.layer {
+            Some(path) => match std::fs::read(path) {
+                Ok(bytes) => Some(bytes),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err((path, e)),
+            },
+            None => None,
+        };
+        Ok(Contents { file, layer })
+    }
+
+    fn cannot_read(&self, path: &Path, e: std::io::Error) {
         self.fail(ConfigErrors::from(ConfigError::new(
             "",
-            format!("cannot read {}: {e}", self.path.display()),
+            format!("cannot read {}: {e}", path.display()),
         )));
     }
 
-    /// Read the file if its contents differ from the last read's.
+    /// Read the file if its contents (or its layer's) differ from the last read's.
     fn read_if_changed(&self) {
-        let bytes = match std::fs::read(&self.path) {
-            Ok(b) => b,
+        let contents = match self.contents() {
+            Ok(c) => c,
             // Between an editor's delete and its rename: the next event will tell.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(e) => return self.cannot_read(e),
+            Err((_, e)) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err((path, e)) => return self.cannot_read(path, e),
         };
         let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if last.as_deref() == Some(&bytes[..]) {
+        if last.as_ref() == Some(&contents) {
             return;
         }
         drop(last);
-        self.parse(bytes);
+        self.parse(contents);
     }
 
-    fn parse(&self, bytes: Vec<u8>) {
+    fn parse(&self, contents: Contents) {
         let format = Format::from_path(&self.path).unwrap_or(Format::Json);
-        let version = format!("{:016x}", twox_hash::XxHash64::oneshot(0, &bytes));
-        let result = std::str::from_utf8(&bytes)
-            .map_err(|e| ConfigErrors::from(ConfigError::new("", format!("not UTF-8: {e}"))))
-            .and_then(|text| config::parse_with_overrides(text, format, &self.overrides));
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
+        let mut hash = twox_hash::XxHash64::with_seed(0);
+        std::hash::Hasher::write(&mut hash, &contents.file);
+        if let Some(layer) = &contents.layer {
+            std::hash::Hasher::write(&mut hash, layer);
+        }
+        let version = format!("{:016x}", std::hash::Hasher::finish(&hash));
+        let text = |bytes: &[u8], path: &Path| {
+            std::str::from_utf8(bytes).map(str::to_string).map_err(|e| {
+                ConfigErrors::from(ConfigError::new(
+                    "",
+                    format!("{}: not UTF-8: {e}", path.display()),
+                ))
+            })
+        };
+        let result = text(&contents.file, &self.path).and_then(|file| {
+            let layers = match (&contents.layer, &self.layer) {
+                (Some(bytes), Some(path)) => vec![(path.display().to_string(), text(bytes, path)?)],
+                _ => Vec::new(),
+            };
+            config::parse_layered(&file, format, &layers, &self.overrides)
+        });
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(contents);
         match result {
             Ok(config) => {
                 self.snapshot
@@ -147,6 +183,13 @@ impl ConfigProvider for FileProvider {
     fn reload(&self) {
         self.read();
     }
+}
+
+/// What a [`FileProvider`] read: its file, and its layer when that exists.
+#[derive(Debug, PartialEq)]
+struct Contents {
+    file: Vec<u8>,
+    layer: Option<Vec<u8>>,
 }
 
 /// The notify watcher of a [`FileProvider`]'s directory and the task reading the file
