@@ -908,6 +908,22 @@ fn yarp_keys_fuseway_cannot_honour_are_refused_with_what_is_supported() {
     ] {
         parse(&cluster(extra), Format::Json).unwrap_or_else(|e| panic!("{extra}: {e}"));
     }
+    // `SslProtocols` as one string, as YARP's own sample writes it (YARP reads only a
+    // list, and ignores a string): its names.
+    for (extra, names) in [
+        (r#""HttpClient": {"SSLProtocols": "Tls13"}"#, &["Tls13"][..]),
+        (
+            r#""HttpClient": {"SslProtocols": "Tls12, Tls13"}"#,
+            &["Tls12", "Tls13"][..],
+        ),
+    ] {
+        let config = parse(&cluster(extra), Format::Json).unwrap();
+        let client = config.clusters["c1"].http_client.as_ref().unwrap();
+        assert_eq!(client.ssl_protocols.as_deref().unwrap(), names, "{extra}");
+    }
+    let (p, message) = only_error(&cluster(r#""HttpClient": {"SslProtocols": "Ssl3"}"#));
+    assert_eq!(p, "Clusters.c1.HttpClient.SslProtocols");
+    assert!(message.contains("broken"), "{message}");
 }
 
 /// An `AllowedHosts` the state cannot take is one error, at its key — validation and

@@ -88,6 +88,8 @@ impl Format {
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct Document {
+    /// Absent in an ASP.NET file that has no proxy section yet (no routes).
+    #[serde(default)]
     reverse_proxy: ProxyConfig,
     #[serde(default)]
     listen: Vec<ListenConfig>,
@@ -136,7 +138,7 @@ struct KestrelCertificates {
 struct KestrelEndpointDefaults {
     #[serde(default)]
     protocols: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::model::protocol_names")]
     ssl_protocols: Option<Vec<String>>,
     #[serde(default)]
     client_certificate_mode: Option<String>,
@@ -151,7 +153,7 @@ struct KestrelEndpoint {
     protocols: Option<String>,
     #[serde(default)]
     certificate: Option<KestrelCertificate>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::model::protocol_names")]
     ssl_protocols: Option<Vec<String>>,
     #[serde(default)]
     client_certificate_mode: Option<String>,
@@ -166,7 +168,7 @@ struct KestrelEndpoint {
 struct KestrelSni {
     #[serde(default)]
     protocols: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::model::protocol_names")]
     ssl_protocols: Option<Vec<String>>,
     #[serde(default)]
     certificate: Option<KestrelCertificate>,
@@ -716,7 +718,7 @@ fn parse_json(text: &str, overrides: &[(String, String)]) -> Result<ProxyConfig,
     }
     // The second pass reads the text again so that errors keep their line and column.
     let json = |e: serde_json::Error| e.to_string();
-    if key(&value, WRAPPER).is_some() {
+    if wrapped(value.as_object().into_iter().flat_map(|o| o.keys())) {
         let doc: Document = typed(&mut serde_json::Deserializer::from_str(&text), true, json)?;
         doc.into_config()
     } else {
@@ -733,7 +735,7 @@ fn parse_toml(text: &str, overrides: &[(String, String)]) -> Result<ProxyConfig,
             .map_err(|e| ConfigError::new("", format!("invalid TOML: {e}")))?;
         return from_value(value, overrides);
     }
-    let wrapped = table.keys().any(|k| k.eq_ignore_ascii_case(WRAPPER));
+    let wrapped = wrapped(table.keys());
     let message = |e: toml::de::Error| toml_message(text, &e);
     if wrapped {
         let doc: Document = typed(toml::Deserializer::new(text), true, message)?;
@@ -749,7 +751,7 @@ fn from_value(
     mut value: Value,
     overrides: &[(String, String)],
 ) -> Result<ProxyConfig, ConfigError> {
-    if key(&value, WRAPPER).is_none() {
+    if !wrapped(value.as_object().into_iter().flat_map(|o| o.keys())) {
         value = Value::Object([(WRAPPER.to_string(), value)].into_iter().collect());
     }
     for (name, setting) in overrides {
@@ -759,13 +761,21 @@ fn from_value(
     doc.into_config()
 }
 
-/// The key of `object` that is `name` ignoring case.
-fn key<'a>(value: &'a Value, name: &str) -> Option<&'a str> {
-    value
-        .as_object()?
-        .keys()
-        .find(|k| k.eq_ignore_ascii_case(name))
-        .map(String::as_str)
+/// Whether a document with these top-level keys is an ASP.NET `appsettings.json`: it
+/// has `ReverseProxy`, or keys only such a file has (`Kestrel`, `Urls`: an ASP.NET
+/// file whose proxy section is still to come) and none only the bare shape has
+/// (`Routes`, `Clusters`, `Limits`: a bare object with a stray key, refused as such).
+fn wrapped<'a>(keys: impl Iterator<Item = &'a String>) -> bool {
+    let is = |k: &str, names: &[&str]| names.iter().any(|n| k.eq_ignore_ascii_case(n));
+    let (mut aspnet, mut bare) = (false, false);
+    for k in keys {
+        if is(k, &[WRAPPER]) {
+            return true;
+        }
+        aspnet |= is(k, &["Kestrel", "Urls"]);
+        bare |= is(k, &["Routes", "Clusters", "Limits"]);
+    }
+    aspnet && !bare
 }
 
 /// Set the key `name` (`A__B__0__C`) names to `setting`, as .NET's environment
@@ -1031,6 +1041,27 @@ mod tests {
         assert_eq!(
             environment_file_for(Path::new("proxy.json"), "Staging"),
             None
+        );
+    }
+
+    #[test]
+    fn an_aspnet_file_without_its_proxy_section_is_read_as_one() {
+        // YARP's Direct sample: Kestrel's endpoints, no `ReverseProxy` yet.
+        let config = parse(
+            r#"{ "Logging": { "LogLevel": { "Default": "Information" } }, "AllowedHosts": "*",
+                 "Kestrel": { "Endpoints": { "http": { "Url": "http://localhost:5000" } } } }"#,
+            Format::Json,
+        )
+        .unwrap();
+        assert!(config.routes.is_empty() && config.clusters.is_empty());
+        assert_eq!(config.listen.len(), 1);
+        let config = parse(r#"{ "Urls": "http://localhost:5001" }"#, Format::Json).unwrap();
+        assert_eq!(config.listen.len(), 1);
+        // Other keys still tell the bare shape, whose unknown keys are errors.
+        let e = first_error(r#"{ "ControllerUrl": "x" }"#, Format::Json);
+        assert!(
+            e.message.starts_with("unknown field `ControllerUrl`"),
+            "{e}"
         );
     }
 

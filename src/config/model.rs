@@ -114,7 +114,11 @@ pub struct ListenEntry {
     /// The TLS versions a TLS listener accepts: Kestrel's `SslProtocols` (`Tls12`,
     /// `Tls13`; none, `None` or `Default`: both; see
     /// [`TlsVersions`](super::TlsVersions)).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "protocol_names"
+    )]
     pub ssl_protocols: Option<Vec<String>>,
     /// Whether a TLS listener asks clients for a certificate: Kestrel's
     /// `ClientCertificateMode` ([`ClientCertificateMode`](super::ClientCertificateMode)).
@@ -164,7 +168,11 @@ pub struct SniEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocols: Option<String>,
     /// The TLS versions accepted from these names.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "protocol_names"
+    )]
     pub ssl_protocols: Option<Vec<String>>,
     /// Whether clients asking for these names are asked for a certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -678,7 +686,7 @@ pub struct HttpClientConfig {
     pub enable_multiple_http2_connections: Option<bool>,
     /// TLS versions towards `https://` destinations: `Tls12`, `Tls13` (see
     /// [`TlsVersions`](super::TlsVersions)); older ones are refused.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "protocol_names")]
     pub ssl_protocols: Option<Vec<String>>,
     /// `utf-8` or `latin1`: header bytes pass through unchanged either way; other
     /// encodings are refused.
@@ -731,4 +739,47 @@ pub struct DestinationConfig {
     /// Free-form data for custom stages.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+}
+
+/// `SslProtocols` as a list of names, or as one string (`"Tls13"`, `"Tls12, Tls13"`: a
+/// .NET flags value, as YARP's own sample writes it), read as the list of its names.
+pub(crate) fn protocol_names<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    struct Names;
+    impl<'de> Visitor<'de> for Names {
+        type Value = Option<Vec<String>>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of TLS versions, or one string of them")
+        }
+
+        fn visit_str<E: de::Error>(self, names: &str) -> Result<Self::Value, E> {
+            Ok(Some(
+                names
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            ))
+        }
+
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut names = Vec::new();
+            while let Some(name) = seq.next_element::<String>()? {
+                names.push(name);
+            }
+            Ok(Some(names))
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(Names)
 }
