@@ -1643,3 +1643,110 @@ async fn destinations_are_reached_through_a_web_proxy() {
         );
     }
 }
+
+/// An ASP.NET `https` endpoint that names no certificate: in the `Development`
+/// environment it serves a self-signed certificate for `localhost` fuseway makes (where
+/// Kestrel serves .NET's development certificate), the same on both the endpoint and a
+/// second one; in any other environment the file is refused, saying so. Fuseway's own
+/// `Listen` entries ask for it with `DevelopmentCertificate`.
+#[tokio::test]
+async fn the_development_environment_serves_a_development_certificate() {
+    let dir = TempDir::new("development-certificate");
+    let backend = common::echo_backend().await;
+    let file = dir.write(
+        "appsettings.json",
+        &format!(
+            r#"{{
+  "Kestrel": {{ "Endpoints": {{
+    "Https": {{ "Url": "https://127.0.0.1:0" }},
+    "Other": {{ "Url": "https://127.0.0.1:0" }}
+  }} }},
+  "ReverseProxy": {{
+    "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+    "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }} }}
+  }}
+}}"#,
+            backend.url()
+        ),
+    );
+    for (name, value) in [
+        ("ASPNETCORE_ENVIRONMENT", "Development"),
+        ("DOTNET_ENVIRONMENT", "development"),
+    ] {
+        let mut command = fuseway(&file);
+        command
+            .env_remove("ASPNETCORE_ENVIRONMENT")
+            .env_remove("DOTNET_ENVIRONMENT")
+            .env(name, value);
+        let mut child = command.spawn().unwrap();
+        let (first, mut log) = listening_with_log(&mut child).await;
+        let second = within("the second listening line", async {
+            while let Some(line) = log.next_line().await.unwrap() {
+                if let Some(addr) = common::listening_addr(&line) {
+                    return addr;
+                }
+            }
+            panic!("fuseway exited");
+        })
+        .await;
+        let mut leaves = Vec::new();
+        for addr in [first, second] {
+            let answer = Hello {
+                name: Some("localhost"),
+                alpn: &[b"http/1.1"],
+                ..Hello::default()
+            }
+            .to(addr)
+            .await
+            .unwrap();
+            assert_eq!(answer.status.as_deref(), Some("HTTP/1.1 200 OK"), "{name}");
+            leaves.push(answer.leaf);
+        }
+        // One certificate, for localhost, signed by itself.
+        assert_eq!(leaves[0], leaves[1], "{name}");
+        let (_, leaf) = x509_parser::parse_x509_certificate(&leaves[0]).unwrap();
+        assert_eq!(leaf.subject(), leaf.issuer());
+        let names = leaf.subject_alternative_name().unwrap().unwrap();
+        assert!(
+            format!("{:?}", names.value).contains("localhost"),
+            "{:?}",
+            names.value
+        );
+        child.start_kill().unwrap();
+        let _ = child.wait().await;
+    }
+    // In production (the default), refused at the endpoint's certificate.
+    let out = within(
+        "fuseway --check",
+        fuseway(&file)
+            .env_remove("ASPNETCORE_ENVIRONMENT")
+            .env_remove("DOTNET_ENVIRONMENT")
+            .arg("--check")
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Kestrel.Endpoints.Https.Certificate") && stderr.contains("`Development`"),
+        "{stderr}"
+    );
+    // Fuseway's own form: `DevelopmentCertificate`, not beside a `Certificate`.
+    let listen = |entry: &str| {
+        fuseway::config::parse(
+            &format!(r#"{{ "Listen": [ {{ "Address": "127.0.0.1:0", {entry} }} ] }}"#),
+            fuseway::config::Format::Json,
+        )
+    };
+    let config = listen(r#""DevelopmentCertificate": true"#).unwrap();
+    assert_eq!(
+        config.listen[0].tls_files(),
+        Some(fuseway::server::TlsFiles::Development)
+    );
+    let errors = listen(r#""DevelopmentCertificate": true, "Certificate": "c.pfx""#).unwrap_err();
+    assert_eq!(
+        errors.iter().next().unwrap().path,
+        "Listen[0].DevelopmentCertificate"
+    );
+}

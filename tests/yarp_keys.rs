@@ -24,7 +24,8 @@ const FULL: &str = r#"{
                "Sni": { "a.example.org": { "Certificate": "a.pem", "Key": "a.key", "Password": "p",
                                            "Protocols": "Http1", "SslProtocols": ["Tls13"],
                                            "ClientCertificateMode": "NoCertificate" } } },
-             { "Address": "127.0.0.1:0", "Certificate": "c.pfx", "Password": "p" }],
+             { "Address": "127.0.0.1:0", "Certificate": "c.pfx", "Password": "p" },
+             { "Address": "127.0.0.1:0", "DevelopmentCertificate": true }],
   "Routes": { "r": {
     "Match": { "Headers": [{ "Name": "h" }], "QueryParameters": [{ "Name": "q" }] },
     "RateLimit": { "PermitsPerSecond": 1 }

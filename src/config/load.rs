@@ -19,7 +19,8 @@
 //!   (`ReverseProxy__Clusters__c1__Destinations__d1__Address=...`) on top of the file.
 //! * `appsettings.json` has `appsettings.{Environment}.json` beside it layered on top
 //!   when that file exists ([`environment_file`], [`parse_layered`]), as ASP.NET's host
-//!   reads them: `ASPNETCORE_ENVIRONMENT`, else `DOTNET_ENVIRONMENT`, else `Production`.
+//!   reads them: `ASPNETCORE_ENVIRONMENT`, else `DOTNET_ENVIRONMENT`, else `Production`
+//!   (through [`env_overrides`]).
 //!
 //! Error paths are relative to the proxy object in both shapes (`Routes.r1.Match.Path`)
 //! and name keys as the file wrote them.
@@ -103,6 +104,11 @@ struct Document {
     /// ASP.NET's `Logging`: its log levels.
     #[serde(default)]
     logging: Option<LoggingConfig>,
+    /// The host's environment (`ASPNETCORE_ENVIRONMENT`, else `DOTNET_ENVIRONMENT`, as
+    /// [`env_overrides`] sets it): `Development` gives `https` endpoints that name no
+    /// certificate the development certificate, as Kestrel.
+    #[serde(default)]
+    environment: Option<String>,
 }
 
 /// The parts of ASP.NET's `Kestrel` section fuseway reads: its endpoints (with their
@@ -119,6 +125,9 @@ struct Kestrel {
     endpoint_defaults: KestrelEndpointDefaults,
     #[serde(default)]
     certificates: KestrelCertificates,
+    /// The host's environment is `Development` (from [`Document::environment`]).
+    #[serde(skip)]
+    development: bool,
 }
 
 /// `Kestrel.Certificates`: its `Default`, the certificate of `https` endpoints that name
@@ -207,6 +216,10 @@ struct KestrelCertificate {
 impl Document {
     /// The proxy object, with the top-level listeners first, then Kestrel's endpoints.
     fn into_config(mut self) -> Result<ProxyConfig, ConfigError> {
+        self.kestrel.development = self
+            .environment
+            .as_deref()
+            .is_some_and(|e| e.trim().eq_ignore_ascii_case("Development"));
         let mut config = self.reverse_proxy;
         let mut listen = self.listen;
         let endpoints = std::mem::take(&mut self.kestrel.endpoints);
@@ -366,13 +379,16 @@ impl KestrelEndpoint {
             }
             // With `Sni`, entries may each name their own.
             None if !self.sni.is_empty() => {}
+            // Where Kestrel serves its development certificate.
+            None if kestrel.development => entry.development_certificate = Some(true),
             None => {
                 return Err(ConfigError::new(
                     format!("{path}.Certificate"),
                     "an `https` endpoint needs a certificate, its own or \
                      `Kestrel.Certificates.Default`: `Path` and `KeyPath` (PEM files) or \
-                     `Path` and `Password` (a PFX file); fuseway has no development \
-                     certificate",
+                     `Path` and `Password` (a PFX file); in the `Development` environment \
+                     (`ASPNETCORE_ENVIRONMENT=Development`) fuseway makes a development \
+                     certificate of its own, as Kestrel serves .NET's",
                 ))
             }
         }
@@ -591,14 +607,15 @@ fn merge(base: &mut Value, over: Value) {
 
 /// The file ASP.NET's host layers over the configuration file `path`: for an
 /// `appsettings.json`, `appsettings.{Environment}.json` beside it, whether or not it
-/// exists yet; the environment is `ASPNETCORE_ENVIRONMENT`, else `DOTNET_ENVIRONMENT`,
-/// else `Production`. `None` for other files.
-pub fn environment_file(path: &Path) -> Option<PathBuf> {
-    let var = |name| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let environment = var("ASPNETCORE_ENVIRONMENT")
-        .or_else(|| var("DOTNET_ENVIRONMENT"))
-        .unwrap_or_else(|| "Production".to_string());
-    environment_file_for(path, environment.trim())
+/// exists yet; the environment is the `Environment` of `overrides` ([`env_overrides`]
+/// sets it from `ASPNETCORE_ENVIRONMENT`, else `DOTNET_ENVIRONMENT`), else
+/// `Production`. `None` for other files.
+pub fn environment_file(path: &Path, overrides: &[(String, String)]) -> Option<PathBuf> {
+    let environment = overrides
+        .iter()
+        .rfind(|(name, _)| name.eq_ignore_ascii_case("Environment"))
+        .map_or("Production", |(_, value)| value.trim());
+    environment_file_for(path, environment)
 }
 
 fn environment_file_for(path: &Path, environment: &str) -> Option<PathBuf> {
@@ -633,7 +650,7 @@ pub fn load_file_with_overrides(
             .map_err(|e| ConfigError::new("", format!("cannot read {}: {e}", path.display())))
     };
     let text = read(path)?;
-    let layers = match environment_file(path).filter(|layer| layer.is_file()) {
+    let layers = match environment_file(path, overrides).filter(|layer| layer.is_file()) {
         Some(layer) => vec![(layer.display().to_string(), read(&layer)?)],
         None => Vec::new(),
     };
@@ -644,7 +661,10 @@ pub fn load_file_with_overrides(
 /// name is `ReverseProxy__...`, `Kestrel__...` or `Listen__...` (any case), in name order,
 /// and `AllowedHosts`; then ASP.NET's `ASPNETCORE_URLS`, else `ASPNETCORE_HTTP_PORTS` and
 /// `ASPNETCORE_HTTPS_PORTS` (`8080;8081`: every address), as the top-level `Urls`
-/// (listeners when `Kestrel.Endpoints` names none), as a YARP container has them.
+/// (listeners when `Kestrel.Endpoints` names none), as a YARP container has them; and
+/// the host's environment, `ASPNETCORE_ENVIRONMENT` else `DOTNET_ENVIRONMENT`, as
+/// `Environment` (its `appsettings.{Environment}.json`, and in `Development` the
+/// development certificate).
 pub fn env_overrides() -> Vec<(String, String)> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -695,6 +715,10 @@ fn overrides_of(env: &[(String, String)]) -> Vec<(String, String)> {
     });
     if let Some(urls) = urls {
         vars.push(("Urls".to_string(), urls));
+    }
+    // The host's environment, as ASP.NET's web host reads it.
+    if let Some(environment) = var("ASPNETCORE_ENVIRONMENT").or_else(|| var("DOTNET_ENVIRONMENT")) {
+        vars.push(("Environment".to_string(), environment.to_string()));
     }
     vars
 }

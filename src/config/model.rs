@@ -131,6 +131,12 @@ pub struct ListenEntry {
     /// listener with `Sni` refuses a client whose name no entry matches, as Kestrel.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sni: BTreeMap<String, SniEntry>,
+    /// Terminate TLS with a self-signed certificate for `localhost` that fuseway makes
+    /// when it starts, instead of a `Certificate` (for development only: no client
+    /// trusts it). An ASP.NET `https` endpoint naming no certificate gets it in the
+    /// `Development` environment, where Kestrel serves its development certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub development_certificate: Option<bool>,
 }
 
 impl fmt::Debug for ListenEntry {
@@ -145,6 +151,7 @@ impl fmt::Debug for ListenEntry {
             .field("ssl_protocols", &self.ssl_protocols)
             .field("client_certificate_mode", &self.client_certificate_mode)
             .field("sni", &self.sni)
+            .field("development_certificate", &self.development_certificate)
             .finish()
     }
 }
@@ -253,7 +260,10 @@ impl ListenConfig {
         let ListenConfig::Full(entry) = self else {
             return None;
         };
-        tls_files(&entry.certificate, &entry.key, &entry.password)
+        match entry.development_certificate {
+            Some(true) if entry.certificate.is_none() => Some(crate::server::TlsFiles::Development),
+            _ => tls_files(&entry.certificate, &entry.key, &entry.password),
+        }
     }
 
     /// How this listener terminates TLS (`None`: it does not): its certificate and its

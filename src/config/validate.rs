@@ -136,7 +136,14 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
         false,
         errors,
     );
-    let tls = entry.certificate.is_some() || !entry.sni.is_empty();
+    let development = entry.development_certificate == Some(true);
+    if development && entry.certificate.is_some() {
+        errors.push(
+            format!("{prefix}.DevelopmentCertificate"),
+            "a listener with a Certificate of its own needs no development certificate",
+        );
+    }
+    let tls = entry.certificate.is_some() || !entry.sni.is_empty() || development;
     check_tls_settings(
         &prefix,
         &entry.ssl_protocols,
@@ -162,7 +169,7 @@ fn check_listen(listen: &ListenConfig, i: usize, errors: &mut ConfigErrors) {
             "an entry",
             [&sni.certificate, &sni.key, &sni.password],
             &sni.protocols,
-            entry.certificate.is_none(),
+            entry.certificate.is_none() && !development,
             errors,
         );
         check_tls_settings(

@@ -56,7 +56,7 @@ impl FileProvider {
     pub fn open(path: PathBuf, overrides: Vec<(String, String)>) -> Self {
         let provider = FileProvider {
             source: path.display().to_string(),
-            layer: config::environment_file(&path),
+            layer: config::environment_file(&path, &overrides),
             path,
             overrides,
             snapshot: watch::Sender::new(ProviderSnapshot::default()),

@@ -63,6 +63,10 @@ pub enum TlsFiles {
         /// Its password (empty: none).
         password: String,
     },
+    /// No files: a self-signed certificate for `localhost`, `127.0.0.1` and `::1` that
+    /// fuseway makes once per process, as ASP.NET's development certificate (for
+    /// development: no client trusts it).
+    Development,
 }
 
 impl fmt::Debug for TlsFiles {
@@ -75,6 +79,7 @@ impl fmt::Debug for TlsFiles {
                 .field("certificate", certificate)
                 .field("key", key)
                 .finish_non_exhaustive(),
+            TlsFiles::Development => f.write_str("Development"),
             TlsFiles::Pkcs12 { file, .. } => f
                 .debug_struct("Pkcs12")
                 .field("file", file)
@@ -90,6 +95,7 @@ impl fmt::Display for TlsFiles {
                 certificate, key, ..
             } => write!(f, "{} / {}", certificate.display(), key.display()),
             TlsFiles::Pkcs12 { file, .. } => write!(f, "{}", file.display()),
+            TlsFiles::Development => f.write_str("the development certificate"),
         }
     }
 }
@@ -127,7 +133,37 @@ impl TlsFiles {
                     e
                 })
             }
+            TlsFiles::Development => development_identity(),
         }
+    }
+}
+
+/// The development certificate ([`TlsFiles::Development`]): made at its first use, the
+/// same for every listener and reload of the process.
+fn development_identity() -> Result<Identity, TlsError> {
+    static MADE: std::sync::OnceLock<Result<Identity, String>> = std::sync::OnceLock::new();
+    let made = MADE.get_or_init(|| {
+        let names = ["localhost", "127.0.0.1", "::1"].map(str::to_string);
+        let made = rcgen::generate_simple_self_signed(names).map_err(|e| e.to_string())?;
+        let key = PrivateKeyDer::try_from(made.signing_key.serialize_der())?;
+        tracing::warn!(
+            "serving the development certificate: self-signed for localhost, made now, \
+             trusted by no client (give `Certificate` for anything else)"
+        );
+        Ok(Identity {
+            chain: vec![made.cert.der().clone()],
+            key,
+        })
+    });
+    match made {
+        Ok(identity) => Ok(Identity {
+            chain: identity.chain.clone(),
+            key: identity.key.clone_key(),
+        }),
+        Err(e) => Err(error(
+            TlsPart::Certificate,
+            format!("the development certificate could not be made: {e}"),
+        )),
     }
 }
 
