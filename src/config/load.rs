@@ -902,18 +902,23 @@ fn with_suggestion(message: String) -> String {
             .collect()
     };
     let wanted = squeeze(unknown);
-    let meant = expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|key| (edits(&wanted, &squeeze(key)), key))
-        .filter(|&(n, _)| n == 0 || (n <= 2 && wanted.len() > 4))
-        .min_by_key(|&(n, _)| n);
+    let keys = || expected.split('`').skip(1).step_by(2);
+    // Keys YARP renamed, which its later versions ignore under the old name.
+    let renamed = RENAMED.iter().find_map(|&(old, new, why)| {
+        (old.eq_ignore_ascii_case(unknown) && keys().any(|k| k == new)).then_some((new, why))
+    });
+    let meant = renamed.or_else(|| {
+        keys()
+            .map(|key| (edits(&wanted, &squeeze(key)), key))
+            .filter(|&(n, _)| n == 0 || (n <= 2 && wanted.len() > 4))
+            .min_by_key(|&(n, _)| n)
+            .map(|(_, key)| (key, ""))
+    });
     match meant {
-        Some((_, key)) => {
+        Some((key, why)) => {
             let at = message.len() - expected.len();
             format!(
-                "{} (did you mean `{key}`?){}",
+                "{} (did you mean `{key}`?{why}){}",
                 &message[..at],
                 &message[at..]
             )
@@ -921,6 +926,13 @@ fn with_suggestion(message: String) -> String {
         None => message,
     }
 }
+
+/// YARP keys renamed since its first versions: (old name, new name, why it matters).
+const RENAMED: [(&str, &str, &str); 1] = [(
+    "Timeout",
+    "ActivityTimeout",
+    " `Timeout` is YARP 1.0's name, which YARP 1.1 and later ignore",
+)];
 
 /// Levenshtein distance between two short keys.
 fn edits(a: &str, b: &str) -> usize {
@@ -1106,6 +1118,17 @@ mod tests {
         assert!(
             e.message
                 .contains("`Destinatons` (did you mean `Destinations`?)"),
+            "{e}"
+        );
+        // A key YARP renamed (its own Config sample still has the old one).
+        let e = first_error(
+            r#"{"Clusters": {"c": {"HttpRequest": {"Timeout": "00:02:00"}}}}"#,
+            Format::Json,
+        );
+        assert!(
+            e.message.contains(
+                "`Timeout` (did you mean `ActivityTimeout`? `Timeout` is YARP 1.0's name"
+            ),
             "{e}"
         );
         // Nothing close: no guess.
