@@ -773,18 +773,10 @@ backend fuseway
 #[tokio::test]
 async fn apache_in_front_of_fuseway_sends_bodies_once_continued() {
     let what = "Apache httpd in front of fuseway";
-    let (Some(apache_binary), Some(curl_binary)) = (
-        installed(&["apache2", "httpd"], "apache2-bin", what),
+    let (Some(httpd), Some(curl_binary)) = (
+        Apache::find(what, "proxy_http2"),
         installed(&["curl"], "curl", what),
     ) else {
-        return;
-    };
-    let Some(modules) = ["/usr/lib/apache2/modules", "/usr/lib64/httpd/modules"]
-        .into_iter()
-        .map(Path::new)
-        .find(|dir| dir.join("mod_proxy_http2.so").is_file())
-    else {
-        eprintln!("SKIPPED: Apache's mod_proxy_http2 was not found; {what} was not checked");
         return;
     };
     // The body is read (and the destination's `100 Continue` sent) a moment after the
@@ -799,41 +791,17 @@ async fn apache_in_front_of_fuseway_sends_bodies_once_continued() {
     .await;
     let proxy = proxy(&simple_config(&[("echo", &echo.url())], "")).await;
     let dir = TempDir::new("interop-apache");
-    let port = free_port();
-    let m = modules.display();
-    let d = dir.path().display();
-    // Started as root, Apache's worker threads run as this user (as no one, where
-    // Debian's `www-data` is absent).
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let (user, group) = if passwd.lines().any(|l| l.starts_with("www-data:")) {
-        ("www-data", "www-data")
-    } else {
-        ("nobody", "nogroup")
-    };
-    let config = format!(
-        r#"LoadModule mpm_event_module {m}/mod_mpm_event.so
-LoadModule authz_core_module {m}/mod_authz_core.so
-LoadModule proxy_module {m}/mod_proxy.so
-LoadModule proxy_http_module {m}/mod_proxy_http.so
-LoadModule proxy_http2_module {m}/mod_proxy_http2.so
-Listen 127.0.0.1:{port}
-ServerName localhost
-PidFile {d}/httpd.pid
-DefaultRuntimeDir {d}
-ErrorLog {d}/error.log
-LogLevel warn
-User {user}
-Group {group}
-ProxyPass "/h1/" "http://{addr}/" ping=1
-ProxyPass "/h2/" "h2c://{addr}/"
-"#,
-        addr = proxy.addr
-    );
-    let file = dir.write("httpd.conf", &config);
-    let mut command = Command::new(&apache_binary);
-    // One process, in the foreground: the test's to stop.
-    command.arg("-X").arg("-f").arg(&file);
-    let mut apache = Program::start("Apache httpd", command, port).await;
+    let mut apache = httpd
+        .start(
+            &dir,
+            &["proxy_http", "proxy_http2"],
+            &format!(
+                "ProxyPass \"/h1/\" \"http://{addr}/\" ping=1\nProxyPass \"/h2/\" \"h2c://{addr}/\"\n",
+                addr = proxy.addr
+            ),
+        )
+        .await;
+    let port = apache.port;
 
     let body = payload(3 * 1024 * 1024 + 11, 5);
     let upload = dir.path().join("upload.bin");
@@ -891,15 +859,7 @@ ProxyPass "/h2/" "h2c://{addr}/"
 #[tokio::test]
 async fn destinations_through_apache_as_a_web_proxy() {
     let what = "Apache httpd as a web proxy behind fuseway";
-    let Some(apache_binary) = installed(&["apache2", "httpd"], "apache2-bin", what) else {
-        return;
-    };
-    let Some(modules) = ["/usr/lib/apache2/modules", "/usr/lib64/httpd/modules"]
-        .into_iter()
-        .map(Path::new)
-        .find(|dir| dir.join("mod_proxy_connect.so").is_file())
-    else {
-        eprintln!("SKIPPED: Apache's mod_proxy_connect was not found; {what} was not checked");
+    let Some(httpd) = Apache::find(what, "proxy_connect") else {
         return;
     };
     let answer = |req: Request<Incoming>| async move {
@@ -918,36 +878,13 @@ async fn destinations_through_apache_as_a_web_proxy() {
     let plain = backend(answer).await;
     let tls = tls_backend(answer).await;
     let dir = TempDir::new("interop-apache-forward");
-    let port = free_port();
-    let m = modules.display();
     let d = dir.path().display();
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let (user, group) = if passwd.lines().any(|l| l.starts_with("www-data:")) {
-        ("www-data", "www-data")
-    } else {
-        ("nobody", "nogroup")
-    };
-    // `mod_log_config` is built in on Debian, a module elsewhere.
-    let log_config = match modules.join("mod_log_config.so").is_file() {
-        true => format!("LoadModule log_config_module {m}/mod_log_config.so"),
-        false => String::new(),
-    };
-    let config = format!(
-        r#"LoadModule mpm_event_module {m}/mod_mpm_event.so
-LoadModule authz_core_module {m}/mod_authz_core.so
-LoadModule proxy_module {m}/mod_proxy.so
-LoadModule proxy_http_module {m}/mod_proxy_http.so
-LoadModule proxy_connect_module {m}/mod_proxy_connect.so
-{log_config}
-Listen 127.0.0.1:{port}
-ServerName localhost
-PidFile {d}/httpd.pid
-DefaultRuntimeDir {d}
-ErrorLog {d}/error.log
-LogLevel warn
-CustomLog {d}/access.log "%r %>s"
-User {user}
-Group {group}
+    let mut apache = httpd
+        .start(
+            &dir,
+            &["proxy_http", "proxy_connect"],
+            &format!(
+                r#"CustomLog {d}/access.log "%r %>s"
 ProxyRequests On
 ProxyVia On
 AllowCONNECT {tls_port} {plain_port}
@@ -955,13 +892,12 @@ AllowCONNECT {tls_port} {plain_port}
     Require all granted
 </Proxy>
 "#,
-        tls_port = tls.port(),
-        plain_port = plain.addr.port(),
-    );
-    let file = dir.write("httpd.conf", &config);
-    let mut command = Command::new(&apache_binary);
-    command.arg("-X").arg("-f").arg(&file);
-    let mut apache = Program::start("Apache httpd", command, port).await;
+                tls_port = tls.port(),
+                plain_port = plain.addr.port(),
+            ),
+        )
+        .await;
+    let port = apache.port;
     let web_proxy = format!(r#""WebProxy": {{ "Address": "http://127.0.0.1:{port}" }}"#);
     let config = format!(
         r#"{{
@@ -1024,6 +960,68 @@ AllowCONNECT {tls_port} {plain_port}
     })
     .await;
     apache.assert_running();
+}
+
+/// Apache httpd, when its binary and the module a test needs are here.
+struct Apache {
+    binary: std::path::PathBuf,
+    modules: std::path::PathBuf,
+}
+
+impl Apache {
+    /// The installed Apache with `mod_{module}`, or `None` (and why, for `what`).
+    fn find(what: &str, module: &str) -> Option<Apache> {
+        let binary = installed(&["apache2", "httpd"], "apache2-bin", what)?;
+        let modules = ["/usr/lib/apache2/modules", "/usr/lib64/httpd/modules"]
+            .into_iter()
+            .map(Path::new)
+            .find(|dir| dir.join(format!("mod_{module}.so")).is_file());
+        let Some(modules) = modules else {
+            eprintln!("SKIPPED: Apache's mod_{module} was not found; {what} was not checked");
+            return None;
+        };
+        Some(Apache {
+            binary,
+            modules: modules.to_path_buf(),
+        })
+    }
+
+    /// Start it in `dir` on a free port, one process in the foreground (the test's to
+    /// stop), with `mod_{name}` of each of `modules` and `rest` after the settings every
+    /// test's server has (its error log is `error.log` in `dir`).
+    async fn start(&self, dir: &TempDir, modules: &[&str], rest: &str) -> Program {
+        let port = free_port();
+        let m = self.modules.display();
+        let d = dir.path().display();
+        // Started as root, Apache's worker threads run as this user (as no one, where
+        // Debian's `www-data` is absent).
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let (user, group) = if passwd.lines().any(|l| l.starts_with("www-data:")) {
+            ("www-data", "www-data")
+        } else {
+            ("nobody", "nogroup")
+        };
+        let mut config = String::new();
+        // `mod_log_config` is built in on Debian, a module elsewhere.
+        let log_config = self.modules.join("mod_log_config.so").is_file();
+        let log_config = log_config.then_some("log_config");
+        for module in ["mpm_event", "authz_core", "proxy"]
+            .into_iter()
+            .chain(modules.iter().copied())
+            .chain(log_config)
+        {
+            config.push_str(&format!("LoadModule {module}_module {m}/mod_{module}.so\n"));
+        }
+        config.push_str(&format!(
+            "Listen 127.0.0.1:{port}\nServerName localhost\nPidFile {d}/httpd.pid\n\
+             DefaultRuntimeDir {d}\nErrorLog {d}/error.log\nLogLevel warn\nUser {user}\n\
+             Group {group}\n{rest}"
+        ));
+        let file = dir.write("httpd.conf", &config);
+        let mut command = Command::new(&self.binary);
+        command.arg("-X").arg("-f").arg(&file);
+        Program::start("Apache httpd", command, port).await
+    }
 }
 
 /// An HTTPS destination (HTTP/1.1 and HTTP/2 by ALPN, a self-signed certificate)
