@@ -552,7 +552,7 @@ async fn the_logging_levels_of_a_yarp_file_filter_the_log() {
         ),
     ] {
         let file = logging_file(&dir, levels);
-        let mut child = logging_fuseway(&file, None);
+        let mut child = served(&file, &[("RUST_LOG", None)]);
         let mut logged = common::proxy_and_admin(&mut child).await;
         let filter = logged
             .early
@@ -583,12 +583,16 @@ fn logging_file(dir: &TempDir, levels: &str) -> std::path::PathBuf {
 
 /// The binary on `file`, with `RUST_LOG` as given (`None`: unset), on the native engine
 /// whichever the environment names (the debug line [`debug_logged`] looks for is its).
-fn logging_fuseway(file: &std::path::Path, rust_log: Option<&str>) -> tokio::process::Child {
+/// `fuseway` serving `file` on 127.0.0.1:0 with an admin listener (native HTTP/1.1
+/// engine), each of `env` set (`Some`) or removed (`None`).
+fn served(file: &std::path::Path, env: &[(&str, Option<&str>)]) -> tokio::process::Child {
     let mut command = fuseway();
-    match rust_log {
-        Some(filter) => command.env("RUST_LOG", filter),
-        None => command.env_remove("RUST_LOG"),
-    };
+    for (name, value) in env {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
     command
         .args(["--http1-engine", "native"])
         .args([
@@ -654,7 +658,7 @@ async fn a_reload_applies_changed_logging_levels() {
     let quiet = r#"{ "Default": "Information" }"#;
     let verbose = r#"{ "Default": "Information", "Yarp": "Debug" }"#;
     let path = logging_file(&dir, quiet);
-    let start = |rust_log| logging_fuseway(&path, rust_log);
+    let start = |rust_log| served(&path, &[("RUST_LOG", rust_log)]);
     let mut child = start(None);
     let mut logged = common::proxy_and_admin(&mut child).await;
     assert!(!debug_logged(&mut logged).await);
@@ -736,28 +740,12 @@ async fn the_environments_appsettings_file_is_layered_on_top() {
     layer("appsettings.Production.json", &production.url());
     layer("appsettings.Staging.json", &staging.url());
     let start = |aspnetcore: Option<&str>, dotnet: Option<&str>| {
-        let mut command = fuseway();
-        command.env("RUST_LOG", "info");
-        for (name, value) in [
+        let env = [
+            ("RUST_LOG", Some("info")),
             ("ASPNETCORE_ENVIRONMENT", aspnetcore),
             ("DOTNET_ENVIRONMENT", dotnet),
-        ] {
-            match value {
-                Some(value) => command.env(name, value),
-                None => command.env_remove(name),
-            };
-        }
-        command
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--config",
-            ])
-            .arg(&file)
-            .spawn()
-            .unwrap()
+        ];
+        served(&file, &env)
     };
     let answer = |addr: std::net::SocketAddr| async move {
         let r = h1_client()
