@@ -148,6 +148,8 @@ struct Instance {
     _child: Child,
     proxy: SocketAddr,
     admin: SocketAddr,
+    /// The log up to the listening lines.
+    early: Vec<String>,
     log: mpsc::UnboundedReceiver<String>,
 }
 
@@ -158,7 +160,17 @@ impl Instance {
 
     /// With more `--config` sources before etcd's.
     async fn start_with(etcd: &Etcd, configs: &[&std::path::Path]) -> Instance {
+        Instance::spawn(etcd, configs, Some("info")).await
+    }
+
+    /// With `RUST_LOG` set to `rust_log`, or not set (`None`: the configuration's
+    /// `Logging` filters the log).
+    async fn spawn(etcd: &Etcd, configs: &[&std::path::Path], rust_log: Option<&str>) -> Instance {
         let mut command = fuseway(etcd);
+        match rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
         for config in configs {
             command.arg("--config").arg(config);
         }
@@ -166,7 +178,6 @@ impl Instance {
             .args(["--config", &etcd.url()])
             .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
             .args(["--workers", "1", "--access-log", "off"])
-            .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -174,12 +185,16 @@ impl Instance {
             .spawn()
             .unwrap();
         let common::Logged {
-            proxy, admin, log, ..
+            proxy,
+            admin,
+            early,
+            log,
         } = common::proxy_and_admin(&mut child).await;
         Instance {
             _child: child,
             proxy,
             admin,
+            early,
             log,
         }
     }
@@ -390,6 +405,67 @@ async fn two_instances_serve_one_prefix_and_follow_its_changes() {
         .await;
         assert_eq!(instance.get("/api/x").await, (200, "b".to_string()));
     }
+}
+
+/// The fleet's log levels and host filter from etcd: `PREFIX/Logging` filters an
+/// instance's log from its start (no file sets them) and a change re-filters it;
+/// `PREFIX/AllowedHosts` answers 400 to requests for other hosts until it changes.
+#[tokio::test]
+async fn the_fleets_log_levels_and_allowed_hosts_come_from_etcd() {
+    let Some(etcd) = Etcd::start().await else {
+        return;
+    };
+    let a = named("a").await;
+    let mut client = etcd.client().await;
+    seed(&mut client, &a.url()).await;
+    put(
+        &mut client,
+        "Logging",
+        r#"{ "LogLevel": { "Default": "Information", "Yarp": "Debug" } }"#,
+    )
+    .await;
+    put(&mut client, "AllowedHosts", r#""example.com""#).await;
+    let mut instance = Instance::spawn(&etcd, &[], None).await;
+    assert!(
+        instance
+            .early
+            .iter()
+            .any(|l| l.contains("log levels from the configuration") && l.contains("fuseway=debug")),
+        "{:#?}",
+        instance.early
+    );
+    let for_host = |host: &'static str| {
+        let proxy = instance.proxy;
+        async move {
+            let r = within(
+                "a request",
+                h1_client()
+                    .get(format!("http://{proxy}/api/x"))
+                    .header("host", host)
+                    .send(),
+            )
+            .await
+            .unwrap();
+            r.status().as_u16()
+        }
+    };
+    assert_eq!(for_host("example.com").await, 200);
+    assert_eq!(for_host("other.example").await, 400);
+    put(&mut client, "AllowedHosts", r#""*""#).await;
+    until("any host allowed", Duration::from_secs(1), || async {
+        for_host("other.example").await == 200
+    })
+    .await;
+    put(
+        &mut client,
+        "Logging",
+        r#"{ "LogLevel": { "Default": "Information" } }"#,
+    )
+    .await;
+    let line = instance
+        .log_until("log levels from the configuration")
+        .await;
+    assert!(line.contains("filter=info"), "{line}");
 }
 
 /// An invalid route value keeps the old configuration serving and is reported with its

@@ -308,6 +308,9 @@ async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxErr
     let engine = args.http1_engine.unwrap_or_else(Http1Engine::from_env);
     let engine2 = args.http2_engine.unwrap_or_else(Http2Engine::from_env);
     let config = load(&providers, args).await?;
+    // The log levels, where they come from a source the log's set-up did not read (an
+    // etcd prefix's `Logging`); the same levels again change nothing.
+    logging::apply_levels(&config.logging);
     // The config's `Listen` entries may terminate TLS; `--listen` addresses are plain.
     let server = if args.listen.is_empty() && !config.listen.is_empty() {
         Server::bind_config(&config.listen).await?

@@ -1,4 +1,5 @@
-//! The etcd provider: routes, clusters and destinations as keys under a prefix.
+//! The etcd provider: routes, clusters and destinations as keys under a prefix, and
+//! the fleet's `Logging` levels and `AllowedHosts`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -372,12 +373,25 @@ fn assemble(
     let mut clusters: BTreeMap<String, (Option<String>, Map<String, Value>)> = BTreeMap::new();
     let mut destinations: Vec<(String, String, String, Value)> = Vec::new();
     let mut origins: Vec<(String, String)> = Vec::new();
+    let mut document = Map::new();
     for (key, value) in kvs {
         let Some(rest) = key.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')) else {
             continue;
         };
         let parts: Vec<&str> = rest.split('/').collect();
         let section = |i: usize, name: &str| parts[i].eq_ignore_ascii_case(name);
+        // The fleet's host filter: a string (`"example.com;*.example.org"`).
+        if parts.len() == 1 && section(0, "AllowedHosts") {
+            match serde_json::from_slice::<Value>(value) {
+                Ok(hosts @ Value::String(_)) => {
+                    origins.push(("AllowedHosts".to_string(), key.clone()));
+                    document.insert("AllowedHosts".into(), hosts);
+                }
+                Ok(_) => errors.push(key, "the value must be a JSON string of host names"),
+                Err(e) => errors.push(key, format!("invalid JSON: {e}")),
+            }
+            continue;
+        }
         let value = match object(value) {
             Ok(v) => v,
             Err(why) => {
@@ -386,6 +400,11 @@ fn assemble(
             }
         };
         match parts.len() {
+            // The fleet's log levels: ASP.NET's `Logging` object.
+            1 if section(0, "Logging") => {
+                origins.push(("Logging".to_string(), key.clone()));
+                document.insert("Logging".into(), value);
+            }
             2 if section(0, "Routes") && !parts[1].is_empty() => {
                 origins.push((format!("Routes.{}", parts[1]), key.clone()));
                 routes.insert(parts[1].to_string(), value);
@@ -412,8 +431,9 @@ fn assemble(
                 key,
                 format!(
                     "not a fuseway key: expected {prefix}/Routes/<routeId>, \
-                     {prefix}/Clusters/<clusterId> or \
-                     {prefix}/Clusters/<clusterId>/Destinations/<destinationId>"
+                     {prefix}/Clusters/<clusterId>, \
+                     {prefix}/Clusters/<clusterId>/Destinations/<destinationId>, \
+                     {prefix}/Logging or {prefix}/AllowedHosts"
                 ),
             ),
         }
@@ -463,7 +483,6 @@ fn assemble(
     origins.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
     let origins: Arc<[(String, String)]> = origins.into();
     errors.into_result()?;
-    let mut document = Map::new();
     document.insert("Routes".into(), Value::Object(routes));
     document.insert("Clusters".into(), Value::Object(cluster_values));
     let located = ProviderSnapshot {
@@ -543,6 +562,27 @@ mod tests {
             config.clusters["c2"].destinations["d2"].address,
             "http://127.0.0.1:2"
         );
+        assert!(config.logging.is_empty() && config.allowed_hosts.is_none());
+        // The fleet's log levels and host filter.
+        let (config, _) = assemble(
+            "/fw",
+            &kvs(&[
+                (
+                    "/fw/Logging",
+                    r#"{ "LogLevel": { "Default": "Warning", "Yarp": "Debug" } }"#,
+                ),
+                ("/fw/allowedhosts", r#""example.com;*.example.org""#),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            config.logging.directives().as_deref(),
+            Some("warn,fuseway=debug")
+        );
+        assert_eq!(
+            config.allowed_hosts.as_deref(),
+            Some("example.com;*.example.org")
+        );
     }
 
     #[test]
@@ -567,6 +607,12 @@ mod tests {
         ]);
         assert_eq!(path, "/fw/Clusters/c/Destinations/d");
         assert!(message.starts_with("Address: "), "{message}");
+        let (path, message) = error(&[("/fw/Logging", r#"{ "LogLevel": { "Yarp": "Loud" } }"#)]);
+        assert_eq!(path, "/fw/Logging");
+        assert!(message.contains("`Loud` is not a log level"), "{message}");
+        let (path, message) = error(&[("/fw/AllowedHosts", r#"["example.com"]"#)]);
+        assert_eq!(path, "/fw/AllowedHosts");
+        assert!(message.contains("JSON string"), "{message}");
         let (path, message) = error(&[("/fw/Listen/x", "{}")]);
         assert_eq!(path, "/fw/Listen/x");
         assert!(message.contains("not a fuseway key"), "{message}");
