@@ -1499,7 +1499,7 @@ async fn sighup_rotates_sni_certificates() {
 /// first line of every connection, and with `refuse` answers 407 to each.
 struct ForwardProxy {
     addr: SocketAddr,
-    lines: Arc<std::sync::Mutex<Vec<String>>>,
+    lines: Arc<tokio::sync::watch::Sender<Vec<String>>>,
 }
 
 impl ForwardProxy {
@@ -1507,7 +1507,7 @@ impl ForwardProxy {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = Arc::new(tokio::sync::watch::Sender::new(Vec::new()));
         let noted = lines.clone();
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
@@ -1523,7 +1523,7 @@ impl ForwardProxy {
                     }
                     let text = String::from_utf8_lossy(&head).into_owned();
                     let line = text.lines().next().unwrap_or_default().to_string();
-                    noted.lock().unwrap().push(line.clone());
+                    noted.send_modify(|lines| lines.push(line.clone()));
                     if refuse {
                         let _ = client
                             .write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n")
@@ -1562,14 +1562,26 @@ impl ForwardProxy {
     }
 
     fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
+        self.lines.borrow().clone()
+    }
+
+    /// Wait for a first line equal to `line`.
+    async fn seen(&self, line: &str) {
+        let mut lines = self.lines.subscribe();
+        within(
+            &format!("`{line}` at the proxy"),
+            lines.wait_for(|l| l.iter().any(|l| l == line)),
+        )
+        .await
+        .unwrap();
     }
 }
 
 /// YARP's `HttpClient.WebProxy`, as .NET's `HttpClient` uses a proxy: requests to a
 /// plain destination go to the proxy in absolute form, on connections kept alive;
 /// `https://` destinations (ALPN through the tunnel) and HTTP/2 over `http://` get a
-/// `CONNECT` tunnel; `BypassOnLocal` reaches `127.0.0.1` directly; a tunnel refused,
+/// `CONNECT` tunnel; active health probes go through it too; `BypassOnLocal` reaches
+/// `127.0.0.1` directly; a tunnel refused,
 /// or no proxy there, is a 502.
 #[tokio::test]
 async fn destinations_are_reached_through_a_web_proxy() {
@@ -1612,6 +1624,25 @@ async fn destinations_are_reached_through_a_web_proxy() {
             proxy.lines(),
             [format!("CONNECT 127.0.0.1:{} HTTP/1.1", https.port())]
         );
+        // Active health probes go the same way, as YARP's through the cluster's client.
+        let proxy = ForwardProxy::start(false).await;
+        let config = common::simple_config(
+            &[("d1", &format!("http://127.0.0.1:{}", plain.port()))],
+            &format!(
+                r#"{} "HealthCheck": {{ "Active": {{ "Enabled": true, "Interval": "100ms", "Path": "/health" }} }},"#,
+                proxied(proxy.addr, "")
+            ),
+        );
+        let front = common::proxy_with(&config, form).await;
+        let checker = fuseway::health::ActiveHealthChecker::spawn(front.state.clone());
+        proxy
+            .seen(&format!(
+                "GET http://127.0.0.1:{}/health HTTP/1.1",
+                plain.port()
+            ))
+            .await;
+        drop(checker);
+        front.shutdown().await;
         // HTTP/2 over `http://` (prior knowledge): a tunnel too.
         let proxy = ForwardProxy::start(false).await;
         let extra = format!(
