@@ -540,36 +540,18 @@ pub fn parse_layered(
     if layers.is_empty() {
         return parse_with_overrides(text, format, overrides);
     }
-    let document = |name: Option<&str>, text: &str| -> Result<Value, ConfigError> {
+    let document = |text: &str, format| -> Result<Value, ConfigError> {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let in_file = |message: String| match name {
-            Some(name) => ConfigError::new("", format!("{name}: {message}")),
-            None => ConfigError::new("", message),
-        };
-        let value: Value = match (format, name) {
-            (Format::Toml, None) => {
-                let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-                    in_file(format!("invalid TOML: {}", toml_message(text, &e)))
-                })?;
-                serde_json::to_value(&table).map_err(|e| in_file(format!("invalid TOML: {e}")))?
-            }
-            _ => {
-                let mut text = text.to_string();
-                json_strip_comments::strip(&mut text)
-                    .map_err(|e| in_file(format!("invalid JSON: {e}")))?;
-                serde_json::from_str(&text).map_err(|e| in_file(format!("invalid JSON: {e}")))?
-            }
-        };
-        match value.is_object() {
-            true => Ok(value),
-            false => Err(in_file(
-                "the configuration must be a JSON object".to_string(),
-            )),
+        match format {
+            Format::Json => json_document(text).map(|(_, value)| value),
+            Format::Toml => toml_value(&toml_document(text)?),
         }
     };
-    let mut value = document(None, text)?;
+    let mut value = document(text, format)?;
     for (name, layer) in layers {
-        merge(&mut value, document(Some(name), layer)?);
+        let layer = document(layer, Format::Json)
+            .map_err(|e| ConfigError::new("", format!("{name}: {}", e.message)))?;
+        merge(&mut value, layer);
     }
     let config = from_value(value, overrides)?;
     config.validate()?;
@@ -723,12 +705,12 @@ fn overrides_of(env: &[(String, String)]) -> Vec<(String, String)> {
     vars
 }
 
-fn parse_json(text: &str, overrides: &[(String, String)]) -> Result<ProxyConfig, ConfigError> {
-    // Comments and trailing commas become spaces, so lines and columns stay as written.
+/// JSON text as .NET reads it — comments and trailing commas become spaces, so lines
+/// and columns stay as written — and the document it holds, which must be an object.
+fn json_document(text: &str) -> Result<(String, Value), ConfigError> {
     let mut text = text.to_string();
     json_strip_comments::strip(&mut text)
         .map_err(|e| ConfigError::new("", format!("invalid JSON: {e}")))?;
-    // A first pass finds syntax errors and which shape the document has.
     let value: Value = serde_json::from_str(&text)
         .map_err(|e| ConfigError::new("", format!("invalid JSON: {e}")))?;
     if !value.is_object() {
@@ -737,6 +719,24 @@ fn parse_json(text: &str, overrides: &[(String, String)]) -> Result<ProxyConfig,
             "the configuration must be a JSON object",
         ));
     }
+    Ok((text, value))
+}
+
+/// A TOML document's table.
+fn toml_document(text: &str) -> Result<toml::Table, ConfigError> {
+    text.parse().map_err(|e: toml::de::Error| {
+        ConfigError::new("", format!("invalid TOML: {}", toml_message(text, &e)))
+    })
+}
+
+/// A TOML table as the JSON value overrides and layers are applied to.
+fn toml_value(table: &toml::Table) -> Result<Value, ConfigError> {
+    serde_json::to_value(table).map_err(|e| ConfigError::new("", format!("invalid TOML: {e}")))
+}
+
+fn parse_json(text: &str, overrides: &[(String, String)]) -> Result<ProxyConfig, ConfigError> {
+    // A first pass finds syntax errors and which shape the document has.
+    let (text, value) = json_document(text)?;
     if !overrides.is_empty() {
         return from_value(value, overrides);
     }
@@ -751,13 +751,9 @@ fn parse_json(text: &str, overrides: &[(String, String)]) -> Result<ProxyConfig,
 }
 
 fn parse_toml(text: &str, overrides: &[(String, String)]) -> Result<ProxyConfig, ConfigError> {
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-        ConfigError::new("", format!("invalid TOML: {}", toml_message(text, &e)))
-    })?;
+    let table = toml_document(text)?;
     if !overrides.is_empty() {
-        let value = serde_json::to_value(&table)
-            .map_err(|e| ConfigError::new("", format!("invalid TOML: {e}")))?;
-        return from_value(value, overrides);
+        return from_value(toml_value(&table)?, overrides);
     }
     let wrapped = wrapped(table.keys());
     let message = |e: toml::de::Error| toml_message(text, &e);
