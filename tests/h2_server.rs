@@ -110,3 +110,77 @@ async fn without_keep_alive_pings_none_is_sent() {
     let pinged = silent_client(options, "the idle timeout to close the connection").await;
     assert!(!pinged, "no PING without keep-alive pings");
 }
+
+/// What a server with `options` opens an h2c connection with, read until it answers a
+/// second PING, sent once it has answered the first (hyper's engine opens the
+/// connection's window in its next turn): its `SETTINGS_INITIAL_WINDOW_SIZE` and the
+/// connection's WINDOW_UPDATE (none: `None`).
+async fn opening_windows(options: ServerOptions) -> (Option<u32>, Option<u32>) {
+    let (addr, _backend, _stop) = serving(options).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    stream
+        .write_all(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingping")
+        .await
+        .unwrap();
+    let (mut initial, mut update, mut answered) = (None, None, 0);
+    loop {
+        let mut head = [0u8; 9];
+        within("a frame", stream.read_exact(&mut head))
+            .await
+            .unwrap();
+        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; length];
+        within("a frame's payload", stream.read_exact(&mut payload))
+            .await
+            .unwrap();
+        let stream_id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+        match head[3] {
+            // SETTINGS (not the acknowledgement of ours).
+            4 if head[4] & 1 == 0 => {
+                for setting in payload.chunks(6) {
+                    if setting[..2] == [0, 4] {
+                        initial = Some(u32::from_be_bytes(setting[2..6].try_into().unwrap()));
+                    }
+                }
+            }
+            4 => {}
+            8 if stream_id == 0 => {
+                update = Some(u32::from_be_bytes(payload[..4].try_into().unwrap()) & 0x7fff_ffff);
+            }
+            // A PING's answer: what the connection opened with came before the second.
+            6 if head[4] & 1 == 1 => {
+                answered += 1;
+                if answered == 2 {
+                    return (initial, update);
+                }
+                stream
+                    .write_all(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingpong")
+                    .await
+                    .unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The windows a client gets for its request bodies: 1 MiB each by default; Kestrel's
+/// `Http2.InitialStreamWindowSize` and `InitialConnectionWindowSize` change them (the
+/// connection's is opened by a WINDOW_UPDATE past HTTP/2's 65 535, none at 65 535).
+#[tokio::test]
+async fn the_initial_windows_are_the_configured_ones() {
+    let default = opening_windows(ServerOptions::default()).await;
+    assert_eq!(default, (Some(1 << 20), Some((1 << 20) - 65_535)));
+    let limits: fuseway::config::ServerLimits = serde_json::from_str(
+        r#"{ "Http2": { "InitialStreamWindowSize": 100000, "InitialConnectionWindowSize": 200000 } }"#,
+    )
+    .unwrap();
+    let configured = opening_windows(ServerOptions::default().limits(&limits)).await;
+    assert_eq!(configured, (Some(100_000), Some(200_000 - 65_535)));
+    let smallest =
+        opening_windows(ServerOptions::default().http2_initial_windows(65_535, 65_535)).await;
+    assert_eq!(smallest, (Some(65_535), None));
+}

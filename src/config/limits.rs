@@ -126,12 +126,14 @@ pub struct Http2Limits {
     /// Not applied (the header list is bounded whole, 64 KiB).
     #[serde(default)]
     pub max_request_header_field_size: Option<Ignored>,
-    /// Not applied (fuseway's windows are its own).
+    /// The window a client gets for its request bodies over the whole connection
+    /// (bytes, 65 535 to 2^31 − 1; fuseway's default 1 MiB, Kestrel's too).
     #[serde(default)]
-    pub initial_connection_window_size: Option<Ignored>,
-    /// Not applied (fuseway's windows are its own).
+    pub initial_connection_window_size: Option<u32>,
+    /// The window a client gets for each stream's request body (bytes, 65 535 to
+    /// 2^31 − 1; fuseway's default 1 MiB, Kestrel's 768 KiB).
     #[serde(default)]
-    pub initial_stream_window_size: Option<Ignored>,
+    pub initial_stream_window_size: Option<u32>,
 }
 
 /// Kestrel's `MinDataRate`: at least `BytesPerSecond` once `GracePeriod` has passed.
@@ -206,14 +208,6 @@ impl ServerLimits {
             note(
                 h2.max_request_header_field_size.is_some(),
                 "Http2.MaxRequestHeaderFieldSize",
-            );
-            note(
-                h2.initial_connection_window_size.is_some(),
-                "Http2.InitialConnectionWindowSize",
-            );
-            note(
-                h2.initial_stream_window_size.is_some(),
-                "Http2.InitialStreamWindowSize",
             );
         }
         keys

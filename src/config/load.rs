@@ -1203,7 +1203,7 @@ mod tests {
                 "MaxRequestBodySize": null,
                 "MinResponseDataRate": null,
                 "MinRequestBodyDataRate": { "bytesPerSecond": 100, "GracePeriod": "00:00:10" },
-                "Http2": { "MaxStreamsPerConnection": 50, "InitialStreamWindowSize": 1 }
+                "Http2": { "MaxStreamsPerConnection": 50, "InitialStreamWindowSize": "100000", "HeaderTableSize": 1 }
             } }, "ReverseProxy": {} }"#,
             Format::Json,
         )
@@ -1222,7 +1222,11 @@ mod tests {
             limits.http2.as_ref().unwrap().max_streams_per_connection,
             Some(50)
         );
-        assert_eq!(limits.unapplied(), ["Http2.InitialStreamWindowSize"]);
+        assert_eq!(
+            limits.http2.as_ref().unwrap().initial_stream_window_size,
+            Some(100_000)
+        );
+        assert_eq!(limits.unapplied(), ["Http2.HeaderTableSize"]);
 
         let config = parse(
             "[Limits]\nMaxRequestBodySize = 1000\nKeepAliveTimeout = \"5s\"\n",
@@ -1263,6 +1267,10 @@ mod tests {
             (
                 r#"{ "Limits": { "MaxConcurrentConnections": 0 } }"#,
                 "Limits.MaxConcurrentConnections",
+            ),
+            (
+                r#"{ "Limits": { "Http2": { "InitialConnectionWindowSize": 1000 } } }"#,
+                "Limits.Http2.InitialConnectionWindowSize",
             ),
             (
                 r#"{ "Kestrel": { "Limits": { "MaxRequestBodySize": 1 } }, "ReverseProxy": { "Limits": { "MaxRequestBodySize": 2 } } }"#,

@@ -82,6 +82,24 @@ pub(super) fn check_limits(limits: &ServerLimits, prefix: &str, errors: &mut Con
         "Http2.MaxStreamsPerConnection",
     );
     for (value, key) in [
+        (
+            http2.and_then(|h| h.initial_connection_window_size),
+            "Http2.InitialConnectionWindowSize",
+        ),
+        (
+            http2.and_then(|h| h.initial_stream_window_size),
+            "Http2.InitialStreamWindowSize",
+        ),
+    ] {
+        // Kestrel's bounds: HTTP/2's default window, and its largest.
+        if value.is_some_and(|n| !(65_535..=0x7fff_ffff).contains(&n)) {
+            errors.push(
+                format!("{prefix}.{key}"),
+                "must be from 65535 (HTTP/2's default window) to 2147483647",
+            );
+        }
+    }
+    for (value, key) in [
         (limits.keep_alive_timeout, "KeepAliveTimeout"),
         (limits.request_headers_timeout, "RequestHeadersTimeout"),
         (

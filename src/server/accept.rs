@@ -325,6 +325,8 @@ pub(super) async fn accept_loop<S>(
         .timer(TokioTimer::new())
         .max_concurrent_streams(options.max_concurrent_streams)
         .max_header_list_size(options.max_header_list_size)
+        .initial_stream_window_size(options.http2_initial_stream_window)
+        .initial_connection_window_size(options.http2_initial_connection_window)
         .keep_alive_interval(options.http2_keep_alive_interval)
         .keep_alive_timeout(options.http2_keep_alive_timeout)
         // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).

@@ -41,6 +41,13 @@ pub struct ServerOptions {
     pub http2_engine: Http2Engine,
     /// Largest header list on HTTP/2 (bytes; default 64 KiB).
     pub max_header_list_size: u32,
+    /// The window an HTTP/2 client gets for each stream's request body (bytes; default
+    /// 1 MiB; Kestrel's `Http2.InitialStreamWindowSize`): what it may send before the
+    /// pipeline reads it.
+    pub http2_initial_stream_window: u32,
+    /// The window an HTTP/2 client gets for its request bodies over the connection
+    /// (bytes; default 1 MiB; Kestrel's `Http2.InitialConnectionWindowSize`).
+    pub http2_initial_connection_window: u32,
     /// How long in-flight requests may take after shutdown starts (default 30 s).
     pub graceful_timeout: Duration,
     /// HTTP/2 keep-alive pings to clients: a ping after this long without a frame from
@@ -217,6 +224,8 @@ impl Default for ServerOptions {
             http1_engine: Http1Engine::from_env(),
             http2_engine: Http2Engine::from_env(),
             max_header_list_size: 64 * 1024,
+            http2_initial_stream_window: 1 << 20,
+            http2_initial_connection_window: 1 << 20,
             graceful_timeout: Duration::from_secs(30),
             http2_keep_alive_interval: None,
             http2_keep_alive_timeout: Duration::from_secs(20),
@@ -299,7 +308,21 @@ impl ServerOptions {
             if let Some(value) = h2.keep_alive_ping_timeout {
                 self.http2_keep_alive_timeout = timeout(value);
             }
+            if let Some(n) = h2.initial_stream_window_size {
+                self.http2_initial_stream_window = n;
+            }
+            if let Some(n) = h2.initial_connection_window_size {
+                self.http2_initial_connection_window = n;
+            }
         }
+        self
+    }
+
+    /// Sets `http2_initial_stream_window` and `http2_initial_connection_window` (each
+    /// from 65 535 to 2^31 − 1 bytes).
+    pub fn http2_initial_windows(mut self, stream: u32, connection: u32) -> Self {
+        self.http2_initial_stream_window = stream;
+        self.http2_initial_connection_window = connection;
         self
     }
 

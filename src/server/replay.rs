@@ -120,6 +120,8 @@ pub async fn replay_h2(engine: Http2Engine, input: &[u8]) -> Replayed {
                     hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
                         .max_concurrent_streams(options.max_concurrent_streams)
                         .max_header_list_size(options.max_header_list_size)
+                        .initial_stream_window_size(options.http2_initial_stream_window)
+                        .initial_connection_window_size(options.http2_initial_connection_window)
                         .enable_connect_protocol()
                         .serve_connection(hyper_util::rt::TokioIo::new(server), served)
                         .await;

@@ -68,8 +68,6 @@ const WRITE_HIGH: usize = 64 * 1024;
 /// and SETTINGS floods, CVE-2019-9512 and -9515). Above [`WRITE_HIGH`], so that
 /// response bodies alone do not stop the reading.
 const READ_PAUSE: usize = 2 * WRITE_HIGH;
-/// The window this endpoint gives each stream, and the connection.
-const WINDOW: u32 = 1 << 20;
 /// The table size this endpoint's decoder allows (the default: no setting sent).
 const TABLE_SIZE: usize = 4096;
 /// How many more streams a client may reset before their answers end than it lets end
@@ -239,6 +237,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     ) -> Self {
         let mut write = Vec::new();
         buffers::ready_to_write(&mut write);
+        let (stream_window, connection_window) = windows(&options);
         frame::settings(
             &mut write,
             &[
@@ -246,13 +245,15 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                     setting::MAX_CONCURRENT_STREAMS,
                     options.max_concurrent_streams,
                 ),
-                (setting::INITIAL_WINDOW_SIZE, WINDOW),
+                (setting::INITIAL_WINDOW_SIZE, stream_window),
                 (setting::MAX_HEADER_LIST_SIZE, options.max_header_list_size),
                 (setting::ENABLE_PUSH, 0),
                 (setting::ENABLE_CONNECT_PROTOCOL, 1),
             ],
         );
-        frame::window_update(&mut write, 0, WINDOW - frame::DEFAULT_WINDOW);
+        if connection_window > frame::DEFAULT_WINDOW {
+            frame::window_update(&mut write, 0, connection_window - frame::DEFAULT_WINDOW);
+        }
         let timing = options.http2_keep_alive_interval.map(|interval| {
             let keep_alive = KeepAlive {
                 interval,
@@ -281,7 +282,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             peer_window: frame::DEFAULT_WINDOW,
             peer_max_frame: frame::DEFAULT_MAX_FRAME,
             send_window: frame::DEFAULT_WINDOW.into(),
-            recv_window: WINDOW.into(),
+            recv_window: connection_window.into(),
             credit: 0,
             slots: Vec::new(),
             open: 0,
@@ -933,7 +934,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             send_window: self.peer_window.into(),
             recv,
             recv_open: !end_stream,
-            recv_window: WINDOW.into(),
+            recv_window: windows(&self.options).0.into(),
             expect,
             continue_due: expect_continue,
             upgrade,
@@ -1229,6 +1230,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     /// for a stream or the connection once half its window is owed. And `100 Continue`
     /// to a client that expects it once its stream's pipeline waits for the body.
     fn send_credit(&mut self, cx: &mut Context<'_>) {
+        let (stream_window, connection_window) = windows(&self.options);
         let mut waits = false;
         let mut bodies = 0;
         for slot in &mut self.slots {
@@ -1260,13 +1262,13 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 );
             }
             stream.credit += taken as u32;
-            if stream.credit >= WINDOW / 2 {
+            if stream.credit >= stream_window / 2 {
                 frame::window_update(&mut self.write, stream.id, stream.credit);
                 stream.recv_window += i64::from(stream.credit);
                 stream.credit = 0;
             }
         }
-        if self.credit >= WINDOW / 2 {
+        if self.credit >= connection_window / 2 {
             frame::window_update(&mut self.write, 0, self.credit);
             self.recv_window += i64::from(self.credit);
             self.credit = 0;
@@ -1458,6 +1460,18 @@ impl Fields {
             upgrade,
         })
     }
+}
+
+/// The windows this endpoint gives a client, as `options` say: each stream's for its
+/// request body (`SETTINGS_INITIAL_WINDOW_SIZE`), and the connection's (which starts at
+/// HTTP/2's default and only grows).
+fn windows(options: &ServerOptions) -> (u32, u32) {
+    (
+        options.http2_initial_stream_window.min(frame::MAX_WINDOW),
+        options
+            .http2_initial_connection_window
+            .clamp(frame::DEFAULT_WINDOW, frame::MAX_WINDOW),
+    )
 }
 
 #[cfg(test)]
