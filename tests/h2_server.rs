@@ -83,12 +83,18 @@ async fn frames_until_closed(stream: &mut TcpStream) -> bool {
 /// before closing the connection.
 async fn silent_client(options: ServerOptions, what: &str) -> bool {
     let (addr, _backend, _stop) = serving(options).await;
+    let mut stream = preface(addr).await;
+    within(what, frames_until_closed(&mut stream)).await
+}
+
+/// A connection to `addr` that has sent HTTP/2's preface and empty SETTINGS.
+async fn preface(addr: std::net::SocketAddr) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream
         .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         .await
         .unwrap();
-    within(what, frames_until_closed(&mut stream)).await
+    stream
 }
 
 /// With keep-alive pings on, a client that stops answering is closed once the ping's
@@ -117,11 +123,7 @@ async fn without_keep_alive_pings_none_is_sent() {
 /// connection's WINDOW_UPDATE (none: `None`).
 async fn opening_windows(options: ServerOptions) -> (Option<u32>, Option<u32>) {
     let (addr, _backend, _stop) = serving(options).await;
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
-        .await
-        .unwrap();
+    let mut stream = preface(addr).await;
     stream
         .write_all(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingping")
         .await
