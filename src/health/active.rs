@@ -352,12 +352,7 @@ impl Prober {
             tls: plan.http.tls_versions,
             multiple_http2: plan.http.multiple_http2_connections,
             // As YARP's probes, which go through the cluster's client.
-            proxy: plan
-                .http
-                .web_proxy
-                .as_ref()
-                .filter(|p| !p.bypasses(authority.as_str()))
-                .map(|p| p.address()),
+            proxy: plan.http.proxy_for(authority.as_str()),
             // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
             // where they go through a client of their own).
             limit: None,

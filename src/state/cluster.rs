@@ -177,6 +177,15 @@ impl WebProxy {
 pub const DEFAULT_ACTIVITY_TIMEOUT: Duration = Duration::from_secs(100);
 
 impl HttpSettings {
+    /// The proxy a destination at `authority` is reached through: the `WebProxy`,
+    /// unless it bypasses that destination.
+    pub(crate) fn proxy_for(&self, authority: &str) -> Option<&http::uri::Authority> {
+        self.web_proxy
+            .as_ref()
+            .filter(|p| !p.bypasses(authority))
+            .map(WebProxy::address)
+    }
+
     pub(crate) fn from_config(config: &ClusterConfig) -> Self {
         let request = config.http_request.as_ref();
         // Validation has checked both names.

@@ -680,8 +680,7 @@ impl<B: SendBody> Pool<B> {
 }
 
 /// `request` naming its target in absolute form, `target`'s scheme and authority before
-/// its path (for a proxy).
-/// (`*`, for `OPTIONS`, is left as it is.)
+/// its path, for a proxy (`*`, for `OPTIONS`, is left as it is).
 fn absolute_form<B>(mut request: Request<B>, target: &Uri) -> Request<B> {
     let uri = request.uri();
     if uri.scheme().is_none() && uri.path() != "*" {
