@@ -353,8 +353,9 @@ impl Prober {
             multiple_http2: plan.http.multiple_http2_connections,
             // As YARP's probes, which go through the cluster's client.
             proxy: plan.http.proxy_for(authority.as_str()),
-            // Probes do not count towards `MaxConnectionsPerServer` (as in YARP,
-            // where they go through a client of their own).
+            // Probes do not count towards `MaxConnectionsPerServer` (YARP's share the
+            // cluster's client, and so its limit): a destination at its limit is still
+            // probed.
             limit: None,
             cache: None,
         });
