@@ -133,10 +133,15 @@ pub async fn replay_h2(engine: Http2Engine, input: &[u8]) -> Replayed {
         let mut out = Vec::new();
         // A PING after the input: once its answer is read, every frame before it has
         // been handled; the streams hyper runs on tasks of their own get a few turns to
-        // call the pipeline; then the client closes.
+        // call the pipeline; then the client closes. An input that ends inside a frame
+        // would take the PING for that frame's rest and wait for more: it is closed at
+        // once instead (without this, such inputs waited out the replay's bound).
+        let whole = ends_on_a_frame(input);
         let mut input = input.to_vec();
-        input.extend_from_slice(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00replay!!");
-        if client.write_all(&input).await.is_ok() {
+        if whole {
+            input.extend_from_slice(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00replay!!");
+        }
+        if whole && client.write_all(&input).await.is_ok() {
             let mut buf = [0u8; 4096];
             while !answered(&out) {
                 match client.read(&mut buf).await {
@@ -144,6 +149,9 @@ pub async fn replay_h2(engine: Http2Engine, input: &[u8]) -> Replayed {
                     Ok(n) => out.extend_from_slice(&buf[..n]),
                 }
             }
+        }
+        if !whole {
+            let _ = client.write_all(&input).await;
         }
         for _ in 0..32 {
             tokio::task::yield_now().await;
@@ -251,6 +259,23 @@ fn statuses(mut output: &[u8]) -> Vec<u16> {
 }
 
 /// Whether an HTTP/2 server's `output` holds the answer to the replay's PING.
+/// Whether an HTTP/2 client's `input` (the connection preface, then frames) ends where
+/// a frame ends. (Shorter than the preface: as if it did — what follows it cannot be
+/// the preface, which the server refuses at once.)
+fn ends_on_a_frame(input: &[u8]) -> bool {
+    use crate::http2::frame::HEAD_LEN;
+    const PREFACE: usize = 24;
+    let mut at = PREFACE;
+    while at < input.len() {
+        let Some(head) = input.get(at..at + HEAD_LEN) else {
+            return false;
+        };
+        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        at += HEAD_LEN + length;
+    }
+    at == input.len() || input.len() < PREFACE
+}
+
 fn answered(output: &[u8]) -> bool {
     memchr::memmem::find(output, b"\x00\x00\x08\x06\x01\x00\x00\x00\x00replay!!").is_some()
 }
@@ -302,4 +327,22 @@ fn h2_statuses(output: &[u8]) -> (Vec<u16>, Option<u32>) {
         statuses.extend(status);
     }
     (statuses, goaway)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ends_on_a_frame;
+
+    #[test]
+    fn inputs_ending_inside_a_frame_are_told_apart() {
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        let settings = [0u8, 0, 0, 4, 0, 0, 0, 0, 0];
+        let data = [0u8, 0, 3, 0, 1, 0, 0, 0, 1, b'a', b'b', b'c'];
+        assert!(ends_on_a_frame(&preface));
+        assert!(ends_on_a_frame(&[&preface[..], &settings, &data].concat()));
+        assert!(ends_on_a_frame(b"PRI * HT"));
+        // A head cut short, a payload cut short.
+        assert!(!ends_on_a_frame(&[&preface[..], &settings[..5]].concat()));
+        assert!(!ends_on_a_frame(&[&preface[..], &data[..10]].concat()));
+    }
 }
