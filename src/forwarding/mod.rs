@@ -263,7 +263,7 @@ where
             accept_any_certificate: http.accept_any_certificate,
             tls: http.tls_versions,
             multiple_http2: http.multiple_http2_connections,
-            proxy: http.proxy_for(address.authority.as_str()),
+            proxy: http.proxy_for(&address.authority),
             limit: http
                 .max_connections_per_server
                 .map(|max| (&**dest.state(), max)),

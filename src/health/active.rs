@@ -352,7 +352,7 @@ impl Prober {
             tls: plan.http.tls_versions,
             multiple_http2: plan.http.multiple_http2_connections,
             // As YARP's probes, which go through the cluster's client.
-            proxy: plan.http.proxy_for(authority.as_str()),
+            proxy: plan.http.proxy_for(&authority),
             // Probes do not count towards `MaxConnectionsPerServer` (YARP's share the
             // cluster's client, and so its limit): a destination at its limit is still
             // probed.

@@ -94,8 +94,8 @@ pub struct HttpSettings {
 ///
 /// let proxy = WebProxy::new("http://proxy.example.org:3128", true).unwrap();
 /// assert_eq!(proxy.address().as_str(), "proxy.example.org:3128");
-/// assert!(proxy.bypasses("localhost") && proxy.bypasses("127.0.0.1:8080"));
-/// assert!(proxy.bypasses("[::1]:8080"));
+/// assert!(proxy.bypasses("localhost") && proxy.bypasses("127.0.0.1"));
+/// assert!(proxy.bypasses("[::1]"));
 /// assert!(proxy.bypasses("intranet"));
 /// assert!(!proxy.bypasses("api.example.org"));
 /// ```
@@ -152,20 +152,16 @@ impl WebProxy {
         &self.address
     }
 
-    /// Whether a destination at `authority` (`host[:port]`) is reached directly: with
-    /// `BypassOnLocal`, `localhost`, a loopback address or a name without a dot, as
-    /// .NET's `WebProxy` tells a local address (the machine's other own addresses and
-    /// names in its own domain go through the proxy here).
-    pub fn bypasses(&self, authority: &str) -> bool {
+    /// Whether a destination on `host` (an authority's host: a name, an IPv4 address
+    /// or a bracketed IPv6 one) is reached directly: with `BypassOnLocal`,
+    /// `localhost`, a loopback address or a name without a dot, as .NET's `WebProxy`
+    /// tells a local address (the machine's other own addresses and names in its own
+    /// domain go through the proxy here).
+    pub fn bypasses(&self, host: &str) -> bool {
         if !self.bypass_on_local {
             return false;
         }
-        let host = match authority.strip_prefix('[') {
-            Some(v6) => v6.split(']').next().unwrap_or(v6),
-            None => authority
-                .rsplit_once(':')
-                .map_or(authority, |(host, _)| host),
-        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
         match host.parse::<std::net::IpAddr>() {
             Ok(ip) => ip.is_loopback(),
             Err(_) => host.eq_ignore_ascii_case("localhost") || !host.contains('.'),
@@ -179,10 +175,13 @@ pub const DEFAULT_ACTIVITY_TIMEOUT: Duration = Duration::from_secs(100);
 impl HttpSettings {
     /// The proxy a destination at `authority` is reached through: the `WebProxy`,
     /// unless it bypasses that destination.
-    pub(crate) fn proxy_for(&self, authority: &str) -> Option<&http::uri::Authority> {
+    pub(crate) fn proxy_for(
+        &self,
+        authority: &http::uri::Authority,
+    ) -> Option<&http::uri::Authority> {
         self.web_proxy
             .as_ref()
-            .filter(|p| !p.bypasses(authority))
+            .filter(|p| !p.bypasses(authority.host()))
             .map(WebProxy::address)
     }
 
