@@ -125,9 +125,6 @@ struct Kestrel {
     endpoint_defaults: KestrelEndpointDefaults,
     #[serde(default)]
     certificates: KestrelCertificates,
-    /// The host's environment is `Development` (from [`Document::environment`]).
-    #[serde(skip)]
-    development: bool,
 }
 
 /// `Kestrel.Certificates`: its `Default`, the certificate of `https` endpoints that name
@@ -216,7 +213,7 @@ struct KestrelCertificate {
 impl Document {
     /// The proxy object, with the top-level listeners first, then Kestrel's endpoints.
     fn into_config(mut self) -> Result<ProxyConfig, ConfigError> {
-        self.kestrel.development = self
+        let development = self
             .environment
             .as_deref()
             .is_some_and(|e| e.trim().eq_ignore_ascii_case("Development"));
@@ -236,12 +233,13 @@ impl Document {
                     url: url.to_string(),
                     ..KestrelEndpoint::default()
                 };
-                listen.push(endpoint.listener(&format!("Urls[{i}]"), &self.kestrel)?);
+                let path = format!("Urls[{i}]");
+                listen.push(endpoint.listener(&path, &self.kestrel, development)?);
             }
         }
         for (name, endpoint) in endpoints {
             let path = format!("Kestrel.Endpoints.{name}");
-            listen.push(endpoint.listener(&path, &self.kestrel)?);
+            listen.push(endpoint.listener(&path, &self.kestrel, development)?);
         }
         if !listen.is_empty() {
             let inner = std::mem::replace(&mut config.listen, listen);
@@ -288,8 +286,15 @@ fn once(key: &str, what: &str, inside: bool) -> Result<(), ConfigError> {
 impl KestrelEndpoint {
     /// The listener a Kestrel endpoint URL stands for: `http://localhost:5000` binds
     /// `127.0.0.1:5000`; `*`, `+`, `0.0.0.0` and host names bind every IPv4 address
-    /// (`0.0.0.0`); an IP binds itself. The port defaults to 80 (443 for `https`).
-    fn listener(self, path: &str, kestrel: &Kestrel) -> Result<ListenConfig, ConfigError> {
+    /// (`0.0.0.0`); an IP binds itself. The port defaults to 80 (443 for `https`). In
+    /// the `Development` environment (`development`) an `https` endpoint naming no
+    /// certificate gets the development certificate.
+    fn listener(
+        self,
+        path: &str,
+        kestrel: &Kestrel,
+        development: bool,
+    ) -> Result<ListenConfig, ConfigError> {
         let url = self.url.trim();
         let bad = |why: &str| ConfigError::new(format!("{path}.Url"), format!("`{url}`: {why}"));
         let (https, rest) = match url.split_once("://") {
@@ -380,7 +385,7 @@ impl KestrelEndpoint {
             // With `Sni`, entries may each name their own.
             None if !self.sni.is_empty() => {}
             // Where Kestrel serves its development certificate.
-            None if kestrel.development => entry.development_certificate = Some(true),
+            None if development => entry.development_certificate = Some(true),
             None => {
                 return Err(ConfigError::new(
                     format!("{path}.Certificate"),
