@@ -425,7 +425,7 @@ impl Visit for Fields<'_> {
         let _ = write!(self.line, "{value:?}");
         let written = &self.line[start..];
         let plain = if self.json {
-            !written.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+            !json_escaped(written)
         } else {
             !needs_quotes(written)
         };
@@ -442,11 +442,16 @@ impl Visit for Fields<'_> {
     }
 }
 
+/// Whether `bytes` hold a byte a JSON string escapes (a control, `"`, `\`).
+fn json_escaped(bytes: &[u8]) -> bool {
+    bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
 /// `value` as a JSON string.
 fn json_string(out: &mut Vec<u8>, value: &str) {
     out.push(b'"');
     let bytes = value.as_bytes();
-    if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+    if !json_escaped(bytes) {
         out.extend_from_slice(bytes);
         out.push(b'"');
         return;
