@@ -252,7 +252,7 @@ fn check_tls_settings(
         if set && !tls {
             errors.push(
                 format!("{path}.{key}"),
-                "only for a listener that terminates TLS (one with a Certificate or Sni)",
+                "only for a listener that terminates TLS (one with a Certificate, Sni or DevelopmentCertificate)",
             );
         }
     }
