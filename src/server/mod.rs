@@ -470,8 +470,8 @@ fn listener_tls(
     let Some(setup) = entry.tls_setup() else {
         return Ok(None);
     };
-    let loaded = setup.load();
-    loaded
+    setup
+        .load()
         .map(|terminator| Some((setup, terminator)))
         .map_err(|e| {
             let part = match e.error.part {
