@@ -1,6 +1,7 @@
 //! Bytes on their way to a socket, written with one vectored write where the socket
 //! takes it: a buffer (heads, chunk-size lines, small bodies copied behind them), then
-//! a large data frame written from where it is, then its tail (a chunk's CRLF).
+//! a large data frame written from where it is, then its tail (a chunk's CRLF), then
+//! what was buffered after the frame (the last chunk, the next head).
 
 use std::any::Any;
 use std::io::{self, IoSlice};
@@ -29,6 +30,10 @@ pub(crate) struct Outgoing {
     /// last `tail` of `b"\r\n"` (a count, not a slice: this lives in every
     /// connection's future).
     tail: u8,
+    /// Where in `buf` `data` goes, while there is some: what was buffered after it
+    /// was queued is written after it (32-bit, as `tail`: this lives in every
+    /// connection's future, and `buf` holds heads and small bodies only).
+    at: u32,
     /// Keep `buf`'s bytes once written (see [`Outgoing::rewind`]).
     keep: bool,
     /// Something has been written since the last [`Outgoing::clear`].
@@ -53,11 +58,12 @@ impl Outgoing {
         } else {
             self.data = data;
             self.tail = if chunked { 2 } else { 0 };
+            self.at = u32::try_from(self.buf.len()).expect("heads and small bodies");
         }
     }
 
     /// Queue the end of a chunked body: the last chunk, then `trailers`' fields and the
-    /// empty line.
+    /// empty line (after a large data frame still queued).
     pub(crate) fn push_last_chunk(&mut self, trailers: Option<&http::HeaderMap>) {
         self.buf.extend_from_slice(b"0\r\n");
         for (name, value) in trailers.into_iter().flatten() {
@@ -99,6 +105,7 @@ impl Outgoing {
         self.written = 0;
         self.data = Bytes::new();
         self.tail = 0;
+        self.at = 0;
         self.keep = false;
         self.wrote = false;
     }
@@ -110,36 +117,59 @@ impl Outgoing {
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
         loop {
-            let head = &self.buf[self.written.min(self.buf.len())..];
-            let head_left = head.len();
-            if head_left == 0 && self.data.is_empty() && self.tail == 0 {
-                break;
-            }
-            let tail = &CRLF[2 - usize::from(self.tail)..];
-            let slices = [
-                IoSlice::new(head),
-                IoSlice::new(&self.data),
-                IoSlice::new(tail),
-            ];
-            let n = ready!(poll_write_vectored(&mut *io, cx, &slices))?;
+            let n = if self.holds_data() {
+                ready!(self.poll_write_around(io, cx))?
+            } else {
+                let head = &self.buf[self.written.min(self.buf.len())..];
+                if head.is_empty() {
+                    break;
+                }
+                let n = ready!(poll_write_vectored(&mut *io, cx, &[IoSlice::new(head)]))?;
+                self.written += n;
+                n
+            };
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             self.wrote = true;
-            let mut n = n;
-            let from_head = n.min(head_left);
-            self.written += from_head;
-            n -= from_head;
-            let from_data = n.min(self.data.len());
-            self.data.advance(from_data);
-            n -= from_data;
-            self.tail -= n.min(usize::from(self.tail)) as u8;
         }
         if !self.keep {
             self.buf.clear();
             self.written = 0;
         }
         Pin::new(io).poll_flush(cx)
+    }
+
+    /// One write of what is buffered before the large data frame, the frame, its tail
+    /// and what is buffered after it: how many bytes were taken.
+    fn poll_write_around<I: AsyncWrite + Unpin + 'static>(
+        &mut self,
+        io: &mut I,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let split = self.at as usize;
+        let head = &self.buf[self.written.min(split)..split];
+        let head_left = head.len();
+        let tail = &CRLF[2 - usize::from(self.tail)..];
+        let slices = [
+            IoSlice::new(head),
+            IoSlice::new(&self.data),
+            IoSlice::new(tail),
+            IoSlice::new(&self.buf[split..]),
+        ];
+        let written = ready!(poll_write_vectored(&mut *io, cx, &slices))?;
+        let mut n = written;
+        let from_head = n.min(head_left);
+        self.written += from_head;
+        n -= from_head;
+        let from_data = n.min(self.data.len());
+        self.data.advance(from_data);
+        n -= from_data;
+        let from_tail = n.min(usize::from(self.tail));
+        self.tail -= from_tail as u8;
+        // The rest came after the frame, all of it taken: `written` was `split`.
+        self.written += n - from_tail;
+        Poll::Ready(Ok(written))
     }
 }
 
@@ -177,6 +207,42 @@ mod tests {
         fn wake(self: Arc<Self>) {
             self.0.notify_one();
         }
+    }
+
+    /// What is queued after a large data frame is written after it: a chunked body
+    /// ending with one, its last chunk behind it (it went before the frame once,
+    /// breaking the body's framing), and a socket that takes a few bytes at a time.
+    #[tokio::test]
+    async fn bytes_queued_after_a_large_frame_are_written_after_it() {
+        let data = Bytes::from(vec![b'x'; COPY_MAX + 1]);
+        let mut expected = format!("{:x}\r\n", data.len()).into_bytes();
+        expected.extend_from_slice(&data);
+        expected.extend_from_slice(b"\r\n0\r\n\r\n");
+        let mut out = Outgoing::default();
+        out.push_data(data.clone(), true);
+        out.push_last_chunk(None);
+        assert_eq!(out.pending(), expected.len());
+        let mut written = Vec::new();
+        std::future::poll_fn(|cx| out.poll_write(&mut written, cx))
+            .await
+            .unwrap();
+        assert_eq!(written, expected);
+        // Five bytes a write.
+        let mut out = Outgoing::default();
+        out.push_data(data, true);
+        out.push_last_chunk(None);
+        let (mut writer, mut reader) = tokio::io::duplex(5);
+        let read = tokio::spawn(async move {
+            let mut got = Vec::new();
+            reader.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        std::future::poll_fn(|cx| out.poll_write(&mut writer, cx))
+            .await
+            .unwrap();
+        assert_eq!(out.pending(), 0);
+        drop(writer);
+        assert_eq!(read.await.unwrap(), expected);
     }
 
     /// A plain TCP socket is written without tokio's poll while it takes bytes; once
