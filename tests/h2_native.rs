@@ -619,6 +619,58 @@ async fn a_header_block_without_end_is_refused_at_its_bound() {
     assert_eq!(raw.goaway().await, Some(ENHANCE_YOUR_CALM));
 }
 
+/// Kestrel's `Http2.MaxFrameSize` and `HeaderTableSize`: both said in the server's
+/// SETTINGS; a frame up to the larger size is taken; a table lowered to 0 applies once
+/// the client has acknowledged it, and the client's next block must then begin with the
+/// size update (RFC 7541 §4.2), else COMPRESSION_ERROR.
+#[tokio::test]
+async fn a_larger_frame_size_and_a_smaller_table_follow_the_configuration() {
+    let limits: fuseway::config::ServerLimits =
+        serde_json::from_str(r#"{ "Http2": { "MaxFrameSize": 32768, "HeaderTableSize": 0 } }"#)
+            .unwrap();
+    let (addr, _backend, _stop) = serving(ServerOptions::default().limits(&limits)).await;
+    let mut raw = Raw::connect(addr).await;
+    let settings = loop {
+        let (kind, flags, _, payload) = raw.next().await.expect("the server's SETTINGS");
+        if kind == SETTINGS && flags & 1 == 0 {
+            break payload;
+        }
+    };
+    let settings: Vec<(u16, u32)> = settings
+        .chunks(6)
+        .map(|s| {
+            (
+                u16::from_be_bytes([s[0], s[1]]),
+                u32::from_be_bytes([s[2], s[3], s[4], s[5]]),
+            )
+        })
+        .collect();
+    assert!(settings.contains(&(0x5, 32_768)), "{settings:?}");
+    assert!(settings.contains(&(0x1, 0)), "{settings:?}");
+    // Not acknowledged yet: HTTP/2's default table; a body in one 20 000-byte frame.
+    raw.send(HEADERS, END_HEADERS, 1, &post("/big")).await;
+    raw.send(DATA, END_STREAM, 1, &[b'x'; 20_000]).await;
+    let (kind, _, stream, _) = raw.next_event().await.unwrap();
+    assert_eq!((kind, stream), (HEADERS, 1));
+    let (_, _, _, body) = raw.next_event().await.unwrap();
+    assert_eq!(body, b"/big 20000 0");
+    // Acknowledged: the next block begins with the update to 0, and is served.
+    raw.send(SETTINGS, 1, 0, &[]).await;
+    let mut block = vec![0x20];
+    block.extend(get("/updated"));
+    raw.send(HEADERS, END_STREAM | END_HEADERS, 3, &block).await;
+    let (kind, _, stream, _) = raw.next_event().await.unwrap();
+    assert_eq!((kind, stream), (HEADERS, 3));
+    let (_, _, _, body) = raw.next_event().await.unwrap();
+    assert_eq!(body, b"/updated 0 0");
+    // Without the update: COMPRESSION_ERROR.
+    let mut raw = Raw::connect(addr).await;
+    raw.send(SETTINGS, 1, 0, &[]).await;
+    raw.send(HEADERS, END_STREAM | END_HEADERS, 1, &get("/stale"))
+        .await;
+    assert_eq!(raw.goaway().await, Some(0x9));
+}
+
 /// Flow control both ways with hyper's client: a response body far larger than the
 /// client's stream window, and a request body larger than the server's 1 MiB windows;
 /// a head too large for one frame (CONTINUATION) reaches the destination whole.

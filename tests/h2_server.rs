@@ -119,16 +119,16 @@ async fn without_keep_alive_pings_none_is_sent() {
 
 /// What a server with `options` opens an h2c connection with, read until it answers a
 /// second PING, sent once it has answered the first (hyper's engine opens the
-/// connection's window in its next turn): its `SETTINGS_INITIAL_WINDOW_SIZE` and the
-/// connection's WINDOW_UPDATE (none: `None`).
-async fn opening_windows(options: ServerOptions) -> (Option<u32>, Option<u32>) {
+/// connection's window in its next turn): its SETTINGS and the connection's
+/// WINDOW_UPDATE (none: `None`).
+async fn opening(options: ServerOptions) -> (Vec<(u16, u32)>, Option<u32>) {
     let (addr, _backend, _stop) = serving(options).await;
     let mut stream = preface(addr).await;
     stream
         .write_all(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingping")
         .await
         .unwrap();
-    let (mut initial, mut update, mut answered) = (None, None, 0);
+    let (mut settings, mut update, mut answered) = (Vec::new(), None, 0);
     loop {
         let mut head = [0u8; 9];
         within("a frame", stream.read_exact(&mut head))
@@ -144,9 +144,10 @@ async fn opening_windows(options: ServerOptions) -> (Option<u32>, Option<u32>) {
             // SETTINGS (not the acknowledgement of ours).
             4 if head[4] & 1 == 0 => {
                 for setting in payload.chunks(6) {
-                    if setting[..2] == [0, 4] {
-                        initial = Some(u32::from_be_bytes(setting[2..6].try_into().unwrap()));
-                    }
+                    settings.push((
+                        u16::from_be_bytes([setting[0], setting[1]]),
+                        u32::from_be_bytes(setting[2..6].try_into().unwrap()),
+                    ));
                 }
             }
             4 => {}
@@ -157,7 +158,7 @@ async fn opening_windows(options: ServerOptions) -> (Option<u32>, Option<u32>) {
             6 if head[4] & 1 == 1 => {
                 answered += 1;
                 if answered == 2 {
-                    return (initial, update);
+                    return (settings, update);
                 }
                 stream
                     .write_all(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingpong")
@@ -167,6 +168,18 @@ async fn opening_windows(options: ServerOptions) -> (Option<u32>, Option<u32>) {
             _ => {}
         }
     }
+}
+
+/// What a server with `options` opens an h2c connection with: its
+/// `SETTINGS_INITIAL_WINDOW_SIZE` and the connection's WINDOW_UPDATE.
+async fn opening_windows(options: ServerOptions) -> (Option<u32>, Option<u32>) {
+    let (settings, update) = opening(options).await;
+    (setting(&settings, 0x4), update)
+}
+
+/// The value of setting `id` in `settings`, the last one sent.
+fn setting(settings: &[(u16, u32)], id: u16) -> Option<u32> {
+    settings.iter().rev().find(|s| s.0 == id).map(|s| s.1)
 }
 
 /// The windows a client gets for its request bodies: 1 MiB each by default; Kestrel's
@@ -185,4 +198,21 @@ async fn the_initial_windows_are_the_configured_ones() {
     let smallest =
         opening_windows(ServerOptions::default().http2_initial_windows(65_535, 65_535)).await;
     assert_eq!(smallest, (Some(65_535), None));
+}
+
+/// Kestrel's `Http2.MaxFrameSize` is said in the server's SETTINGS (HTTP/2's 16 384
+/// otherwise, said or not), on both engines; `MaxRequestHeadersTotalSize` is the
+/// header list's limit, as in Kestrel.
+#[tokio::test]
+async fn the_frame_size_and_header_list_are_the_configured_ones() {
+    let (settings, _) = opening(ServerOptions::default()).await;
+    assert_eq!(setting(&settings, 0x5).unwrap_or(16_384), 16_384);
+    assert_eq!(setting(&settings, 0x6), Some(64 * 1024));
+    let limits: fuseway::config::ServerLimits = serde_json::from_str(
+        r#"{ "MaxRequestHeadersTotalSize": 32768, "Http2": { "MaxFrameSize": 65536 } }"#,
+    )
+    .unwrap();
+    let (settings, _) = opening(ServerOptions::default().limits(&limits)).await;
+    assert_eq!(setting(&settings, 0x5), Some(65_536), "{settings:?}");
+    assert_eq!(setting(&settings, 0x6), Some(32_768), "{settings:?}");
 }

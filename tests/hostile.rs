@@ -550,6 +550,68 @@ async fn heads_over_the_limit_are_431() {
     f.proxy.shutdown().await;
 }
 
+/// Kestrel's `MaxRequestHeaderCount` (here 150, past the 100 the native engine parses
+/// in place) on both protocols, and `Http2.MaxRequestHeaderFieldSize` (here 1 KiB) on
+/// HTTP/2, its `:path` included: past them 431, at them served; HTTP/1.1's fields are
+/// bounded by the head's size alone.
+#[tokio::test]
+async fn header_counts_and_field_lengths_are_kept_to_their_limits() {
+    let f = Recorded::new(
+        options()
+            .max_request_headers(150)
+            .http2_max_header_field_size(Some(1024)),
+    )
+    .await;
+    // HTTP/1.1: `Host`, `Connection` and `n` more.
+    let head = |n: usize| {
+        let fields: String = (0..n).map(|i| format!("X-H{i}: v\r\n")).collect();
+        format!("GET /api/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{fields}\r\n")
+    };
+    let raw = raw_exchange(f.proxy.addr, head(148).as_bytes()).await;
+    assert_eq!(status_of(&raw), Some(200), "{raw}");
+    let raw = raw_exchange(f.proxy.addr, head(149).as_bytes()).await;
+    assert_eq!(status_of(&raw), Some(431), "{raw}");
+    let long = "v".repeat(2000);
+    let r = h1_client()
+        .get(f.proxy.url("/api/x"))
+        .header("x-long", &long)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // HTTP/2 (the client adds `accept`).
+    let h2 = |n: usize, value: &str, path: &str| {
+        let mut request = h2c_client().get(f.proxy.url(path));
+        for i in 0..n {
+            request = request.header(format!("x-h{i}"), value);
+        }
+        request.send()
+    };
+    assert_eq!(
+        h2(140, "v", "/api/x").await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        h2(160, "v", "/api/x").await.unwrap().status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    assert_eq!(
+        h2(1, &"v".repeat(1000), "/api/x").await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        h2(1, &"v".repeat(1100), "/api/x").await.unwrap().status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    let path = format!("/api/{}", "p".repeat(1100));
+    assert_eq!(
+        h2(0, "", &path).await.unwrap().status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    assert_eq!(f.api_seen().len(), 4, "only the requests within the limits");
+    f.proxy.shutdown().await;
+}
+
 // ===== slow clients =====
 
 /// A 300 ms header read timeout and an 800 ms keep-alive timeout.

@@ -62,8 +62,9 @@ pub struct ServerLimits {
     /// Longest HTTP/1.1 request line, in bytes (8 KiB); longer ones get 414.
     #[serde(default)]
     pub max_request_line_size: Option<u64>,
-    /// Largest HTTP/1.1 request head, in bytes (fuseway's default 64 KiB, Kestrel's 32
-    /// KiB); larger ones get 431.
+    /// Largest request head, in bytes: an HTTP/1.1 head, an HTTP/2 header list
+    /// (`SETTINGS_MAX_HEADER_LIST_SIZE`) (fuseway's default 64 KiB, Kestrel's 32 KiB);
+    /// larger ones get 431.
     #[serde(default)]
     pub max_request_headers_total_size: Option<u64>,
     /// The slowest a request body may arrive (`--min-request-body-rate`; 240 bytes a
@@ -85,9 +86,10 @@ pub struct ServerLimits {
     /// HTTP/2's limits.
     #[serde(default)]
     pub http2: Option<Http2Limits>,
-    /// Not applied: fuseway has a fixed 100 (Kestrel's default).
+    /// Most header fields in a request, HTTP/1.1 and HTTP/2 (100, Kestrel's default);
+    /// more get 431.
     #[serde(default)]
-    pub max_request_header_count: Option<Ignored>,
+    pub max_request_header_count: Option<u32>,
     /// Not applied: fuseway buffers as its engines do.
     #[serde(default)]
     pub max_request_buffer_size: Option<Ignored>,
@@ -117,15 +119,19 @@ pub struct Http2Limits {
     /// How long a ping's answer is awaited before the connection is closed (20 s).
     #[serde(default)]
     pub keep_alive_ping_timeout: Option<ConfigDuration>,
-    /// Not applied (fuseway's HPACK table is 4 KiB, HTTP/2's default).
+    /// The HPACK table a client's header blocks may use, in bytes
+    /// (`SETTINGS_HEADER_TABLE_SIZE`; 4 096, HTTP/2's default). Not applied by hyper's
+    /// HTTP/2 engine.
     #[serde(default)]
-    pub header_table_size: Option<Ignored>,
-    /// Not applied (fuseway's frames are HTTP/2's default 16 KiB).
+    pub header_table_size: Option<u32>,
+    /// The largest frame a client may send, in bytes (`SETTINGS_MAX_FRAME_SIZE`; 16 384
+    /// to 16 777 215; 16 384, HTTP/2's default).
     #[serde(default)]
-    pub max_frame_size: Option<Ignored>,
-    /// Not applied (the header list is bounded whole, 64 KiB).
+    pub max_frame_size: Option<u32>,
+    /// The longest name or value of a request header field, in bytes (none but the
+    /// header list's by default; Kestrel's default 16 KiB); longer ones get 431.
     #[serde(default)]
-    pub max_request_header_field_size: Option<Ignored>,
+    pub max_request_header_field_size: Option<u32>,
     /// The window a client gets for its request bodies over the whole connection
     /// (bytes, 65 535 to 2^31 − 1; fuseway's default 1 MiB, Kestrel's too).
     #[serde(default)]
@@ -186,10 +192,6 @@ impl ServerLimits {
             }
         };
         note(
-            self.max_request_header_count.is_some(),
-            "MaxRequestHeaderCount",
-        );
-        note(
             self.max_request_buffer_size.is_some(),
             "MaxRequestBufferSize",
         );
@@ -202,14 +204,6 @@ impl ServerLimits {
             "MaxConcurrentUpgradedConnections",
         );
         note(self.http3.is_some(), "Http3");
-        if let Some(h2) = &self.http2 {
-            note(h2.header_table_size.is_some(), "Http2.HeaderTableSize");
-            note(h2.max_frame_size.is_some(), "Http2.MaxFrameSize");
-            note(
-                h2.max_request_header_field_size.is_some(),
-                "Http2.MaxRequestHeaderFieldSize",
-            );
-        }
         keys
     }
 

@@ -1208,6 +1208,8 @@ mod tests {
                 "MaxRequestBodySize": null,
                 "MinResponseDataRate": null,
                 "MinRequestBodyDataRate": { "bytesPerSecond": 100, "GracePeriod": "00:00:10" },
+                "MaxRequestHeaderCount": "20",
+                "Http3": { "MaxRequestHeaderFieldSize": 1 },
                 "Http2": { "MaxStreamsPerConnection": 50, "InitialStreamWindowSize": "100000", "HeaderTableSize": 1 }
             } }, "ReverseProxy": {} }"#,
             Format::Json,
@@ -1231,7 +1233,9 @@ mod tests {
             limits.http2.as_ref().unwrap().initial_stream_window_size,
             Some(100_000)
         );
-        assert_eq!(limits.unapplied(), ["Http2.HeaderTableSize"]);
+        assert_eq!(limits.max_request_header_count, Some(20));
+        assert_eq!(limits.http2.as_ref().unwrap().header_table_size, Some(1));
+        assert_eq!(limits.unapplied(), ["Http3"]);
 
         let config = parse(
             "[Limits]\nMaxRequestBodySize = 1000\nKeepAliveTimeout = \"5s\"\n",
@@ -1276,6 +1280,18 @@ mod tests {
             (
                 r#"{ "Limits": { "Http2": { "InitialConnectionWindowSize": 1000 } } }"#,
                 "Limits.Http2.InitialConnectionWindowSize",
+            ),
+            (
+                r#"{ "Limits": { "Http2": { "MaxFrameSize": 16383 } } }"#,
+                "Limits.Http2.MaxFrameSize",
+            ),
+            (
+                r#"{ "Limits": { "Http2": { "MaxRequestHeaderFieldSize": 0 } } }"#,
+                "Limits.Http2.MaxRequestHeaderFieldSize",
+            ),
+            (
+                r#"{ "Limits": { "MaxRequestHeaderCount": 0 } }"#,
+                "Limits.MaxRequestHeaderCount",
             ),
             (
                 r#"{ "Kestrel": { "Limits": { "MaxRequestBodySize": 1 } }, "ReverseProxy": { "Limits": { "MaxRequestBodySize": 2 } } }"#,

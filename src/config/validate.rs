@@ -74,13 +74,34 @@ pub(super) fn check_limits(limits: &ServerLimits, prefix: &str, errors: &mut Con
         limits.max_request_headers_total_size,
         "MaxRequestHeadersTotalSize",
     );
+    positive(
+        limits.max_request_header_count.map(u64::from),
+        "MaxRequestHeaderCount",
+    );
     let http2 = limits.http2.as_ref();
+    positive(
+        http2
+            .and_then(|h| h.max_request_header_field_size)
+            .map(u64::from),
+        "Http2.MaxRequestHeaderFieldSize",
+    );
+
     positive(
         http2
             .and_then(|h| h.max_streams_per_connection)
             .map(u64::from),
         "Http2.MaxStreamsPerConnection",
     );
+    // Kestrel's bounds, HTTP/2's (RFC 9113 section 6.5.2).
+    if http2
+        .and_then(|h| h.max_frame_size)
+        .is_some_and(|n| !(16_384..=16_777_215).contains(&n))
+    {
+        errors.push(
+            format!("{prefix}.Http2.MaxFrameSize"),
+            "must be from 16384 (HTTP/2's default) to 16777215",
+        );
+    }
     for (value, key) in [
         (
             http2.and_then(|h| h.initial_connection_window_size),

@@ -12,7 +12,8 @@ use smallvec::SmallVec;
 /// Where something lies in a buffer: offset and length.
 type Span = (usize, usize);
 
-/// Most header fields in a request head (hyper's default as well).
+/// Room for header fields parsed in place (hyper's default most, and Kestrel's): a
+/// request with more is parsed again with room for its limit.
 pub(crate) const MAX_HEADERS: usize = 100;
 
 /// Size limits of a request head (`u32`s: they live in every connection's future).
@@ -22,15 +23,18 @@ pub(crate) struct Limits {
     max_head: u32,
     /// The request line (414 beyond).
     max_request_line: u32,
+    /// Header fields (431 beyond).
+    max_fields: u32,
 }
 
 impl Limits {
     /// The limits configured (each at most 4 GiB).
-    pub(crate) fn new(max_head: usize, max_request_line: usize) -> Self {
+    pub(crate) fn new(max_head: usize, max_request_line: usize, max_fields: u32) -> Self {
         let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         Limits {
             max_head: clamp(max_head),
             max_request_line: clamp(max_request_line),
+            max_fields,
         }
     }
 
@@ -118,8 +122,24 @@ pub(crate) fn parse_request(
     new_headers: impl FnOnce(usize) -> HeaderMap,
 ) -> Result<Option<RequestHead>, ParseError> {
     let mut uninit = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut more;
+    let max_fields = limits.max_fields as usize;
     let mut parsed = httparse::Request::new(&mut []);
-    let len = match parsed.parse_with_uninit_headers(buf, &mut uninit) {
+    let mut result =
+        parsed.parse_with_uninit_headers(buf, &mut uninit[..max_fields.min(MAX_HEADERS)]);
+    if let Err(httparse::Error::TooManyHeaders) = result {
+        if max_fields > MAX_HEADERS {
+            // More fields than there is room for here, and a limit that allows more:
+            // parsed again with room for as many as the limit or the head's lines.
+            std::hint::cold_path();
+            let lines =
+                memchr::memchr_iter(b'\n', &buf[..buf.len().min(limits.max_head())]).count();
+            more = vec![MaybeUninit::uninit(); max_fields.min(lines)];
+            parsed = httparse::Request::new(&mut []);
+            result = parsed.parse_with_uninit_headers(buf, &mut more);
+        }
+    }
+    let len = match result {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
             std::hint::cold_path();

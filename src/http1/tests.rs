@@ -7,7 +7,7 @@ use super::head::BodyLength;
 use super::*;
 
 fn limits() -> Limits {
-    Limits::new(1024, 128)
+    Limits::new(1024, 128, 100)
 }
 
 fn parse(raw: &str) -> Result<Option<RequestHead>, ParseError> {
@@ -152,7 +152,7 @@ fn limits_give_414_and_431() {
     );
     let many: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
     let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
-    let limits = Limits::new(64 * 1024, 128);
+    let limits = Limits::new(64 * 1024, 128, 100);
     assert_eq!(
         parse_request(
             &mut BytesMut::from(many.as_str()),

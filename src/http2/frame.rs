@@ -29,6 +29,7 @@ pub(crate) mod flag {
 
 /// Settings' identifiers (RFC 9113 §6.5.2; RFC 8441 §3).
 pub(crate) mod setting {
+    pub(crate) const HEADER_TABLE_SIZE: u16 = 0x1;
     pub(crate) const ENABLE_PUSH: u16 = 0x2;
     pub(crate) const MAX_CONCURRENT_STREAMS: u16 = 0x3;
     pub(crate) const INITIAL_WINDOW_SIZE: u16 = 0x4;

@@ -261,6 +261,13 @@ impl Decoder {
         }
     }
 
+    /// This endpoint's `SETTINGS_HEADER_TABLE_SIZE` is now `limit`: the peer has
+    /// acknowledged it. Lowered below the table's size, the peer's next block must
+    /// begin with a size update to at most it.
+    pub(crate) fn set_limit(&mut self, limit: usize) {
+        self.limit = u32::try_from(limit).unwrap_or(u32::MAX);
+    }
+
     /// Decode a whole header block (`block`: the HEADERS frame's fragment and those of
     /// its CONTINUATION frames, as one), handing each field to `sink` in order.
     pub(crate) fn decode(
@@ -272,6 +279,13 @@ impl Decoder {
         let mut fields = false;
         while at < block.len() {
             let first = block[at];
+            if !fields && first & 0xe0 != 0x20 && self.max_size > self.limit {
+                // RFC 7541 section 4.2: after the limit was lowered, a block begins
+                // with the update that brings the table under it.
+                return Err(CompressionError(
+                    "no table size update to the lowered limit",
+                ));
+            }
             if first & 0x80 != 0 {
                 let index = integer(block, &mut at, 7)?;
                 sink(self.get(index)?.clone());
@@ -762,6 +776,34 @@ mod tests {
         assert_eq!(table(&decoder).1, 32 + 2 + 1);
         decode(&mut decoder, "20 82");
         assert_eq!(table(&decoder), (vec![], 0));
+    }
+
+    /// A limit lowered (and acknowledged) below the table's size: the next block must
+    /// begin with a size update to at most it (RFC 7541 section 4.2).
+    #[test]
+    fn a_lowered_limit_needs_a_size_update_first() {
+        let mut decoder = Decoder::new(4096);
+        decode(&mut decoder, "4002 6f6b 0176");
+        decoder.set_limit(0);
+        assert_eq!(
+            decoder.decode(&hex("82"), |_| {}),
+            Err(CompressionError(
+                "no table size update to the lowered limit"
+            ))
+        );
+        let mut decoder = Decoder::new(4096);
+        decode(&mut decoder, "4002 6f6b 0176");
+        decoder.set_limit(100);
+        assert_eq!(
+            decoder.decode(&hex("3f46"), |_| {}),
+            Err(CompressionError("table size update past the limit"))
+        );
+        decode(&mut decoder, "3f45 82 be");
+        assert_eq!(table(&decoder), (vec![35], 35));
+        decode(&mut decoder, "82");
+        // Raised again: no update needed.
+        decoder.set_limit(4096);
+        decode(&mut decoder, "82");
     }
 
     /// What the encoder writes, the decoder reads back; the usual statuses and pseudo

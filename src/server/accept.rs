@@ -155,6 +155,7 @@ pub(super) fn served<S>(
     service: S,
     info: ConnectionInfo,
     certificate: Option<ClientCertificate>,
+    options: &ServerOptions,
 ) -> (Served<S>, Arc<idle::Activity>) {
     let activity = idle::Activity::new();
     let svc = Served {
@@ -162,6 +163,7 @@ pub(super) fn served<S>(
         info,
         certificate,
         activity: Some(activity.clone()),
+        fields: FieldLimits::new(options),
     };
     (svc, activity)
 }
@@ -269,7 +271,7 @@ where
         )))
     } else {
         let certificate = super::tls::certificate_of(&io).cloned();
-        let (service, activity) = served(service, info, certificate);
+        let (service, activity) = served(service, info, certificate, &shared.options);
         let connection = shared
             .builder
             .serve_connection_with_upgrades(
@@ -320,6 +322,12 @@ pub(super) async fn accept_loop<S>(
         // Kept per connection instead (`idle`): hyper's arms a timer per request.
         .header_read_timeout(None)
         .max_buf_size(options.max_header_size.max(8192));
+    if options.max_request_headers != 100 {
+        // Its default; another count has hyper take the fields' room from the heap.
+        builder
+            .http1()
+            .max_headers(options.max_request_headers as usize);
+    }
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -327,6 +335,7 @@ pub(super) async fn accept_loop<S>(
         .max_header_list_size(options.max_header_list_size)
         .initial_stream_window_size(options.http2_initial_stream_window)
         .initial_connection_window_size(options.http2_initial_connection_window)
+        .max_frame_size(options.http2_max_frame_size)
         .keep_alive_interval(options.http2_keep_alive_interval)
         .keep_alive_timeout(options.http2_keep_alive_timeout)
         // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).

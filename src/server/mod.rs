@@ -40,7 +40,7 @@ use accept::{accept_loop, bind, worker_listener};
 use balance::Balance;
 pub(crate) use balance::Place;
 pub use options::{Http1Engine, Http2Engine, MinDataRate, ServerOptions};
-use service::Served;
+use service::{FieldLimits, Served};
 pub use service::{IntoResponse, ProxyService};
 pub use tls::{
     tls_config_from_encrypted_pem, tls_config_from_files, tls_config_from_pem,

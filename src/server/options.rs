@@ -39,8 +39,21 @@ pub struct ServerOptions {
     /// Which engine serves HTTP/2 (default [`Http2Engine::Native`], or what
     /// `FUSEWAY_HTTP2_ENGINE` names).
     pub http2_engine: Http2Engine,
-    /// Largest header list on HTTP/2 (bytes; default 64 KiB).
+    /// Largest header list on HTTP/2 (bytes; default 64 KiB); larger ones get 431.
     pub max_header_list_size: u32,
+    /// Most header fields in a request, HTTP/1.1 and HTTP/2 (default 100, Kestrel's
+    /// `MaxRequestHeaderCount`); more get 431.
+    pub max_request_headers: u32,
+    /// The longest name or value of an HTTP/2 request header field (bytes; default
+    /// `None`: only the header list's limit; Kestrel's
+    /// `Http2.MaxRequestHeaderFieldSize`); longer ones get 431.
+    pub http2_max_header_field_size: Option<u32>,
+    /// The HPACK table an HTTP/2 client's header blocks may use (bytes; default 4 096,
+    /// HTTP/2's; Kestrel's `Http2.HeaderTableSize`). Not applied by hyper's engine.
+    pub http2_header_table_size: u32,
+    /// The largest frame an HTTP/2 client may send (bytes, 16 384 to 16 777 215;
+    /// default 16 384, HTTP/2's; Kestrel's `Http2.MaxFrameSize`).
+    pub http2_max_frame_size: u32,
     /// The window an HTTP/2 client gets for each stream's request body (bytes; default
     /// 1 MiB; Kestrel's `Http2.InitialStreamWindowSize`): what it may send before the
     /// pipeline reads it.
@@ -224,6 +237,10 @@ impl Default for ServerOptions {
             http1_engine: Http1Engine::from_env(),
             http2_engine: Http2Engine::from_env(),
             max_header_list_size: 64 * 1024,
+            max_request_headers: 100,
+            http2_max_header_field_size: None,
+            http2_header_table_size: 4096,
+            http2_max_frame_size: 16_384,
             http2_initial_stream_window: 1 << 20,
             http2_initial_connection_window: 1 << 20,
             graceful_timeout: Duration::from_secs(30),
@@ -287,7 +304,12 @@ impl ServerOptions {
             self.max_request_line = size(n);
         }
         if let Some(n) = limits.max_request_headers_total_size {
+            // Both protocols' head, as in Kestrel.
             self.max_header_size = size(n);
+            self.max_header_list_size = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(n) = limits.max_request_header_count {
+            self.max_request_headers = n;
         }
         let rate = |rate: Option<crate::config::DataRate>| {
             rate.and_then(|r| MinDataRate::unless_zero(r.bytes_per_second, timeout(r.grace_period)))
@@ -313,6 +335,15 @@ impl ServerOptions {
             }
             if let Some(n) = h2.initial_connection_window_size {
                 self.http2_initial_connection_window = n;
+            }
+            if let Some(n) = h2.header_table_size {
+                self.http2_header_table_size = n;
+            }
+            if let Some(n) = h2.max_frame_size {
+                self.http2_max_frame_size = n;
+            }
+            if let Some(n) = h2.max_request_header_field_size {
+                self.http2_max_header_field_size = Some(n);
             }
         }
         self
@@ -402,6 +433,30 @@ impl ServerOptions {
     /// Sets `max_header_list_size`.
     pub fn max_header_list_size(mut self, value: u32) -> Self {
         self.max_header_list_size = value;
+        self
+    }
+
+    /// Sets `max_request_headers`.
+    pub fn max_request_headers(mut self, value: u32) -> Self {
+        self.max_request_headers = value;
+        self
+    }
+
+    /// Sets `http2_max_header_field_size`.
+    pub fn http2_max_header_field_size(mut self, value: Option<u32>) -> Self {
+        self.http2_max_header_field_size = value;
+        self
+    }
+
+    /// Sets `http2_header_table_size`.
+    pub fn http2_header_table_size(mut self, value: u32) -> Self {
+        self.http2_header_table_size = value;
+        self
+    }
+
+    /// Sets `http2_max_frame_size` (16 384 to 16 777 215).
+    pub fn http2_max_frame_size(mut self, value: u32) -> Self {
+        self.http2_max_frame_size = value;
         self
     }
 

@@ -86,7 +86,8 @@ where
 ///
 /// On HTTP/1.1 connections it also marks the connection busy from the request's head
 /// until its response body has been sent (see [`idle`](super::idle)), and answers a
-/// request without `Host` with 400.
+/// request without `Host` with 400; an HTTP/2 request past its [`FieldLimits`] with
+/// 431.
 #[derive(Debug, Clone)]
 pub(crate) struct Served<S> {
     pub(crate) inner: S,
@@ -94,6 +95,39 @@ pub(crate) struct Served<S> {
     /// The client's certificate, put in each request's extensions.
     pub(crate) certificate: Option<ClientCertificate>,
     pub(crate) activity: Option<Arc<Activity>>,
+    pub(crate) fields: FieldLimits,
+}
+
+/// The limits of an HTTP/2 request's fields that hyper's engine (its `h2`) does not
+/// keep, kept here: how many regular fields, and how long a name or value may be (the
+/// native engine keeps them as it decodes; on HTTP/1.1 hyper counts the fields itself).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FieldLimits {
+    count: usize,
+    length: Option<usize>,
+}
+
+impl FieldLimits {
+    pub(crate) fn new(options: &super::ServerOptions) -> Self {
+        FieldLimits {
+            count: options.max_request_headers as usize,
+            length: options.http2_max_header_field_size.map(|n| n as usize),
+        }
+    }
+
+    /// Whether `request` (HTTP/2) is past them.
+    fn refuse<B>(&self, request: &Request<B>) -> bool {
+        let headers = request.headers();
+        headers.len() > self.count
+            || self.length.is_some_and(|max| {
+                let uri = request.uri();
+                uri.path_and_query().is_some_and(|p| p.as_str().len() > max)
+                    || uri.authority().is_some_and(|a| a.as_str().len() > max)
+                    || headers
+                        .iter()
+                        .any(|(name, value)| name.as_str().len().max(value.len()) > max)
+            })
+    }
 }
 
 impl<S, B> hyper::service::Service<Request<B>> for Served<S>
@@ -113,7 +147,17 @@ where
         if request.version() == http::Version::HTTP_11
             && !request.headers().contains_key(http::header::HOST)
         {
-            return ServedFuture::BadRequest { busy };
+            return ServedFuture::Refused {
+                status: http::StatusCode::BAD_REQUEST,
+                busy,
+            };
+        }
+        if request.version() == http::Version::HTTP_2 && self.fields.refuse(&request) {
+            tracing::debug!(remote = %self.info.remote, "request header fields past their limits; 431");
+            return ServedFuture::Refused {
+                status: http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                busy,
+            };
         }
         let info = self.info;
         let mut request = request.map(|body| Into::<Incoming>::into(body).with_connection(info));
@@ -147,7 +191,7 @@ pin_project! {
             busy: Option<Busy>,
         },
         Panicked { panic: Option<Box<dyn Any + Send>>, busy: Option<Busy> },
-        BadRequest { busy: Option<Busy> },
+        Refused { status: http::StatusCode, busy: Option<Busy> },
     }
 }
 
@@ -178,10 +222,9 @@ where
             ServedProj::Panicked { panic, busy } => {
                 (panic.take().expect("polled after completion"), busy.take())
             }
-            ServedProj::BadRequest { busy } => {
-                let mut response = Response::new(ServedBody::new(ProxyBody::empty(), busy.take()));
-                *response.status_mut() = http::StatusCode::BAD_REQUEST;
-                return Poll::Ready(Ok(response));
+            ServedProj::Refused { status, busy } => {
+                let body = ServedBody::new(ProxyBody::empty(), busy.take());
+                return Poll::Ready(Ok(status_response(*status).map(|_| body)));
             }
         };
         log_panic(&panic);

@@ -117,6 +117,7 @@ where
         limits: Limits::new(
             slots.options.max_header_size,
             slots.options.max_request_line,
+            slots.options.max_request_headers,
         ),
         channel: None,
         body: None,

@@ -238,19 +238,24 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         let mut write = Vec::new();
         buffers::ready_to_write(&mut write);
         let (stream_window, connection_window) = windows(&options);
-        frame::settings(
-            &mut write,
-            &[
-                (
-                    setting::MAX_CONCURRENT_STREAMS,
-                    options.max_concurrent_streams,
-                ),
-                (setting::INITIAL_WINDOW_SIZE, stream_window),
-                (setting::MAX_HEADER_LIST_SIZE, options.max_header_list_size),
-                (setting::ENABLE_PUSH, 0),
-                (setting::ENABLE_CONNECT_PROTOCOL, 1),
-            ],
-        );
+        let mut settings: smallvec::SmallVec<[(u16, u32); 7]> = smallvec::smallvec![
+            (
+                setting::MAX_CONCURRENT_STREAMS,
+                options.max_concurrent_streams,
+            ),
+            (setting::INITIAL_WINDOW_SIZE, stream_window),
+            (setting::MAX_HEADER_LIST_SIZE, options.max_header_list_size),
+            (setting::ENABLE_PUSH, 0),
+            (setting::ENABLE_CONNECT_PROTOCOL, 1),
+        ];
+        // Those at HTTP/2's defaults go unsaid.
+        if options.http2_max_frame_size != frame::DEFAULT_MAX_FRAME {
+            settings.push((setting::MAX_FRAME_SIZE, options.http2_max_frame_size));
+        }
+        if options.http2_header_table_size as usize != TABLE_SIZE {
+            settings.push((setting::HEADER_TABLE_SIZE, options.http2_header_table_size));
+        }
+        frame::settings(&mut write, &settings);
         if connection_window > frame::DEFAULT_WINDOW {
             frame::window_update(&mut write, 0, connection_window - frame::DEFAULT_WINDOW);
         }
@@ -267,6 +272,8 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 ..Timing::default()
             })
         });
+        // A lower table applies once the client has acknowledged it.
+        let decoder = hpack::Decoder::new(TABLE_SIZE.max(options.http2_header_table_size as usize));
         Conn {
             io,
             pipeline,
@@ -276,7 +283,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             read: BytesMut::new(),
             write,
             written: 0,
-            decoder: hpack::Decoder::new(TABLE_SIZE),
+            decoder,
             preface: false,
             settings: false,
             peer_window: frame::DEFAULT_WINDOW,
@@ -519,7 +526,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         }
         while self.read.len() >= frame::HEAD_LEN {
             let head = Head::parse(&self.read);
-            if head.len > frame::DEFAULT_MAX_FRAME {
+            if head.len > self.options.http2_max_frame_size {
                 return Err(ConnError(
                     Reason::FRAME_SIZE_ERROR,
                     "frame larger than allowed",
@@ -669,6 +676,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         }
         if head.flags & flag::ACK != 0 {
             return if payload.is_empty() {
+                // This server's one SETTINGS frame is acknowledged.
+                self.decoder
+                    .set_limit(self.options.http2_header_table_size as usize);
                 Ok(())
             } else {
                 Err(E(Reason::FRAME_SIZE_ERROR, "SETTINGS ACK with a payload"))
@@ -840,8 +850,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
     }
 
     fn on_headers(&mut self, id: u32, end_stream: bool, block: Bytes) -> Result<(), ConnError> {
-        let limit = self.options.max_header_list_size as usize;
-        let mut fields = Fields::new(limit);
+        let mut fields = Fields::new(&self.options);
         self.decoder
             .decode(&block, |field| fields.add(field))
             .map_err(|e| ConnError(Reason::COMPRESSION_ERROR, e.0))?;
@@ -862,7 +871,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 return Ok(());
             }
             if let Some(recv) = &stream.recv {
-                if fields.size > limit {
+                if fields.too_large() {
                     // As a chunked HTTP/1.1 body's trailer section over its limit: the
                     // body fails (the exchange answered 400 if it has not begun).
                     tracing::debug!(remote = %self.info.remote, stream = id, "request trailers over the header list limit; the body fails");
@@ -894,7 +903,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             frame::rst_stream(&mut self.write, id, Reason::REFUSED_STREAM);
             return Ok(());
         }
-        if fields.size > limit {
+        if fields.too_large() {
             tracing::debug!(remote = %self.info.remote, stream = id, "request header list too large; 431");
             self.answer(id, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, end_stream);
             return Ok(());
@@ -1300,6 +1309,13 @@ struct Fields {
     /// The header list's size (RFC 9113 §6.5.2).
     size: usize,
     limit: usize,
+    /// Regular fields, and how many may come.
+    count: u32,
+    max_count: u32,
+    /// The longest name or value a field may have.
+    max_field: usize,
+    /// A field past `max_count` or `max_field`.
+    over: bool,
     regular: bool,
     malformed: Option<&'static str>,
 }
@@ -1318,7 +1334,7 @@ struct Made {
 }
 
 impl Fields {
-    fn new(limit: usize) -> Fields {
+    fn new(options: &ServerOptions) -> Fields {
         let mut headers = buffers::Heads::Requests.take(8);
         headers.clear();
         Fields {
@@ -1329,10 +1345,22 @@ impl Fields {
             protocol: None,
             headers,
             size: 0,
-            limit,
+            limit: options.max_header_list_size as usize,
+            count: 0,
+            max_count: options.max_request_headers,
+            max_field: options
+                .http2_max_header_field_size
+                .map_or(usize::MAX, |n| n as usize),
+            over: false,
             regular: false,
             malformed: None,
         }
+    }
+
+    /// Past a limit of the header list: its size, its count of fields, a field's
+    /// length. Answered 431.
+    fn too_large(&self) -> bool {
+        self.size > self.limit || self.over
     }
 
     fn add(&mut self, field: Field) {
@@ -1341,6 +1369,9 @@ impl Fields {
             Field::Pseudo(pseudo, value) => {
                 if self.regular {
                     self.malformed = Some("a pseudo-header after a regular field");
+                }
+                if value.len() > self.max_field {
+                    self.over = true;
                 }
                 let slot = match pseudo {
                     Pseudo::Method => &mut self.method,
@@ -1362,8 +1393,14 @@ impl Fields {
                 if crate::http2::forbidden_field(&name, &value) {
                     self.malformed = Some("a connection-specific field");
                 }
-                // Past the limit the request is answered 431; the rest is not kept.
-                if self.size <= self.limit {
+                self.count += 1;
+                if self.count > self.max_count
+                    || name.as_str().len().max(value.len()) > self.max_field
+                {
+                    self.over = true;
+                }
+                // Past a limit the request is answered 431; the rest is not kept.
+                if !self.too_large() {
                     self.headers.append(name, value);
                 }
             }
