@@ -674,7 +674,8 @@ pub struct HttpRequestConfig {
     /// `RequestVersionOrLower` (default), `RequestVersionOrHigher`, `RequestVersionExact`.
     #[serde(default)]
     pub version_policy: Option<String>,
-    /// `false` (YARP's default, what fuseway does: responses stream); `true` is refused.
+    /// Responses stream either way, as under Kestrel, where `true` changes nothing
+    /// either (only IIS buffers a response YARP lets it).
     #[serde(default)]
     pub allow_response_buffering: Option<bool>,
 }

@@ -483,13 +483,6 @@ fn check_http_request(request: &HttpRequestConfig, path: &str, errors: &mut Conf
         &format!("{path}.ActivityTimeout"),
         errors,
     );
-    if request.allow_response_buffering == Some(true) {
-        errors.push(
-            format!("{path}.AllowResponseBuffering"),
-            "`true` is not supported: fuseway streams every response as it arrives (what \
-             `false`, YARP's default, asks for)",
-        );
-    }
 }
 
 fn check_http_client(client: &HttpClientConfig, path: &str, errors: &mut ConfigErrors) {
