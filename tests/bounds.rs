@@ -81,6 +81,50 @@ async fn connections_over_the_cap_wait_for_a_free_slot() {
     p.shutdown().await;
 }
 
+/// An upgraded connection (a WebSocket) leaves the connection cap once upgraded, as
+/// Kestrel releases it from `MaxConcurrentConnections`: at a cap of one, another
+/// client is served while the socket stays open.
+#[tokio::test]
+async fn an_upgraded_connection_leaves_the_connection_cap() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let _serial = SERIAL.lock().await;
+    let (ws_addr, _paths) = ws_echo().await;
+    let b = echo_backend().await;
+    let config = format!(
+        r#"{{
+  "Routes": {{
+    "ws": {{ "ClusterId": "ws", "Match": {{ "Path": "/ws" }} }},
+    "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }}
+  }},
+  "Clusters": {{
+    "ws": {{ "Destinations": {{ "d": {{ "Address": "http://{ws_addr}" }} }} }},
+    "c": {{ "Destinations": {{ "d": {{ "Address": "{}" }} }} }}
+  }}
+}}"#,
+        b.url()
+    );
+    let p = start(&config, options().max_connections(1)).await;
+    let (mut ws, _) = within(
+        "the WebSocket handshake",
+        tokio_tungstenite::connect_async(format!("ws://{}/ws", p.addr)),
+    )
+    .await
+    .unwrap();
+    let mut other = TcpStream::connect(p.addr).await.unwrap();
+    let answer = within(
+        "a request beside the socket",
+        request_on(&mut other, "/plain"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(other);
+    ws.send(Message::text("still open")).await.unwrap();
+    let echoed = within("the echo", ws.next()).await.unwrap().unwrap();
+    assert_eq!(echoed, Message::text("still open"));
+    p.shutdown().await;
+}
+
 /// At the cap, an idle keep-alive connection is closed to admit a new one (as nginx,
 /// out of `worker_connections`, does) — on the native engine, whose idle connections
 /// park. hyper's keeps its idle connections: the new one waits.

@@ -96,7 +96,8 @@ pub struct ServerLimits {
     /// Not applied: fuseway buffers as its engines do.
     #[serde(default)]
     pub max_response_buffer_size: Option<Ignored>,
-    /// Not applied: upgraded connections count in `MaxConcurrentConnections`.
+    /// Not applied: a connection leaves `MaxConcurrentConnections` once upgraded (as in
+    /// Kestrel), and upgraded ones are not counted apart.
     #[serde(default)]
     pub max_concurrent_upgraded_connections: Option<Ignored>,
     /// Not applied: fuseway serves no HTTP/3.

@@ -11,7 +11,7 @@ pub struct ServerOptions {
     /// longest-idle plain HTTP/1.1 connection the native engine has parked, as nginx
     /// does out of `worker_connections`; with none parked (TLS, HTTP/2 and hyper's
     /// engine keep their idle connections open), the new one waits until one closes or
-    /// parks.
+    /// parks. A connection upgraded (a WebSocket) leaves the count, as in Kestrel.
     pub max_connections: usize,
     /// Most concurrent HTTP/2 streams per connection (default 100).
     pub max_concurrent_streams: u32,
