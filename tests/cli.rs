@@ -197,6 +197,64 @@ async fn yarp_sample_appsettings_is_served_unchanged_with_an_env_override() {
     child.start_kill().unwrap();
 }
 
+/// A YARP container's ASP.NET variables, as Microsoft's guide to HTTPS in Docker sets
+/// them: `ASPNETCORE_URLS` and the default certificate
+/// (`ASPNETCORE_Kestrel__Certificates__Default__Path`, `KeyPath`), read under the file
+/// as ASP.NET's host reads them; and `Logging__LogLevel__Default` over the file's
+/// `Warning` (or the listening line, information, would not be logged).
+#[tokio::test]
+async fn a_containers_aspnetcore_variables_are_read() {
+    let backend = common::echo_backend().await;
+    let dir = TempDir::new("cli-aspnetcore-variables");
+    let ca = std::fs::read(common::localhost_certificates(&dir)).unwrap();
+    let file = dir.path().join("appsettings.json");
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{
+              "Logging": {{ "LogLevel": {{ "Default": "Warning" }} }},
+              "ReverseProxy": {{
+                "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "{{**catch-all}}" }} }} }},
+                "Clusters": {{ "c": {{ "Destinations": {{ "d": {{ "Address": "{}" }} }} }} }}
+              }}
+            }}"#,
+            backend.url()
+        ),
+    )
+    .unwrap();
+    let mut child = fuseway()
+        .env_remove("RUST_LOG")
+        .env("ASPNETCORE_URLS", "https://127.0.0.1:0")
+        .env(
+            "ASPNETCORE_Kestrel__Certificates__Default__Path",
+            dir.path().join("server.pem"),
+        )
+        .env(
+            "ASPNETCORE_Kestrel__Certificates__Default__KeyPath",
+            dir.path().join("server.key"),
+        )
+        .env("Logging__LogLevel__Default", "Information")
+        .arg("--config")
+        .arg(&file)
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child).await;
+    let client = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .timeout(common::LIMIT)
+        .build()
+        .unwrap();
+    let r = client
+        .get(format!("https://{addr}/hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "GET /hello");
+    child.start_kill().unwrap();
+}
+
 #[tokio::test]
 async fn lower_camel_case_file_is_served() {
     let backend = common::echo_backend().await;

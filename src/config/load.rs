@@ -16,7 +16,9 @@
 //! * Unknown keys inside the proxy object are errors, so a typo never silently
 //!   disables a setting.
 //! * [`parse_with_overrides`] applies .NET-style environment overrides
-//!   (`ReverseProxy__Clusters__c1__Destinations__d1__Address=...`) on top of the file.
+//!   (`ReverseProxy__Clusters__c1__Destinations__d1__Address=...`) on top of the file,
+//!   and ASP.NET's host variables (`ASPNETCORE_Kestrel__Certificates__Default__Path`)
+//!   under it.
 //! * `appsettings.json` has `appsettings.{Environment}.json` beside it layered on top
 //!   when that file exists ([`environment_file`], [`parse_layered`]), as ASP.NET's host
 //!   reads them: `ASPNETCORE_ENVIRONMENT`, else `DOTNET_ENVIRONMENT`, else `Production`
@@ -59,8 +61,37 @@ use super::{
 /// The top-level key of the proxy object in YARP's `appsettings.json`.
 const WRAPPER: &str = "ReverseProxy";
 
-/// The top-level sections environment overrides may set (`ReverseProxy__...`).
-const OVERRIDABLE: [&str; 3] = [WRAPPER, "Kestrel", "Listen"];
+/// The top-level keys of an ASP.NET configuration fuseway reads, which environment
+/// variables may set (`ReverseProxy__...`, `Kestrel__Limits__MaxRequestBodySize`,
+/// `Logging__LogLevel__Default`, `AllowedHosts`): the proxy's section, Kestrel's,
+/// fuseway's `Listen`, and ASP.NET's `Logging`, `AllowedHosts` and `Urls`.
+const OVERRIDABLE: [&str; 6] = [
+    WRAPPER,
+    "Kestrel",
+    "Listen",
+    "Logging",
+    "AllowedHosts",
+    "Urls",
+];
+
+/// The keys the bare shape's object has that a YARP file has at its top: with a bare
+/// object, a variable naming one sets the object's.
+const INSIDE_TOO: [&str; 3] = ["Listen", "Logging", "AllowedHosts"];
+
+/// The prefixes of ASP.NET's host configuration variables, the first over the second.
+/// Their keys lie under the configuration's files, as `WebApplicationBuilder` (.NET 7
+/// on) reads them: a file's key wins over `ASPNETCORE_Kestrel__...`.
+const HOST_PREFIXES: [&str; 2] = ["DOTNET_", "ASPNETCORE_"];
+
+/// A host configuration variable's prefix (its rank in [`HOST_PREFIXES`]) and key: the
+/// prefix matched ignoring case, as .NET matches it. `None` for any other name.
+fn host_variable(name: &str) -> Option<(usize, &str)> {
+    HOST_PREFIXES.iter().enumerate().find_map(|(rank, prefix)| {
+        name.get(..prefix.len())
+            .filter(|p| p.eq_ignore_ascii_case(prefix))
+            .map(|_| (rank, &name[prefix.len()..]))
+    })
+}
 
 /// The syntax of a configuration file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -466,8 +497,12 @@ pub fn parse(text: &str, format: Format) -> Result<ProxyConfig, ConfigErrors> {
 /// each `(name, value)` sets the key its `__`-separated name gives, matched ignoring
 /// case (`ReverseProxy__Routes__r1__Match__Path`, `Kestrel__Endpoints__Http__Url`,
 /// `ReverseProxy__Routes__r1__Match__Hosts__0` for a list's first item), creating
-/// sections that do not exist. [`env_overrides`] collects them from the environment,
-/// as containers set them.
+/// sections that do not exist. A name prefixed `DOTNET_` or `ASPNETCORE_` (ASP.NET's
+/// host variables: `ASPNETCORE_Kestrel__Certificates__Default__Path`) lies under the
+/// text instead: it sets its key only where neither the text nor an unprefixed name
+/// does (`DOTNET_` over `ASPNETCORE_`), as `WebApplicationBuilder` reads them. With a
+/// bare proxy object, `Listen__...`, `Logging__...` and `AllowedHosts` set the object's
+/// own. [`env_overrides`] collects them from the environment, as containers set them.
 ///
 /// ```
 /// use fuseway::config::{parse_with_overrides, Format};
@@ -644,14 +679,16 @@ pub fn load_file_with_overrides(
     parse_layered(&text, format, &layers, overrides)
 }
 
-/// The environment variables that override configuration keys, .NET style: those whose
-/// name is `ReverseProxy__...`, `Kestrel__...` or `Listen__...` (any case), in name order,
-/// and `AllowedHosts`; then ASP.NET's `ASPNETCORE_URLS`, else `ASPNETCORE_HTTP_PORTS` and
-/// `ASPNETCORE_HTTPS_PORTS` (`8080;8081`: every address), as the top-level `Urls`
-/// (listeners when `Kestrel.Endpoints` names none), as a YARP container has them; and
-/// the host's environment, `ASPNETCORE_ENVIRONMENT` else `DOTNET_ENVIRONMENT`, as
-/// `Environment` (its `appsettings.{Environment}.json`, and in `Development` the
-/// development certificate).
+/// The environment variables that override configuration keys, .NET style, in name
+/// order: those whose name is `ReverseProxy__...`, `Kestrel__...`, `Listen__...`,
+/// `Logging__...`, `AllowedHosts` or `Urls` (any case), and the same prefixed `DOTNET_`
+/// or `ASPNETCORE_` (ASP.NET's host variables, which [`parse_with_overrides`] lays under
+/// the file); where no `DOTNET_URLS` or `ASPNETCORE_URLS` is set, ASP.NET 8's
+/// `HTTP_PORTS` and `HTTPS_PORTS` (either prefix; `8080;8081`: every address), as
+/// `ASPNETCORE_URLS` (listeners when `Kestrel.Endpoints` names none), as a YARP
+/// container has them; and the host's environment, `ASPNETCORE_ENVIRONMENT` else
+/// `DOTNET_ENVIRONMENT`, as `Environment` (its `appsettings.{Environment}.json`, and in
+/// `Development` the development certificate).
 pub fn env_overrides() -> Vec<(String, String)> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -661,14 +698,12 @@ pub fn env_overrides() -> Vec<(String, String)> {
 
 /// [`env_overrides`] of the variables `env`.
 fn overrides_of(env: &[(String, String)]) -> Vec<(String, String)> {
-    let mut vars: Vec<(String, String)> = env
-        .iter()
-        .filter(|(k, _)| {
-            k.split_once("__")
-                .is_some_and(|(first, _)| OVERRIDABLE.iter().any(|s| s.eq_ignore_ascii_case(first)))
-        })
-        .cloned()
-        .collect();
+    let read = |name: &str| {
+        let key = host_variable(name).map_or(name, |(_, key)| key);
+        let first = key.split("__").next().unwrap_or(key);
+        OVERRIDABLE.iter().any(|s| s.eq_ignore_ascii_case(first))
+    };
+    let mut vars: Vec<(String, String)> = env.iter().filter(|(k, _)| read(k)).cloned().collect();
     vars.sort();
     let var = |name: &str| {
         env.iter()
@@ -676,19 +711,16 @@ fn overrides_of(env: &[(String, String)]) -> Vec<(String, String)> {
             .map(|(_, v)| v.trim())
             .filter(|v| !v.is_empty())
     };
-    // ASP.NET's unprefixed variables that fuseway reads: `AllowedHosts` (the key's
-    // case is not the variable's, as .NET's configuration keys).
-    if let Some((_, hosts)) = env
+    // ASP.NET 8's ports on every address, where no `URLS` is set among the host's
+    // variables (`HTTP_PORTS` and `HTTPS_PORTS` together; `DOTNET_` over `ASPNETCORE_`).
+    let urls_set = vars
         .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("AllowedHosts"))
-    {
-        vars.push(("AllowedHosts".to_string(), hosts.clone()));
-    }
-    // `ASPNETCORE_URLS`, else the ports on every address (ASP.NET 8's
-    // `ASPNETCORE_HTTP_PORTS` and `ASPNETCORE_HTTPS_PORTS`, together).
-    let urls = var("ASPNETCORE_URLS").map(str::to_string).or_else(|| {
+        .any(|(k, _)| host_variable(k).is_some_and(|(_, key)| key.eq_ignore_ascii_case("Urls")));
+    if !urls_set {
         let ports = |name: &str, scheme: &str| {
-            var(name)
+            HOST_PREFIXES
+                .iter()
+                .find_map(|prefix| var(&format!("{prefix}{name}")))
                 .into_iter()
                 .flat_map(|ports| ports.split(';'))
                 .map(str::trim)
@@ -696,12 +728,11 @@ fn overrides_of(env: &[(String, String)]) -> Vec<(String, String)> {
                 .map(|port| format!("{scheme}://*:{port}"))
                 .collect::<Vec<_>>()
         };
-        let mut urls = ports("ASPNETCORE_HTTP_PORTS", "http");
-        urls.extend(ports("ASPNETCORE_HTTPS_PORTS", "https"));
-        (!urls.is_empty()).then(|| urls.join(";"))
-    });
-    if let Some(urls) = urls {
-        vars.push(("Urls".to_string(), urls));
+        let mut urls = ports("HTTP_PORTS", "http");
+        urls.extend(ports("HTTPS_PORTS", "https"));
+        if !urls.is_empty() {
+            vars.push(("ASPNETCORE_URLS".to_string(), urls.join(";")));
+        }
     }
     // The host's environment, as ASP.NET's web host reads it.
     if let Some(environment) = var("ASPNETCORE_ENVIRONMENT").or_else(|| var("DOTNET_ENVIRONMENT")) {
@@ -776,11 +807,34 @@ fn from_value(
     mut value: Value,
     overrides: &[(String, String)],
 ) -> Result<ProxyConfig, ConfigError> {
-    if !wrapped(value.as_object().into_iter().flat_map(|o| o.keys())) {
+    let bare = !wrapped(value.as_object().into_iter().flat_map(|o| o.keys()));
+    if bare {
         value = Value::Object([(WRAPPER.to_string(), value)].into_iter().collect());
     }
+    // The key a variable sets: a bare object's own `Listen`, `Logging`, `AllowedHosts`.
+    fn key_in(bare: bool, key: &str) -> std::borrow::Cow<'_, str> {
+        let first = key.split("__").next().unwrap_or(key);
+        if bare && INSIDE_TOO.iter().any(|k| k.eq_ignore_ascii_case(first)) {
+            format!("{WRAPPER}__{key}").into()
+        } else {
+            key.into()
+        }
+    }
+    let key = |key| key_in(bare, key);
     for (name, setting) in overrides {
-        apply_override(&mut value, name, setting)?;
+        if host_variable(name).is_none() {
+            apply_override(&mut value, name, &key(name), setting, false)?;
+        }
+    }
+    // ASP.NET's host variables, under all of that: each sets what nothing above set.
+    for rank in 0..HOST_PREFIXES.len() {
+        for (name, setting) in overrides {
+            if let Some((prefix, host_key)) = host_variable(name) {
+                if prefix == rank {
+                    apply_override(&mut value, name, &key(host_key), setting, true)?;
+                }
+            }
+        }
     }
     let doc: Document = typed(value, true, |e: serde_json::Error| e.to_string())?;
     doc.into_config()
@@ -803,11 +857,18 @@ fn wrapped<'a>(keys: impl Iterator<Item = &'a String>) -> bool {
     aspnet && !bare
 }
 
-/// Set the key `name` (`A__B__0__C`) names to `setting`, as .NET's environment
-/// provider does: sections are matched ignoring case and made when missing; a list's
-/// items are numbered (an index one past the end appends).
-fn apply_override(root: &mut Value, name: &str, setting: &str) -> Result<(), ConfigError> {
-    let segments: Vec<&str> = name.split("__").collect();
+/// Set the key `key` (`A__B__0__C`) names to `setting` (from the variable `name`), as
+/// .NET's environment provider does: sections are matched ignoring case and made when
+/// missing; a list's items are numbered (an index one past the end appends). `under`:
+/// only where the key has no value yet (a value where a section would be stays too).
+fn apply_override(
+    root: &mut Value,
+    name: &str,
+    key: &str,
+    setting: &str,
+    under: bool,
+) -> Result<(), ConfigError> {
+    let segments: Vec<&str> = key.split("__").collect();
     let bad = |why: String| ConfigError::new("", format!("environment variable {name}: {why}"));
     if segments.iter().any(|s| s.is_empty()) {
         return Err(bad("empty section name".into()));
@@ -826,9 +887,10 @@ fn apply_override(root: &mut Value, name: &str, setting: &str) -> Result<(), Con
                     .keys()
                     .find(|k| k.eq_ignore_ascii_case(segment))
                     .cloned();
+                let set = last && !(under && existing.is_some());
                 let k = existing.unwrap_or_else(|| segment.to_string());
                 let child = map.entry(k).or_insert_with(fresh);
-                if last {
+                if set {
                     *child = Value::String(setting.to_string());
                 }
                 child
@@ -837,6 +899,7 @@ fn apply_override(root: &mut Value, name: &str, setting: &str) -> Result<(), Con
                 let index: usize = segment
                     .parse()
                     .map_err(|_| bad(format!("`{segment}` is not an index into a list")))?;
+                let existing = index < items.len();
                 if index == items.len() {
                     items.push(fresh());
                 }
@@ -846,11 +909,13 @@ fn apply_override(root: &mut Value, name: &str, setting: &str) -> Result<(), Con
                         "index {index} is past the list's end ({len} items)"
                     ))
                 })?;
-                if last {
+                if last && !(under && existing) {
                     *child = Value::String(setting.to_string());
                 }
                 child
             }
+            // What the file (or a variable over it) set stands.
+            _ if under => return Ok(()),
             _ => {
                 return Err(bad(format!(
                     "`{}` is a value, not a section",
@@ -1326,50 +1391,59 @@ mod tests {
         }
     }
 
+    /// The environment as `overrides_of` reads it.
+    fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        overrides_of(&vars)
+    }
+
     /// ASP.NET's `ASPNETCORE_URLS` (else `ASPNETCORE_HTTP_PORTS`) set the top-level
-    /// `Urls`, after the section overrides; the listeners they name, unless Kestrel has
-    /// endpoints.
+    /// `Urls` where the file sets none (a host variable, under the file); the listeners
+    /// they name, unless Kestrel has endpoints.
     #[test]
     fn aspnetcore_urls_and_ports_become_urls() {
-        let env = |vars: &[(&str, &str)]| {
-            vars.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+        let listen = |text: &str, overrides: &[(String, String)]| {
+            parse_with_overrides(text, Format::Json, overrides)
+                .unwrap()
+                .listen
+                .iter()
+                .map(|l| l.address().to_string())
                 .collect::<Vec<_>>()
         };
-        let listen = |overrides: &[(String, String)]| {
-            parse_with_overrides(
-                r#"{ "Urls": "http://localhost:1", "ReverseProxy": {} }"#,
-                Format::Json,
-                overrides,
-            )
-            .unwrap()
-            .listen
-            .iter()
-            .map(|l| l.address().to_string())
-            .collect::<Vec<_>>()
-        };
-        assert_eq!(listen(&overrides_of(&[])), ["127.0.0.1:1"]);
-        let urls = overrides_of(&env(&[
+        let bare = r#"{ "ReverseProxy": {} }"#;
+        let with_urls = r#"{ "Urls": "http://localhost:1", "ReverseProxy": {} }"#;
+        assert_eq!(listen(with_urls, &env(&[])), ["127.0.0.1:1"]);
+        let urls = env(&[
             ("ASPNETCORE_URLS", "http://127.0.0.1:5000;http://+:5001"),
             ("ASPNETCORE_HTTP_PORTS", "9"),
             ("Kestrel__Limits__MaxRequestBodySize", "5"),
             ("PATH", "/bin"),
-        ]));
+        ]);
         assert_eq!(urls.len(), 2, "{urls:?}");
-        assert_eq!(listen(&urls), ["127.0.0.1:5000", "0.0.0.0:5001"]);
-        let ports = overrides_of(&env(&[("ASPNETCORE_HTTP_PORTS", "8080; 8081")]));
-        assert_eq!(listen(&ports), ["0.0.0.0:8080", "0.0.0.0:8081"]);
+        assert_eq!(listen(bare, &urls), ["127.0.0.1:5000", "0.0.0.0:5001"]);
+        // The file's `Urls` wins, as in ASP.NET since .NET 7.
+        assert_eq!(listen(with_urls, &urls), ["127.0.0.1:1"]);
+        // An unprefixed `Urls` is over the file.
+        let over = env(&[("URLS", "http://127.0.0.1:2")]);
+        assert_eq!(listen(with_urls, &over), ["127.0.0.1:2"]);
+        let ports = env(&[("ASPNETCORE_HTTP_PORTS", "8080; 8081")]);
+        assert_eq!(listen(bare, &ports), ["0.0.0.0:8080", "0.0.0.0:8081"]);
+        assert_eq!(listen(with_urls, &ports), ["127.0.0.1:1"]);
         // HTTPS ports too, with the default certificate (ASP.NET 8's
-        // `ASPNETCORE_HTTPS_PORTS`), after the HTTP ones.
-        let ports = overrides_of(&env(&[
+        // `ASPNETCORE_HTTPS_PORTS`), after the HTTP ones; `DOTNET_` over `ASPNETCORE_`.
+        let ports = env(&[
             ("ASPNETCORE_HTTPS_PORTS", "8443"),
             ("ASPNETCORE_HTTP_PORTS", "8080"),
-        ]));
+            ("DOTNET_HTTP_PORTS", "8000"),
+        ]);
         assert_eq!(
             ports.last().unwrap(),
             &(
-                "Urls".to_string(),
-                "http://*:8080;https://*:8443".to_string()
+                "ASPNETCORE_URLS".to_string(),
+                "http://*:8000;https://*:8443".to_string()
             )
         );
         let text = r#"{ "ReverseProxy": {}, "Kestrel": { "Certificates": { "Default": { "Path": "c.pem", "KeyPath": "k.pem" } } } }"#;
@@ -1383,6 +1457,90 @@ mod tests {
         // Without a certificate for it, the HTTPS port is refused, named.
         let e = parse_with_overrides("{}", Format::Json, &ports).unwrap_err();
         assert_eq!(e.iter().next().unwrap().path, "Urls[1].Certificate", "{e}");
+    }
+
+    /// ASP.NET's host variables (`DOTNET_`, `ASPNETCORE_`, any case) lie under the
+    /// file, `DOTNET_` over `ASPNETCORE_`, as `WebApplicationBuilder` reads them; the
+    /// unprefixed ones over it. Microsoft's guide to HTTPS in Docker gives the default
+    /// certificate so; `Logging__LogLevel__Default` sets a level.
+    #[test]
+    fn host_variables_lie_under_the_file_and_plain_ones_over_it() {
+        let text =
+            r#"{ "ReverseProxy": {}, "Kestrel": { "Limits": { "MaxRequestBodySize": 100 } } }"#;
+        let limits = |overrides: Vec<(String, String)>| {
+            parse_with_overrides(text, Format::Json, &overrides)
+                .unwrap()
+                .limits
+        };
+        let limits_of = limits(env(&[
+            ("ASPNETCORE_Kestrel__Limits__MaxRequestBodySize", "5"),
+            ("aspnetcore_Kestrel__Limits__KeepAliveTimeout", "00:01:00"),
+            ("DOTNET_KESTREL__LIMITS__KEEPALIVETIMEOUT", "00:02:00"),
+        ]));
+        assert_eq!(limits_of.max_request_body_size, Some(Some(100)));
+        assert_eq!(
+            limits_of.keep_alive_timeout.map(|d| d.get().as_secs()),
+            Some(120)
+        );
+        let limits_of = limits(env(&[
+            ("ASPNETCORE_Kestrel__Limits__MaxRequestBodySize", "5"),
+            ("Kestrel__Limits__MaxRequestBodySize", "7"),
+        ]));
+        assert_eq!(limits_of.max_request_body_size, Some(Some(7)));
+
+        let docker = env(&[
+            ("ASPNETCORE_URLS", "https://+:443;http://+:80"),
+            (
+                "ASPNETCORE_Kestrel__Certificates__Default__Path",
+                "/https/app.pem",
+            ),
+            (
+                "ASPNETCORE_Kestrel__Certificates__Default__KeyPath",
+                "/https/app.key",
+            ),
+        ]);
+        let config =
+            parse_with_overrides(r#"{ "ReverseProxy": {} }"#, Format::Json, &docker).unwrap();
+        let tls: Vec<bool> = config
+            .listen
+            .iter()
+            .map(|l| matches!(l, ListenConfig::Full(e) if e.certificate.is_some()))
+            .collect();
+        assert_eq!(tls, [true, false]);
+
+        let logging =
+            r#"{ "Logging": { "LogLevel": { "Default": "Warning" } }, "ReverseProxy": {} }"#;
+        for (vars, expected) in [
+            (&[("Logging__LogLevel__Default", "Debug")][..], "debug"),
+            (
+                &[("ASPNETCORE_Logging__LogLevel__Default", "Debug")][..],
+                "warn",
+            ),
+        ] {
+            let config = parse_with_overrides(logging, Format::Json, &env(vars)).unwrap();
+            assert_eq!(
+                config.logging.directives().as_deref(),
+                Some(expected),
+                "{vars:?}"
+            );
+        }
+        // A bare object's own `AllowedHosts`, `Logging` and `Listen` are what the
+        // variables set.
+        let bare = r#"{ "AllowedHosts": "a.example", "Listen": ["127.0.0.1:1"], "Routes": {} }"#;
+        let config = parse_with_overrides(
+            bare,
+            Format::Json,
+            &env(&[
+                ("AllowedHosts", "b.example"),
+                ("Logging__LogLevel__Default", "Error"),
+                ("Listen__0", "127.0.0.1:2"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.allowed_hosts.as_deref(), Some("b.example"));
+        assert_eq!(config.logging.directives().as_deref(), Some("error"));
+        let addresses: Vec<&str> = config.listen.iter().map(|l| l.address()).collect();
+        assert_eq!(addresses, ["127.0.0.1:2"]);
     }
 
     /// ASP.NET reads configuration keys from unprefixed environment variables too:
