@@ -1413,7 +1413,7 @@ mod tests {
                 .map(|l| l.address().to_string())
                 .collect::<Vec<_>>()
         };
-        let bare = r#"{ "ReverseProxy": {} }"#;
+        let without_urls = r#"{ "ReverseProxy": {} }"#;
         let with_urls = r#"{ "Urls": "http://localhost:1", "ReverseProxy": {} }"#;
         assert_eq!(listen(with_urls, &env(&[])), ["127.0.0.1:1"]);
         let urls = env(&[
@@ -1423,14 +1423,20 @@ mod tests {
             ("PATH", "/bin"),
         ]);
         assert_eq!(urls.len(), 2, "{urls:?}");
-        assert_eq!(listen(bare, &urls), ["127.0.0.1:5000", "0.0.0.0:5001"]);
+        assert_eq!(
+            listen(without_urls, &urls),
+            ["127.0.0.1:5000", "0.0.0.0:5001"]
+        );
         // The file's `Urls` wins, as in ASP.NET since .NET 7.
         assert_eq!(listen(with_urls, &urls), ["127.0.0.1:1"]);
         // An unprefixed `Urls` is over the file.
         let over = env(&[("URLS", "http://127.0.0.1:2")]);
         assert_eq!(listen(with_urls, &over), ["127.0.0.1:2"]);
         let ports = env(&[("ASPNETCORE_HTTP_PORTS", "8080; 8081")]);
-        assert_eq!(listen(bare, &ports), ["0.0.0.0:8080", "0.0.0.0:8081"]);
+        assert_eq!(
+            listen(without_urls, &ports),
+            ["0.0.0.0:8080", "0.0.0.0:8081"]
+        );
         assert_eq!(listen(with_urls, &ports), ["127.0.0.1:1"]);
         // HTTPS ports too, with the default certificate (ASP.NET 8's
         // `ASPNETCORE_HTTPS_PORTS`), after the HTTP ones; `DOTNET_` over `ASPNETCORE_`.

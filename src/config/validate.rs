@@ -85,7 +85,6 @@ pub(super) fn check_limits(limits: &ServerLimits, prefix: &str, errors: &mut Con
             .map(u64::from),
         "Http2.MaxRequestHeaderFieldSize",
     );
-
     positive(
         http2
             .and_then(|h| h.max_streams_per_connection)

@@ -12,8 +12,8 @@ use smallvec::SmallVec;
 /// Where something lies in a buffer: offset and length.
 type Span = (usize, usize);
 
-/// Room for header fields parsed in place (hyper's default most, and Kestrel's): a
-/// request with more is parsed again with room for its limit.
+/// Header fields parsed in place (the default limit, hyper's and Kestrel's): a head
+/// with more, where the limit allows more, is parsed again with room for them.
 pub(crate) const MAX_HEADERS: usize = 100;
 
 /// Size limits of a request head (`u32`s: they live in every connection's future).

@@ -323,7 +323,8 @@ pub(super) async fn accept_loop<S>(
         .header_read_timeout(None)
         .max_buf_size(options.max_header_size.max(8192));
     if options.max_request_headers != 100 {
-        // Its default; another count has hyper take the fields' room from the heap.
+        // 100 is hyper's default, its fields' room on the stack; any other count has
+        // hyper allocate that room for each request, so it is set only when asked.
         builder
             .http1()
             .max_headers(options.max_request_headers as usize);
