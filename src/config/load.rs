@@ -1391,6 +1391,15 @@ mod tests {
         }
     }
 
+    /// Which of the configuration's listeners terminate TLS.
+    fn tls(config: &ProxyConfig) -> Vec<bool> {
+        config
+            .listen
+            .iter()
+            .map(|l| matches!(l, ListenConfig::Full(e) if e.certificate.is_some()))
+            .collect()
+    }
+
     /// The environment as `overrides_of` reads it.
     fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
         let vars: Vec<(String, String)> = vars
@@ -1454,12 +1463,7 @@ mod tests {
         );
         let text = r#"{ "ReverseProxy": {}, "Kestrel": { "Certificates": { "Default": { "Path": "c.pem", "KeyPath": "k.pem" } } } }"#;
         let config = parse_with_overrides(text, Format::Json, &ports).unwrap();
-        let tls: Vec<bool> = config
-            .listen
-            .iter()
-            .map(|l| matches!(l, ListenConfig::Full(e) if e.certificate.is_some()))
-            .collect();
-        assert_eq!(tls, [false, true]);
+        assert_eq!(tls(&config), [false, true]);
         // Without a certificate for it, the HTTPS port is refused, named.
         let e = parse_with_overrides("{}", Format::Json, &ports).unwrap_err();
         assert_eq!(e.iter().next().unwrap().path, "Urls[1].Certificate", "{e}");
@@ -1507,12 +1511,7 @@ mod tests {
         ]);
         let config =
             parse_with_overrides(r#"{ "ReverseProxy": {} }"#, Format::Json, &docker).unwrap();
-        let tls: Vec<bool> = config
-            .listen
-            .iter()
-            .map(|l| matches!(l, ListenConfig::Full(e) if e.certificate.is_some()))
-            .collect();
-        assert_eq!(tls, [true, false]);
+        assert_eq!(tls(&config), [true, false]);
 
         let logging =
             r#"{ "Logging": { "LogLevel": { "Default": "Warning" } }, "ReverseProxy": {} }"#;
