@@ -34,6 +34,10 @@ pub(crate) const READ_SIZE: usize = 8 * 1024;
 const ROOM: usize = 6;
 /// Buffers of each kind a thread keeps for its connections; more are freed.
 const KEEP: usize = 256;
+/// The largest read buffer a thread keeps: what one grows to under the default limits
+/// (a 64 KiB head, HTTP/2 frames of 16 KiB), so that steady traffic finds its buffers
+/// in the pool and a frame of megabytes leaves none of that size behind.
+const READ_KEPT_MAX: usize = 64 * 1024;
 
 thread_local! {
     static READ: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
@@ -150,12 +154,17 @@ pub(crate) fn poll_read<R: AsyncRead + Unpin>(
 
 /// Give an empty read buffer back to the pool (leaving `buf` without memory) if nothing
 /// else shares its memory. One still shared (a body chunk on its way) stays where it
-/// is: once the views are gone, its memory is reused in place.
+/// is: once the views are gone, its memory is reused in place. One that grew past
+/// [`READ_KEPT_MAX`] (a head or an HTTP/2 frame past the default limits: `MaxFrameSize`
+/// goes up to 16 MiB) is freed, not kept.
 pub(crate) fn release_read(buf: &mut BytesMut) {
     if !buf.is_empty() || buf.capacity() == 0 || !buf.try_reclaim(READ_SIZE) {
         return;
     }
     let taken = std::mem::take(buf);
+    if taken.capacity() > READ_KEPT_MAX {
+        return;
+    }
     READ.with(|p| {
         let mut pool = p.borrow_mut();
         if pool.len() < KEEP {
@@ -190,4 +199,23 @@ pub(crate) fn release_write(buf: &mut Vec<u8>) {
             pool.push(taken);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idle connection's read buffer goes back to the thread's pool, unless it grew
+    /// past what the default limits need: then it is freed.
+    #[test]
+    fn large_read_buffers_are_freed_not_pooled() {
+        let pooled = || READ.with(|p| p.borrow().len());
+        let before = pooled();
+        let mut small = BytesMut::with_capacity(READ_SIZE);
+        release_read(&mut small);
+        assert_eq!((small.capacity(), pooled()), (0, before + 1));
+        let mut large = BytesMut::with_capacity(1 << 20);
+        release_read(&mut large);
+        assert_eq!((large.capacity(), pooled()), (0, before + 1));
+    }
 }
