@@ -83,6 +83,12 @@ const INSIDE_TOO: [&str; 3] = ["Listen", "Logging", "AllowedHosts"];
 /// on) reads them: a file's key wins over `ASPNETCORE_Kestrel__...`.
 const HOST_PREFIXES: [&str; 2] = ["DOTNET_", "ASPNETCORE_"];
 
+/// Whether the first `__`-separated section of `key` is one of `names` (any case).
+fn first_section_in(key: &str, names: &[&str]) -> bool {
+    let first = key.split("__").next().unwrap_or(key);
+    names.iter().any(|name| name.eq_ignore_ascii_case(first))
+}
+
 /// A host configuration variable's prefix (its rank in [`HOST_PREFIXES`]) and key: the
 /// prefix matched ignoring case, as .NET matches it. `None` for any other name.
 fn host_variable(name: &str) -> Option<(usize, &str)> {
@@ -700,8 +706,7 @@ pub fn env_overrides() -> Vec<(String, String)> {
 fn overrides_of(env: &[(String, String)]) -> Vec<(String, String)> {
     let read = |name: &str| {
         let key = host_variable(name).map_or(name, |(_, key)| key);
-        let first = key.split("__").next().unwrap_or(key);
-        OVERRIDABLE.iter().any(|s| s.eq_ignore_ascii_case(first))
+        first_section_in(key, &OVERRIDABLE)
     };
     let mut vars: Vec<(String, String)> = env.iter().filter(|(k, _)| read(k)).cloned().collect();
     vars.sort();
@@ -813,8 +818,7 @@ fn from_value(
     }
     // The key a variable sets: a bare object's own `Listen`, `Logging`, `AllowedHosts`.
     fn key_in(bare: bool, key: &str) -> std::borrow::Cow<'_, str> {
-        let first = key.split("__").next().unwrap_or(key);
-        if bare && INSIDE_TOO.iter().any(|k| k.eq_ignore_ascii_case(first)) {
+        if bare && first_section_in(key, &INSIDE_TOO) {
             format!("{WRAPPER}__{key}").into()
         } else {
             key.into()
@@ -826,15 +830,17 @@ fn from_value(
             apply_override(&mut value, name, &key(name), setting, false)?;
         }
     }
-    // ASP.NET's host variables, under all of that: each sets what nothing above set.
-    for rank in 0..HOST_PREFIXES.len() {
-        for (name, setting) in overrides {
-            if let Some((prefix, host_key)) = host_variable(name) {
-                if prefix == rank {
-                    apply_override(&mut value, name, &key(host_key), setting, true)?;
-                }
-            }
-        }
+    // ASP.NET's host variables, under all of that: each sets what nothing above set,
+    // the higher prefix first.
+    let mut host: Vec<_> = overrides
+        .iter()
+        .filter_map(|(name, setting)| {
+            host_variable(name).map(|(rank, host_key)| (rank, name, host_key, setting))
+        })
+        .collect();
+    host.sort_by_key(|&(rank, ..)| rank);
+    for (_, name, host_key, setting) in host {
+        apply_override(&mut value, name, &key(host_key), setting, true)?;
     }
     let doc: Document = typed(value, true, |e: serde_json::Error| e.to_string())?;
     doc.into_config()
