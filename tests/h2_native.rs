@@ -671,6 +671,50 @@ async fn a_larger_frame_size_and_a_smaller_table_follow_the_configuration() {
     assert_eq!(raw.goaway().await, Some(0x9));
 }
 
+/// A client that lowers its HPACK table under 4 096 bytes (`SETTINGS_HEADER_TABLE_SIZE`,
+/// as nghttp2's `h2load --header-table-size` does) waits, from the server's
+/// acknowledgement, for a table size update at the start of the next header block (RFC
+/// 7541 §4.2): it comes once, first in that block (nghttp2 closes the connection with
+/// COMPRESSION_ERROR without it; the server used to send none). A client that raises
+/// the table gets none.
+#[tokio::test]
+async fn a_client_lowering_its_table_gets_the_size_update_once() {
+    let (addr, _backend, _stop) = serving(ServerOptions::default()).await;
+    for (size, update) in [(0u32, true), (100, true), (8_192, false)] {
+        let mut raw = Raw::connect(addr).await;
+        let mut setting = vec![0, 1];
+        setting.extend_from_slice(&size.to_be_bytes());
+        raw.send(SETTINGS, 0, 0, &setting).await;
+        let mut firsts = Vec::new();
+        let mut acks = 0;
+        for (id, path) in [(1, "/first"), (3, "/second")] {
+            raw.send(HEADERS, END_STREAM | END_HEADERS, id, &get(path))
+                .await;
+            loop {
+                let (kind, flags, stream, payload) = raw.next().await.expect("a frame");
+                if kind == SETTINGS && flags & 1 != 0 {
+                    acks += 1;
+                }
+                if kind == HEADERS {
+                    // Both SETTINGS (the preface's empty one, and this) acknowledged
+                    // before the first block.
+                    assert_eq!((stream, acks), (id, 2), "table size {size}");
+                    if payload[0] == 0x20 {
+                        assert_eq!(payload[1], 0x88, "the status after the update");
+                    }
+                    firsts.push(payload[0]);
+                    break;
+                }
+            }
+            let (kind, _, _, body) = raw.next_event().await.expect("the body");
+            assert_eq!((kind, &body[..]), (DATA, format!("{path} 0 0").as_bytes()));
+        }
+        // The update to 0 is 0x20; `:status 200` the static table's 8 (0x88).
+        let expected = if update { [0x20, 0x88] } else { [0x88, 0x88] };
+        assert_eq!(firsts, expected, "table size {size}");
+    }
+}
+
 /// Flow control both ways with hyper's client: a response body far larger than the
 /// client's stream window, and a request body larger than the server's 1 MiB windows;
 /// a head too large for one frame (CONTINUATION) reaches the destination whole.

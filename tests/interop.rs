@@ -1714,3 +1714,59 @@ socket.onclose = e => { if (lengths.length < 5) report("closed-" + e.code); };
     drop(browser);
     proxy.shutdown().await;
 }
+
+/// nghttp2 (the HTTP/2 library of curl, Apache and h2load) as fuseway's client and as
+/// its h2c destination, each lowering its HPACK table to 0 (`--header-table-size=0`):
+/// each then waits for the table size update RFC 7541 §4.2 asks of the other side at
+/// the start of its next header block, and closes the connection with
+/// COMPRESSION_ERROR without it (fuseway's native engines sent none, server side and
+/// client side). Two requests on one connection, each way: the update comes once.
+#[tokio::test]
+async fn nghttp2_with_its_table_lowered_on_both_sides_of_fuseway() {
+    let what = "nghttp2's client and server with a lowered table";
+    let (Some(nghttpd), Some(nghttp)) = (
+        installed(&["nghttpd"], "nghttp2-server", what),
+        installed(&["nghttp"], "nghttp2-client", what),
+    ) else {
+        return;
+    };
+    let dir = TempDir::new("interop-nghttp2");
+    std::fs::create_dir_all(dir.path().join("www")).unwrap();
+    dir.write("www/a.txt", "the first file\n");
+    dir.write("www/b.txt", "the second file\n");
+    let port = free_port();
+    let mut command = Command::new(&nghttpd);
+    command
+        .args(["--no-tls", "--header-table-size=0", "-d"])
+        .arg(dir.path().join("www"))
+        .arg(port.to_string());
+    let mut server = Program::start("nghttpd", command, port).await;
+    let proxy = proxy(&simple_config(
+        &[("nghttpd", &server.url(""))],
+        r#""HttpRequest": { "Version": "2", "VersionPolicy": "RequestVersionExact" },"#,
+    ))
+    .await;
+    let base = format!("http://{}", proxy.addr);
+    let out = within(
+        "nghttp",
+        Command::new(&nghttp)
+            .args(["--header-table-size=0", "--timeout=10"])
+            .args([format!("{base}/a.txt"), format!("{base}/b.txt")])
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Both bodies, in either order (two streams on one connection).
+    assert!(
+        stdout.len() == 31
+            && stdout.contains("the first file\n")
+            && stdout.contains("the second file\n"),
+        "nghttp printed {stdout:?} ({}; {stderr})",
+        out.status
+    );
+    assert!(out.status.success(), "{stderr}");
+    server.assert_running();
+}

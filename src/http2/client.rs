@@ -124,6 +124,8 @@ struct Inner {
     initial_window: i64,
     /// The destination's `SETTINGS_MAX_FRAME_SIZE`.
     max_frame: u32,
+    /// The size update the destination's decoder may wait for.
+    encoder: hpack::EncoderTable,
     /// What may still be sent on the connection.
     send_window: i64,
     /// What the destination may still send on the connection.
@@ -209,6 +211,20 @@ impl Inner {
                 driver.wake_by_ref();
             }
         }
+    }
+
+    /// Write the header block `encode` makes for stream `id`.
+    fn headers(&mut self, id: u32, end_stream: bool, encode: impl FnOnce(&mut Vec<u8>)) {
+        let was_empty = self.out.is_empty();
+        frame::headers_with(
+            &mut self.out,
+            &mut self.encoder,
+            id,
+            end_stream,
+            self.max_frame,
+            encode,
+        );
+        self.wrote(was_empty);
     }
 
     fn reset(&mut self, id: u32, reason: Reason) {
@@ -389,12 +405,7 @@ impl Sender {
         slot.send_window = send_window;
         slot.recv_window = i64::from(STREAM_WINDOW);
         slot.send_ended = end_stream;
-        let was_empty = inner.out.is_empty();
-        let max_frame = inner.max_frame;
-        frame::headers_with(&mut inner.out, id, end_stream, max_frame, |dst| {
-            encode_request(head, dst)
-        });
-        inner.wrote(was_empty);
+        inner.headers(id, end_stream, |dst| encode_request(head, dst));
         Poll::Ready(Ok(Stream {
             conn: self.0.clone(),
             at,
@@ -537,12 +548,7 @@ impl Stream {
                 return Ok(());
             }
             slot.send_ended = true;
-            let was_empty = inner.out.is_empty();
-            let max_frame = inner.max_frame;
-            frame::headers_with(&mut inner.out, self.id, true, max_frame, |dst| {
-                encode_fields(trailers, dst)
-            });
-            inner.wrote(was_empty);
+            inner.headers(self.id, true, |dst| encode_fields(trailers, dst));
             Ok(())
         })
     }
@@ -685,6 +691,7 @@ where
             max_streams: usize::MAX,
             initial_window: i64::from(frame::DEFAULT_WINDOW),
             max_frame: frame::DEFAULT_MAX_FRAME,
+            encoder: hpack::EncoderTable::Default,
             send_window: i64::from(frame::DEFAULT_WINDOW),
             recv_window: i64::from(CONN_WINDOW),
             credit: 0,
@@ -1095,7 +1102,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                     }
                     inner.max_frame = value;
                 }
-                // The table size only bounds a dynamic table this encoder does not use.
+                // Said once this frame's ACK is written, below.
+                setting::HEADER_TABLE_SIZE => inner.encoder.peer_limit(value),
                 _ => {}
             }
         }
@@ -1769,6 +1777,41 @@ mod tests {
             written < LIMIT,
             "the client read {written} bytes of PINGs from a destination that read none of its answers"
         );
+    }
+
+    /// A destination that lowers its HPACK table under 4 096 bytes waits, from the
+    /// client's acknowledgement, for a table size update at the start of the next
+    /// header block (RFC 7541 §4.2): it comes once, first in that block (nghttp2 fails
+    /// the connection with COMPRESSION_ERROR without it). One that raises the table
+    /// gets none.
+    #[tokio::test]
+    async fn a_lowered_table_gets_its_size_update_once() {
+        for (size, update) in [(0, true), (100, true), (8_192, false)] {
+            let (sender, mut peer) = connect(&[(setting::HEADER_TABLE_SIZE, size)]).await;
+            let mut blocks = Vec::new();
+            let mut acked = false;
+            for path in ["/1", "/2"] {
+                let _stream = open(&sender, &get(path)).await;
+                loop {
+                    let (head, payload) = read_frame(&mut peer).await;
+                    acked |= head.kind == kind::SETTINGS && head.flags == flag::ACK;
+                    if head.kind == kind::HEADERS {
+                        assert!(acked, "a block before the SETTINGS acknowledgement");
+                        blocks.push(payload);
+                        break;
+                    }
+                }
+            }
+            let mut decoder = Decoder::new(4096);
+            decoder.set_limit(size as usize);
+            for block in &blocks {
+                decoder.decode(&Bytes::from(block.clone()), |_| {}).unwrap();
+            }
+            // `:method GET` is the static table's 2; the update to 0 is 0x20.
+            let firsts: Vec<u8> = blocks.iter().map(|b| b[0]).collect();
+            let expected = if update { [0x20, 0x82] } else { [0x82, 0x82] };
+            assert_eq!(firsts, expected, "table size {size}");
+        }
     }
 
     #[tokio::test]

@@ -1,6 +1,8 @@
 //! HTTP/2 frames (RFC 9113 §4, §6): the nine-byte header, and writing the frames an
 //! endpoint sends.
 
+use super::hpack::EncoderTable;
+
 /// What a client sends first (RFC 9113 §3.4).
 pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -170,9 +172,11 @@ pub(crate) fn goaway(dst: &mut Vec<u8>, last_stream: u32, reason: Reason) {
 
 /// The header block `encode` appends to `dst`, framed in place: one HEADERS frame
 /// (no copy of the block), or, for a block longer than `max_frame`, a HEADERS frame
-/// and CONTINUATION frames (the block moved to make room for their headers).
+/// and CONTINUATION frames (the block moved to make room for their headers). The
+/// block begins with the table size update `table` owes the peer, if any.
 pub(crate) fn headers_with(
     dst: &mut Vec<u8>,
+    table: &mut EncoderTable,
     stream: u32,
     end_stream: bool,
     max_frame: u32,
@@ -181,6 +185,7 @@ pub(crate) fn headers_with(
     let max_frame = max_frame as usize;
     let start = dst.len();
     dst.extend_from_slice(&[0; HEAD_LEN]);
+    table.begin_block(dst);
     encode(dst);
     let len = dst.len() - start - HEAD_LEN;
     if len > max_frame {
@@ -251,9 +256,14 @@ mod tests {
     #[test]
     fn short_header_blocks_are_framed_in_place() {
         let mut out = vec![1, 2];
-        headers_with(&mut out, 3, false, 16_384, |dst| {
-            dst.extend_from_slice(b"abc")
-        });
+        headers_with(
+            &mut out,
+            &mut EncoderTable::Default,
+            3,
+            false,
+            16_384,
+            |dst| dst.extend_from_slice(b"abc"),
+        );
         assert_eq!(&out[..2], [1, 2]);
         assert_eq!(
             Head::parse(&out[2..]),
@@ -270,7 +280,9 @@ mod tests {
     #[test]
     fn long_header_blocks_continue() {
         let mut out = Vec::new();
-        headers_with(&mut out, 1, true, 4, |dst| dst.extend_from_slice(&[7; 10]));
+        headers_with(&mut out, &mut EncoderTable::Default, 1, true, 4, |dst| {
+            dst.extend_from_slice(&[7; 10])
+        });
         let frames: Vec<Head> = [0, 13, 26]
             .iter()
             .map(|&at| Head::parse(&out[at..]))

@@ -186,6 +186,47 @@ fn static_name_index(name: &HeaderName) -> Option<usize> {
         .map(|i| i + 15)
 }
 
+/// The encoding side of a connection's HPACK state. The encoder indexes nothing (every
+/// field is a literal without indexing, or the static table's), so it keeps no table;
+/// but the peer's decoder takes it to have one of the size its
+/// `SETTINGS_HEADER_TABLE_SIZE` allows, 4 096 at first. A peer that lowers that waits,
+/// from when this endpoint acknowledges its SETTINGS, for a dynamic table size update
+/// at the start of the next header block (RFC 7541 §4.2, §6.3), and without it fails
+/// the connection (nghttp2: `COMPRESSION_ERROR`). The update says 0, which no later
+/// setting can be under: it is sent once at most.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EncoderTable {
+    /// The peer takes the table to be 4 096 bytes (or more) and allows that.
+    #[default]
+    Default,
+    /// The peer lowered its limit: the next block begins with the update.
+    Lowered,
+    /// The update to 0 is sent.
+    Empty,
+}
+
+impl EncoderTable {
+    /// The peer's `SETTINGS_HEADER_TABLE_SIZE` is `limit` (call as its SETTINGS is
+    /// acknowledged: the next header block follows the acknowledgement).
+    pub(crate) fn peer_limit(&mut self, limit: u32) {
+        if *self == EncoderTable::Default && limit < DEFAULT_TABLE_SIZE {
+            *self = EncoderTable::Lowered;
+        }
+    }
+
+    /// Begin a header block in `dst`: with the size update the peer waits for, if it
+    /// does.
+    pub(crate) fn begin_block(&mut self, dst: &mut Vec<u8>) {
+        if *self == EncoderTable::Lowered {
+            put_integer(dst, 0x20, 5, 0);
+            *self = EncoderTable::Empty;
+        }
+    }
+}
+
+/// HTTP/2's initial `SETTINGS_HEADER_TABLE_SIZE` (RFC 9113 §6.5.2).
+const DEFAULT_TABLE_SIZE: u32 = 4_096;
+
 /// The decoding side of a connection's HPACK state.
 pub(crate) struct Decoder {
     /// Newest first.

@@ -155,9 +155,11 @@ struct Conn<I, P: ServeService> {
     /// How much of `write` is written.
     written: usize,
     decoder: hpack::Decoder,
-    /// The preface, then the client's SETTINGS, have come.
-    preface: bool,
-    settings: bool,
+    /// The size update the client's decoder may wait for.
+    encoder: hpack::EncoderTable,
+    /// How far the connection's opening (the preface, then the client's SETTINGS) has
+    /// come.
+    opening: Opening,
     /// The client's SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_FRAME_SIZE.
     peer_window: u32,
     peer_max_frame: u32,
@@ -186,6 +188,18 @@ struct Conn<I, P: ServeService> {
     full: bool,
     /// Keep-alive pings and the minimum rates' counts, once the connection needs them.
     timing: Option<Box<Timing>>,
+}
+
+/// What of a connection's opening has come (RFC 9113 §3.4): one byte, where two flags
+/// made room for no other in the connection's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// Waiting for the client's preface.
+    Preface,
+    /// The preface has come; its first frame must be SETTINGS.
+    Settings,
+    /// Both have come.
+    Open,
 }
 
 /// What a connection times, boxed and made only once it is needed (most connections
@@ -284,8 +298,8 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             write,
             written: 0,
             decoder,
-            preface: false,
-            settings: false,
+            encoder: hpack::EncoderTable::Default,
+            opening: Opening::Preface,
             peer_window: frame::DEFAULT_WINDOW,
             peer_max_frame: frame::DEFAULT_MAX_FRAME,
             send_window: frame::DEFAULT_WINDOW.into(),
@@ -510,7 +524,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         // What the frames answer is written to the connection's buffer (given back to
         // the worker while the connection waits).
         buffers::ready_to_write(&mut self.write);
-        if !self.preface {
+        if self.opening == Opening::Preface {
             if self.read.len() < frame::PREFACE.len() {
                 return if frame::PREFACE.starts_with(&self.read) {
                     Ok(())
@@ -522,7 +536,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 return Err(ConnError(Reason::PROTOCOL_ERROR, "no connection preface"));
             }
             self.read.advance(frame::PREFACE.len());
-            self.preface = true;
+            self.opening = Opening::Settings;
         }
         while self.read.len() >= frame::HEAD_LEN {
             let head = Head::parse(&self.read);
@@ -538,14 +552,14 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 break;
             }
             let payload = self.read.split_to(len).freeze().slice(frame::HEAD_LEN..);
-            if !self.settings {
+            if self.opening == Opening::Settings {
                 if head.kind != kind::SETTINGS || head.flags & flag::ACK != 0 {
                     return Err(ConnError(
                         Reason::PROTOCOL_ERROR,
                         "first frame not SETTINGS",
                     ));
                 }
-                self.settings = true;
+                self.opening = Opening::Open;
             }
             if let Some(ka) = self.timing.as_mut().and_then(|t| t.keep_alive.as_mut()) {
                 ka.heard = true;
@@ -722,8 +736,10 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                     }
                     self.peer_max_frame = value;
                 }
-                // The encoder keeps no table; the others bound what a server sends
-                // that this one does not (pushes) or are advisory.
+                // Said once this frame's ACK is written, below.
+                setting::HEADER_TABLE_SIZE => self.encoder.peer_limit(value),
+                // The others bound what a server sends that this one does not
+                // (pushes) or are advisory.
                 _ => {}
             }
         }
@@ -969,9 +985,14 @@ impl<I: Io, P: ServeService> Conn<I, P> {
 
     /// Answer a stream that never reached the pipeline with a bare status.
     fn answer(&mut self, id: u32, status: StatusCode, end_stream: bool) {
-        frame::headers_with(&mut self.write, id, true, self.peer_max_frame, |block| {
-            hpack::encode_status(status, block)
-        });
+        frame::headers_with(
+            &mut self.write,
+            &mut self.encoder,
+            id,
+            true,
+            self.peer_max_frame,
+            |block| hpack::encode_status(status, block),
+        );
         if !end_stream {
             // The rest of the request is not wanted (RFC 9113 §8.1).
             frame::rst_stream(&mut self.write, id, Reason::NO_ERROR);
@@ -1034,6 +1055,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         stream.continue_due = false;
         frame::headers_with(
             &mut self.write,
+            &mut self.encoder,
             stream.id,
             end,
             self.peer_max_frame,
@@ -1209,6 +1231,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                         let id = stream.id;
                         frame::headers_with(
                             &mut self.write,
+                            &mut self.encoder,
                             id,
                             true,
                             self.peer_max_frame,
@@ -1264,6 +1287,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 stream.continue_due = false;
                 frame::headers_with(
                     &mut self.write,
+                    &mut self.encoder,
                     stream.id,
                     false,
                     self.peer_max_frame,
