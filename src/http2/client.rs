@@ -134,8 +134,9 @@ struct Inner {
     credit: u32,
     /// The connection failed: every stream fails, none opens.
     failed: Option<Error>,
-    /// The destination's GOAWAY: no stream opens; streams above it failed.
-    goaway: Option<u32>,
+    /// The destination's GOAWAY (its last stream and error code): no stream opens;
+    /// streams above it failed.
+    goaway: Option<(u32, Reason)>,
     /// Exchanges waiting for room under the stream limit.
     openers: Vec<Waker>,
     /// The handles that may open streams ([`Sender`]s); at none, with no stream open,
@@ -838,8 +839,15 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
         };
         if n == 0 {
             self.eof = true;
-            let error = Error::new(Reason::NO_ERROR, "the destination closed the connection");
-            self.conn.lock().fail(error);
+            let mut inner = self.conn.lock();
+            // After a GOAWAY for an error, that error is the reason.
+            let error = match inner.goaway {
+                Some((_, reason)) if reason != Reason::NO_ERROR => {
+                    Error::new(reason, "the destination closed the connection with GOAWAY")
+                }
+                _ => Error::new(Reason::NO_ERROR, "the destination closed the connection"),
+            };
+            inner.fail(error);
             return Ok(true);
         }
         let conn = self.conn.clone();
@@ -980,7 +988,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Driver<I> {
                     payload[4], payload[5], payload[6], payload[7],
                 ]));
                 tracing::debug!(%reason, last, "an HTTP/2 destination sent GOAWAY");
-                inner.goaway = Some(last);
+                inner.goaway = Some((last, reason));
                 for slot in &mut inner.slots {
                     if slot.id > last {
                         slot.fail(Error::new(
@@ -1812,6 +1820,21 @@ mod tests {
             let expected = if update { [0x20, 0x82] } else { [0x82, 0x82] };
             assert_eq!(firsts, expected, "table size {size}");
         }
+    }
+
+    /// A destination that sends GOAWAY for an error and closes: the streams it kept
+    /// fail with that error, not as if it had closed without one.
+    #[tokio::test]
+    async fn a_goaway_for_an_error_is_the_reason_the_streams_fail() {
+        let (sender, mut peer) = connect(&[]).await;
+        let mut stream = open(&sender, &get("/")).await;
+        read_until(&mut peer, kind::HEADERS).await;
+        let mut out = Vec::new();
+        frame::goaway(&mut out, 1, Reason::COMPRESSION_ERROR);
+        peer.write_all(&out).await.unwrap();
+        drop(peer);
+        let error = response_head(&mut stream).await.unwrap_err();
+        assert_eq!(error.reason, Reason::COMPRESSION_ERROR);
     }
 
     #[tokio::test]
