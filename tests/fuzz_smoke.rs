@@ -141,6 +141,33 @@ fn regression_chunked_crash_ed088f10() {
     targets::chunked(&mut Unstructured::new(data)).expect("a whole input");
 }
 
+/// cargo-fuzz, `http2_engines` (2026-12-07): a CONNECT without `:authority`, which h2
+/// passes (an empty URI) and the native engine resets (RFC 9113 §8.5): a listed
+/// difference the target now allows for.
+#[test]
+fn regression_http2_engines_crash_fdd0a82c() {
+    let data: &[u8] = &[
+        37, 0, 3, 1, 243, 195, 44, 119, 0, 0, 0, 166, 0, 255, 255, 255, 255, 255, 255, 255, 255,
+        255, 255, 27, 0, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 29,
+    ];
+    targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
+}
+
+/// cargo-fuzz, `http2_engines` (2026-12-07): an extended CONNECT (`:protocol
+/// websocket`, `:scheme`, `:path`) without `:authority`, which both engines pass; the
+/// difference above must not be taken to cover it.
+#[test]
+fn regression_http2_engines_crash_b9e6947b() {
+    let data: &[u8] = &[
+        22, 2, 3, 1, 243, 195, 44, 119, 0, 0, 0, 32, 0, 255, 255, 255, 255, 255, 255, 255, 255, 1,
+        243, 195, 44, 119, 0, 255, 46, 60, 0, 0, 0, 255, 255, 255, 32, 255, 255, 255, 0, 255, 255,
+        255, 32, 3, 1, 243, 195, 44, 119, 0, 0, 0, 32, 0, 255, 255, 255, 255, 255, 255, 255, 255,
+        1, 243, 195, 44, 119, 0, 255, 46, 0, 0, 255, 255, 255, 32, 255, 255, 255, 255, 255, 255, 0,
+        255, 255, 255, 255, 255, 0, 255, 255, 0, 29,
+    ];
+    targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
+}
+
 #[test]
 fn fuzz_http1_engines() {
     run("http1_engines", structured(targets::http1_engines));

@@ -1677,8 +1677,11 @@ pub fn http2_engines(u: &mut Unstructured) -> Result<()> {
     });
     // What h2 passes and the native engine resets, as RFC 9113 and 9110 ask (listed in
     // the guide): an empty `content-length` (h2 reads it as 0; RFC 9110 §8.6 says
-    // `1*DIGIT`), and a request other than CONNECT without `:path` (h2 makes it an
-    // empty URI; RFC 9113 §8.3.1 makes `:path` mandatory).
+    // `1*DIGIT`), a request other than CONNECT without `:path` (h2 makes it an empty
+    // URI; RFC 9113 §8.3.1 makes `:path` mandatory), and a CONNECT without `:authority`
+    // (an empty URI too; §8.5 makes it the host and port to connect to). An extended
+    // CONNECT (RFC 8441: `:protocol`, `:scheme` and `:path`) without `:authority` both
+    // pass, its URI the path.
     let mut hyper = hyper;
     hyper.requests.retain(|q| {
         let empty_length = q
@@ -1686,8 +1689,10 @@ pub fn http2_engines(u: &mut Unstructured) -> Result<()> {
             .get_all(http::header::CONTENT_LENGTH)
             .iter()
             .any(|v| v.is_empty());
-        let no_path = q.method != http::Method::CONNECT && q.uri.path().is_empty();
-        !empty_length && !no_path
+        let connect = q.method == http::Method::CONNECT;
+        let no_path = !connect && q.uri.path().is_empty();
+        let no_authority = connect && q.uri.authority().is_none() && q.uri.path().is_empty();
+        !empty_length && !no_path && !no_authority
     });
     let heads = |r: &fuseway::testing::Replayed| {
         r.requests
