@@ -8,7 +8,9 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{backend, full, proxy_with, simple_config, within, ws_echo, Form, Proxy};
+use common::{
+    backend, full, proxy_with, proxy_with_limits, simple_config, within, ws_echo, Form, Proxy,
+};
 use futures_util::{SinkExt, StreamExt};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -343,6 +345,96 @@ async fn http2_extended_connect_refusals() {
         assert_eq!(body, "no websocket here");
         let ok = h2_connect(proxy.addr, "/ok").await;
         assert_eq!(ok.status(), StatusCode::BAD_GATEWAY, "{form:?}");
+        proxy.wait_idle("c", "d1").await;
+        proxy.shutdown().await;
+    }
+}
+
+/// Kestrel's `MaxConcurrentUpgradedConnections`: past it, an upgrade the destination
+/// agrees to is refused as Kestrel's `UpgradeAsync` refuses it under YARP — the client
+/// answered 502, the destination's upgraded connection closed —; the slot comes back
+/// when a socket closes. HTTP/1.1 upgrades and HTTP/2 extended CONNECT count together.
+#[tokio::test]
+async fn upgraded_connections_past_the_limit_are_refused() {
+    use hyper_util::rt::TokioIo;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    // A WebSocket destination that says when each of its sockets has ended.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let ended = ended_tx.clone();
+            tokio::spawn(async move {
+                if let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await {
+                    while let Some(Ok(msg)) = ws.next().await {
+                        if msg.is_text() && ws.send(msg).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = ended.send(());
+                }
+            });
+        }
+    });
+    let config = format!(
+        r#"{{ "Limits": {{ "MaxConcurrentUpgradedConnections": 1 }},
+        {} "#,
+        &simple_config(&[("d1", &format!("http://{addr}"))], "")[1..]
+    );
+    for form in FORMS {
+        let proxy = proxy_with_limits(&config, form).await;
+        let mut first = connect(&proxy, "/first").await;
+        let url = format!("ws://{}/second", proxy.addr);
+        let refused = within(
+            "the refused handshake",
+            tokio_tungstenite::connect_async(url),
+        )
+        .await
+        .expect_err("an upgrade past the limit");
+        let WsError::Http(response) = refused else {
+            panic!("{form:?}: {refused:?}");
+        };
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{form:?}");
+        // The destination's side of the refused one closes; the first stays open.
+        within("the refused socket's end", ended.recv())
+            .await
+            .unwrap();
+        // Over HTTP/2 too: extended CONNECT is refused the same way.
+        let response = h2_connect(proxy.addr, "/over-h2").await;
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{form:?}");
+        within("the refused tunnel's end", ended.recv())
+            .await
+            .unwrap();
+        first.send(Message::text("still open")).await.unwrap();
+        assert_eq!(next(&mut first).await, Message::text("still open"));
+        first.close(None).await.unwrap();
+        while let Some(Ok(_)) = within("close", first.next()).await {}
+        drop(first);
+        within("the first socket's end", ended.recv())
+            .await
+            .unwrap();
+        proxy.wait_idle("c", "d1").await;
+        // Its slot is back: an HTTP/2 tunnel now opens, and works.
+        let mut response = h2_connect(proxy.addr, "/after").await;
+        assert_eq!(response.status(), StatusCode::OK, "{form:?}");
+        let upgraded = within("the upgrade", hyper::upgrade::on(&mut response))
+            .await
+            .unwrap();
+        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(upgraded),
+            Role::Client,
+            None,
+        )
+        .await;
+        ws.send(Message::text("after")).await.unwrap();
+        assert_eq!(
+            within("the echo", ws.next()).await.unwrap().unwrap(),
+            Message::text("after")
+        );
+        drop(ws);
+        within("the tunnel's end", ended.recv()).await.unwrap();
         proxy.wait_idle("c", "d1").await;
         proxy.shutdown().await;
     }

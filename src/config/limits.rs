@@ -96,10 +96,11 @@ pub struct ServerLimits {
     /// Not applied: fuseway buffers as its engines do.
     #[serde(default)]
     pub max_response_buffer_size: Option<Ignored>,
-    /// Not applied: a connection leaves `MaxConcurrentConnections` once upgraded (as in
-    /// Kestrel), and upgraded ones are not counted apart.
+    /// Most upgraded connections (WebSockets, extended CONNECT tunnels) at once; `null`
+    /// or absent: no limit, Kestrel's default. Past it an upgrade is refused (`502`). A
+    /// connection leaves `MaxConcurrentConnections` once upgraded, as in Kestrel.
     #[serde(default)]
-    pub max_concurrent_upgraded_connections: Option<Ignored>,
+    pub max_concurrent_upgraded_connections: Option<u64>,
     /// Not applied: fuseway serves no HTTP/3.
     #[serde(default)]
     pub http3: Option<Ignored>,
@@ -199,10 +200,6 @@ impl ServerLimits {
         note(
             self.max_response_buffer_size.is_some(),
             "MaxResponseBufferSize",
-        );
-        note(
-            self.max_concurrent_upgraded_connections.is_some(),
-            "MaxConcurrentUpgradedConnections",
         );
         note(self.http3.is_some(), "Http3");
         keys

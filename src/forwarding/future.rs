@@ -65,7 +65,7 @@ enum State {
 /// upgrade request, and the gate of a held-back `Expect: 100-continue` body.
 #[derive(Debug, Default)]
 pub(super) struct Exchange {
-    pub(super) upgrade: Option<ClientUpgrade>,
+    pub(super) upgrade: Option<Box<ClientUpgrade>>,
     pub(super) gate: Option<Arc<Gate>>,
     /// When the request body last moved: the wait for the response head restarts
     /// from there (YARP's activity timeout counts progress in either direction).
@@ -180,21 +180,41 @@ impl Future for ResponseFuture {
                         }
                         (true, Some(client)) => {
                             std::hint::cold_path();
-                            let upstream = hyper::upgrade::on(&mut response);
-                            let (mut parts, _) = response.into_parts();
-                            client.response_head(&mut parts);
-                            parts.version = client_version;
-                            let (context, destination) = this.target.take().expect("target");
-                            let handoff = upgrade::spawn_tunnel(
-                                client,
-                                upstream,
-                                guard,
-                                activity_timeout,
-                                context.clone(),
-                                destination,
-                            );
-                            let body = ProxyBody::upgraded(handoff);
-                            return Poll::Ready(Ok(respond(parts, body, context, destination)));
+                            match client.take_slot() {
+                                // As Kestrel's `UpgradeAsync` under YARP: the
+                                // destination's connection closes (the response
+                                // dropped), the client is answered 502.
+                                Err(limit) => ForwardError::new(
+                                    ForwardErrorKind::UpgradeResponseClient,
+                                    format!(
+                                        "the server's {limit} upgraded connections \
+                                         (MaxConcurrentUpgradedConnections) are open"
+                                    ),
+                                ),
+                                Ok(slot) => {
+                                    let upstream = hyper::upgrade::on(&mut response);
+                                    let (mut parts, _) = response.into_parts();
+                                    client.response_head(&mut parts);
+                                    parts.version = client_version;
+                                    let (context, destination) =
+                                        this.target.take().expect("target");
+                                    let handoff = upgrade::spawn_tunnel(
+                                        *client,
+                                        upstream,
+                                        guard,
+                                        activity_timeout,
+                                        (context.clone(), destination),
+                                        slot,
+                                    );
+                                    let body = ProxyBody::upgraded(handoff);
+                                    return Poll::Ready(Ok(respond(
+                                        parts,
+                                        body,
+                                        context,
+                                        destination,
+                                    )));
+                                }
+                            }
                         }
                         (true, None) => {
                             std::hint::cold_path();

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 use super::ExchangeGuard;
 use crate::request::{ForwardErrorKind, RouteContext};
+use crate::server::counts::{UpgradeLimit, UpgradeSlot};
 use crate::server::{native, native_h2};
 
 /// Whether `headers` name `token` in `Connection` (comma-separated, case-insensitive).
@@ -111,6 +112,8 @@ pub(crate) struct ClientUpgrade {
     protocol: HeaderValue,
     /// The client used HTTP/2 extended CONNECT (answered `200`, not `101`).
     extended_connect: bool,
+    /// The server's count of upgraded connections, where it has a limit.
+    limit: Option<UpgradeLimit>,
 }
 
 impl std::fmt::Debug for ClientUpgrade {
@@ -125,13 +128,31 @@ impl ClientUpgrade {
     /// Take the upgrade from `request` if it is an upgrade request served by hyper
     /// (requests built in process have nothing to upgrade). An HTTP/2 extended
     /// CONNECT is rewritten in place into the HTTP/1.1 upgrade request to forward.
-    pub(crate) fn take<B>(request: &mut Request<B>) -> Option<ClientUpgrade> {
+    /// Boxed: upgrades are rare, and every forwarding future has room for one.
+    pub(crate) fn take<B>(request: &mut Request<B>) -> Option<Box<ClientUpgrade>> {
+        let mut upgrade = Self::take_client_side(request)?;
+        upgrade.limit = request.extensions_mut().remove::<UpgradeLimit>();
+        Some(Box::new(upgrade))
+    }
+
+    /// A slot among the server's upgraded connections for this one, now that the
+    /// destination has agreed (`Ok(None)`: the server keeps no count); the limit, when
+    /// it has none left.
+    pub(crate) fn take_slot(&self) -> Result<Option<UpgradeSlot>, usize> {
+        match &self.limit {
+            None => Ok(None),
+            Some(limit) => limit.try_take().map(Some).ok_or(limit.limit()),
+        }
+    }
+
+    fn take_client_side<B>(request: &mut Request<B>) -> Option<ClientUpgrade> {
         if let Some(native) = request.extensions_mut().remove::<native::OnUpgrade>() {
             let protocol = upgrade_protocol(request.headers(), request.version())?.clone();
             return Some(ClientUpgrade {
                 on_upgrade: ClientSide::Native(native),
                 protocol,
                 extended_connect: false,
+                limit: None,
             });
         }
         if let Some(h2) = request.extensions_mut().remove::<native_h2::OnUpgrade>() {
@@ -149,6 +170,7 @@ impl ClientUpgrade {
                 on_upgrade: ClientSide::Hyper(hyper::upgrade::on(request)),
                 protocol,
                 extended_connect: false,
+                limit: None,
             });
         }
         if request.version() != Version::HTTP_2 || request.method() != Method::CONNECT {
@@ -181,6 +203,7 @@ impl ClientUpgrade {
             on_upgrade,
             protocol,
             extended_connect: true,
+            limit: None,
         }
     }
 
@@ -248,14 +271,15 @@ impl Drop for Handoff {
 }
 
 /// Start the tunnel of an accepted upgrade: returns the handoff to put in the `101`
-/// response's body. The tunnel waits for both sides to be handed over by hyper.
+/// response's body. The tunnel waits for both sides to be handed over by hyper, and
+/// holds `slot` (its place among the server's upgraded connections) while it lasts.
 pub(crate) fn spawn_tunnel(
     client: ClientUpgrade,
     upstream: OnUpgrade,
     guard: ExchangeGuard,
     idle_timeout: Duration,
-    context: RouteContext,
-    destination: usize,
+    (context, destination): (RouteContext, usize),
+    slot: Option<UpgradeSlot>,
 ) -> Handoff {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(tunnel(
@@ -263,8 +287,8 @@ pub(crate) fn spawn_tunnel(
         upstream,
         rx,
         idle_timeout,
-        context,
-        destination,
+        (context, destination),
+        slot,
     ));
     Handoff {
         guard: Some(guard),
@@ -290,8 +314,8 @@ async fn tunnel(
     upstream: OnUpgrade,
     guard: oneshot::Receiver<ExchangeGuard>,
     idle_timeout: Duration,
-    context: RouteContext,
-    destination: usize,
+    (context, destination): (RouteContext, usize),
+    slot: Option<UpgradeSlot>,
 ) {
     // The body is dropped once hyper has taken the `101` head: from then on, the
     // tunnel owns the exchange.
@@ -309,6 +333,8 @@ async fn tunnel(
             (End::Destination, (0, 0))
         }
     };
+    // Both connections are closed: the server may upgrade another.
+    drop(slot);
     let dest = &context.cluster().destinations()[destination];
     tracing::debug!(
         route = context.route().id(),

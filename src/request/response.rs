@@ -37,6 +37,10 @@ pub enum ForwardErrorKind {
     ResponseBodyDestination,
     /// Writing the response body to the client failed.
     ResponseBodyClient,
+    /// The destination agreed to an upgrade (`101`) the client's side could not take:
+    /// the server's upgraded connections were at its limit
+    /// (`MaxConcurrentUpgradedConnections`; 502). Not the destination's failure.
+    UpgradeResponseClient,
 }
 
 impl ForwardErrorKind {

@@ -164,6 +164,7 @@ pub(super) fn served<S>(
         certificate,
         activity: Some(activity.clone()),
         fields: FieldLimits::new(options),
+        upgrades: options.upgrade_limit().cloned(),
     };
     (svc, activity)
 }

@@ -334,7 +334,7 @@ impl Server {
         let mut tasks = JoinSet::new();
         // One worker: the balance only keeps the connection limit.
         let lanes = Balance::lanes(self.options.max_connections, 1, self.listeners.len());
-        let options = Arc::new(self.options);
+        let options = Arc::new(self.options.own_upgrade_count());
         let lanes = lanes.into_iter().flatten();
         for (listener, lane) in self.listeners.into_iter().zip(lanes) {
             tasks.spawn(accept_loop(
@@ -388,7 +388,7 @@ impl Server {
         let (stop_tx, stop_rx) = watch::channel(false);
         let workers = workers.max(1);
         let lanes = Balance::lanes(self.options.max_connections, workers, self.listeners.len());
-        let options = Arc::new(self.options);
+        let options = Arc::new(self.options.own_upgrade_count());
         let make_service = Arc::new(make_service);
         let listeners = self
             .listeners

@@ -1,5 +1,6 @@
 //! What a server is configured with.
 
+use super::counts::UpgradeLimit;
 use super::*;
 
 /// Limits of the listening side, applied to every connection.
@@ -85,6 +86,9 @@ pub struct ServerOptions {
     /// at this rate closes the connection (on HTTP/2, the connection's writes
     /// together). Kept by the native engines.
     pub min_response_data_rate: Option<MinDataRate>,
+    /// Most upgraded connections at once (Kestrel's `MaxConcurrentUpgradedConnections`;
+    /// default none): see [`ServerOptions::max_upgraded_connections`].
+    upgraded: Option<UpgradeLimit>,
 }
 
 /// A minimum data rate: Kestrel's `MinDataRate`, at least `bytes_per_second` once
@@ -249,6 +253,7 @@ impl Default for ServerOptions {
             http2_idle_timeout: Duration::from_secs(130),
             min_request_body_data_rate: Some(MinDataRate::default()),
             min_response_data_rate: Some(MinDataRate::default()),
+            upgraded: None,
         }
     }
 }
@@ -310,6 +315,9 @@ impl ServerOptions {
         }
         if let Some(n) = limits.max_request_header_count {
             self.max_request_headers = n;
+        }
+        if let Some(n) = limits.max_concurrent_upgraded_connections {
+            self = self.max_upgraded_connections(Some(size(n)));
         }
         let rate = |rate: Option<crate::config::DataRate>| {
             rate.and_then(|r| MinDataRate::unless_zero(r.bytes_per_second, timeout(r.grace_period)))
@@ -433,6 +441,41 @@ impl ServerOptions {
     /// Sets `max_header_list_size`.
     pub fn max_header_list_size(mut self, value: u32) -> Self {
         self.max_header_list_size = value;
+        self
+    }
+
+    /// Most connections upgraded at once — WebSockets and other `Upgrade` protocols, and
+    /// HTTP/2 extended CONNECT tunnels — across the server (Kestrel's
+    /// `MaxConcurrentUpgradedConnections`; `None`, the default: no limit). Past it, an
+    /// upgrade the destination agrees to is refused, as Kestrel's under YARP: the
+    /// destination's connection is closed and the client answered `502`. An upgraded
+    /// connection leaves [`ServerOptions::max_connections`].
+    ///
+    /// ```
+    /// use fuseway::server::ServerOptions;
+    /// let options = ServerOptions::default().max_upgraded_connections(Some(1_000));
+    /// assert_eq!(options.upgraded_connection_limit(), Some(1_000));
+    /// ```
+    pub fn max_upgraded_connections(mut self, value: Option<usize>) -> Self {
+        self.upgraded = value.map(UpgradeLimit::new);
+        self
+    }
+
+    /// The limit [`ServerOptions::max_upgraded_connections`] sets.
+    pub fn upgraded_connection_limit(&self) -> Option<usize> {
+        self.upgraded.as_ref().map(UpgradeLimit::limit)
+    }
+
+    /// The count of upgraded connections under the limit, if there is one, for the
+    /// requests that may upgrade.
+    pub(crate) fn upgrade_limit(&self) -> Option<&UpgradeLimit> {
+        self.upgraded.as_ref()
+    }
+
+    /// These options with a count of upgraded connections of their own (a server's:
+    /// two servers made from clones of one `ServerOptions` count apart).
+    pub(crate) fn own_upgrade_count(mut self) -> Self {
+        self.upgraded = self.upgraded.map(|u| UpgradeLimit::new(u.limit()));
         self
     }
 

@@ -71,6 +71,7 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
                     certificate: None,
                     activity: None,
                     fields: super::FieldLimits::new(&options),
+                    upgrades: None,
                 };
                 let _ = hyper::server::conn::http1::Builder::new()
                     .max_buf_size(options.max_header_size.max(8192))
@@ -118,6 +119,7 @@ pub async fn replay_h2(engine: Http2Engine, input: &[u8]) -> Replayed {
                     certificate: None,
                     activity: None,
                     fields: super::FieldLimits::new(&options),
+                    upgrades: None,
                 };
                 let _ =
                     hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())

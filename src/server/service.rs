@@ -96,6 +96,9 @@ pub(crate) struct Served<S> {
     pub(crate) certificate: Option<ClientCertificate>,
     pub(crate) activity: Option<Arc<Activity>>,
     pub(crate) fields: FieldLimits,
+    /// The server's count of upgraded connections, put in each request that may
+    /// upgrade, where the server has a limit.
+    pub(crate) upgrades: Option<super::counts::UpgradeLimit>,
 }
 
 /// The limits of an HTTP/2 request's fields that hyper's engine (its `h2`) does not
@@ -103,23 +106,24 @@ pub(crate) struct Served<S> {
 /// native engine keeps them as it decodes; on HTTP/1.1 hyper counts the fields itself).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FieldLimits {
-    count: usize,
-    length: Option<usize>,
+    // 32-bit, as the options are: `Served` is in every connection's task.
+    count: u32,
+    length: Option<u32>,
 }
 
 impl FieldLimits {
     pub(crate) fn new(options: &super::ServerOptions) -> Self {
         FieldLimits {
-            count: options.max_request_headers as usize,
-            length: options.http2_max_header_field_size.map(|n| n as usize),
+            count: options.max_request_headers,
+            length: options.http2_max_header_field_size,
         }
     }
 
     /// Whether `request` (HTTP/2) is past them.
     fn refuse<B>(&self, request: &Request<B>) -> bool {
         let headers = request.headers();
-        headers.len() > self.count
-            || self.length.is_some_and(|max| {
+        headers.len() > self.count as usize
+            || self.length.map(|n| n as usize).is_some_and(|max| {
                 let uri = request.uri();
                 uri.path_and_query().is_some_and(|p| p.as_str().len() > max)
                     || uri.authority().is_some_and(|a| a.as_str().len() > max)
@@ -163,6 +167,16 @@ where
         let mut request = request.map(|body| Into::<Incoming>::into(body).with_connection(info));
         if let Some(certificate) = &self.certificate {
             request.extensions_mut().insert(certificate.clone());
+        }
+        // hyper gives a request that may upgrade (`Upgrade`, `CONNECT`) its `OnUpgrade`.
+        if let Some(limit) = &self.upgrades {
+            if request
+                .extensions()
+                .get::<hyper::upgrade::OnUpgrade>()
+                .is_some()
+            {
+                request.extensions_mut().insert(limit.clone());
+            }
         }
         let _current = info.enter();
         let _moment = crate::clock::Moment::open();

@@ -228,6 +228,18 @@ pub async fn proxy_with(config_json: &str, form: Form) -> Proxy {
     proxy_on(state, form).await
 }
 
+/// [`proxy_with`], the server's options taking the config's `Limits` (Kestrel's), as
+/// the binary's do.
+pub async fn proxy_with_limits(config_json: &str, form: Form) -> Proxy {
+    let config = parse(config_json, Format::Json).expect("valid config");
+    let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])
+        .await
+        .unwrap()
+        .options(test_options().limits(&config.limits));
+    let state = Arc::new(ProxyState::new(config).expect("valid state"));
+    proxy_served(server, state, form)
+}
+
 /// Start the default pipeline in `form` on 127.0.0.1:0 serving `state`.
 pub async fn proxy_on(state: Arc<ProxyState>, form: Form) -> Proxy {
     let server = Server::bind(&["127.0.0.1:0".parse().unwrap()])

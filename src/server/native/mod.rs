@@ -169,6 +169,13 @@ where
                         if let Some(certificate) = super::tls::certificate_of(&conn.io) {
                             request.extensions_mut().insert(certificate.clone());
                         }
+                        // Through `lent`, which the closure holds already: a capture
+                        // of its own would make the connection's future larger.
+                        if let (Some(_), Some(limit)) =
+                            (&message.upgrade, lent.slots.options.upgrade_limit())
+                        {
+                            request.extensions_mut().insert(limit.clone());
+                        }
                         let _current = info.enter();
                         let mut slot = lent.get();
                         let called = std::panic::catch_unwind(AssertUnwindSafe(|| {

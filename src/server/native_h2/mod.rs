@@ -940,6 +940,7 @@ impl<I: Io, P: ServeService> Conn<I, P> {
             expect_continue,
             upgrade,
         } = request;
+        let upgrading = upgrade.is_some();
         let i = match self.slots.iter().position(|s| s.stream.id == 0) {
             Some(i) => i,
             None => {
@@ -968,6 +969,9 @@ impl<I: Io, P: ServeService> Conn<I, P> {
         let mut request = request.map(|body| body.with_connection(self.info));
         if let Some(certificate) = super::tls::certificate_of(&self.io) {
             request.extensions_mut().insert(certificate.clone());
+        }
+        if let (true, Some(limit)) = (upgrading, self.options.upgrade_limit()) {
+            request.extensions_mut().insert(limit.clone());
         }
         let _current = self.info.enter();
         let slot = self.slots[i].as_mut().project();

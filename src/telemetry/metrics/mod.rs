@@ -364,6 +364,7 @@ pub fn kind_name(kind: ForwardErrorKind) -> &'static str {
         ForwardErrorKind::RequestBodyDestination => "RequestBodyDestination",
         ForwardErrorKind::ResponseBodyDestination => "ResponseBodyDestination",
         ForwardErrorKind::ResponseBodyClient => "ResponseBodyClient",
+        ForwardErrorKind::UpgradeResponseClient => "UpgradeResponseClient",
         _ => "Other",
     }
 }
