@@ -168,6 +168,25 @@ fn regression_http2_engines_crash_b9e6947b() {
     targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
 }
 
+/// cargo-fuzz, `http2_engines` (2026-12-07): a CONNECT (without `:protocol`) with DATA
+/// on its stream, which the native engine passed as the request's body and h2 leaves
+/// out of it (RFC 9110 §9.3.6: a CONNECT has no content; RFC 9113 §8.5: its DATA is a
+/// tunnel's); the native engine leaves it out now.
+#[test]
+fn regression_http2_engines_crash_689bdf59() {
+    let data: &[u8] = &[
+        22, 2, 3, 1, 243, 195, 44, 119, 0, 0, 22, 2, 1, 3, 0, 40, 1, 0, 255, 0, 255, 154, 59, 154,
+        59, 195, 44, 119, 0, 0, 122, 0, 255, 255, 255, 255, 190, 190, 190, 190, 190, 190, 190, 190,
+        190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190,
+        190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190,
+        190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190,
+        190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190,
+        190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190, 190,
+        190, 190, 190, 190, 190, 255, 0, 255, 255, 0, 29,
+    ];
+    targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
+}
+
 #[test]
 fn fuzz_http1_engines() {
     run("http1_engines", structured(targets::http1_engines));

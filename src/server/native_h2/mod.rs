@@ -1489,6 +1489,10 @@ impl Fields {
         if end_stream && expect.is_some_and(|n| n > 0) {
             return Err("a content-length and no body");
         }
+        if method == Method::CONNECT && expect.is_some_and(|n| n > 0) {
+            // A CONNECT has no content (RFC 9110 §9.3.6); hyper's engine resets it too.
+            return Err("a CONNECT with a content-length");
+        }
         let expect_continue = !end_stream
             && protocol.is_none()
             && self
@@ -1497,6 +1501,12 @@ impl Fields {
                 .is_some_and(|v| crate::http1::expects_continue(v.as_bytes()));
         let mut upgrade = None;
         let (body, recv) = if end_stream {
+            (Incoming::empty(), None)
+        } else if method == Method::CONNECT && protocol.is_none() {
+            // A CONNECT has no content (RFC 9110 §9.3.6): DATA on its stream is a
+            // tunnel's (RFC 9113 §8.5), and none is opened for one without `:protocol`
+            // (it is forwarded as a request); its bytes are credited back and dropped,
+            // as hyper's engine drops them.
             (Incoming::empty(), None)
         } else if let Some(protocol) = protocol {
             // The client's DATA is the tunnel's, not the request's body.
