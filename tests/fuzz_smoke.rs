@@ -187,6 +187,23 @@ fn regression_http2_engines_crash_689bdf59() {
     targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
 }
 
+/// cargo-fuzz, `http2_engines` (2026-12-07): a client's GOAWAY, then a new stream,
+/// which h2 serves and the native engine (having answered with its own GOAWAY) does
+/// not: a listed difference the target now allows for.
+#[test]
+fn regression_http2_engines_crash_b07a385b() {
+    let data: &[u8] = &[
+        252, 224, 195, 195, 195, 43, 1, 33, 68, 93, 43, 1, 33, 68, 93, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+        5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 171, 43, 253, 32, 171, 0, 0, 0, 139,
+        43, 0, 0, 248, 0, 139, 43, 0, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+        5, 5, 139, 5, 5, 5, 5, 5, 5, 251, 242, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+        5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 171, 43, 253, 32, 171, 0, 0, 0, 139, 43, 0, 0, 248,
+        0, 139, 43, 0, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 139, 5, 5,
+        5, 5, 252, 1, 35, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 0, 0, 0, 0, 8, 1, 4, 0, 0, 181, 175,
+    ];
+    targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
+}
+
 #[test]
 fn fuzz_http1_engines() {
     run("http1_engines", structured(targets::http1_engines));
