@@ -204,6 +204,19 @@ fn regression_http2_engines_crash_b07a385b() {
     targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
 }
 
+/// cargo-fuzz, `http2_engines` (2026-12-07): a GOAWAY of 5 bytes (too short for its
+/// last stream and error code), which the native engine took for the client going
+/// away and h2 for a FRAME_SIZE_ERROR (RFC 9113 §4.2, §6.8); the native engine
+/// refuses it so too now.
+#[test]
+fn regression_http2_engines_crash_b51fba52() {
+    let data: &[u8] = &[
+        22, 9, 0, 40, 136, 255, 255, 255, 255, 255, 255, 255, 255, 255, 167, 2, 0, 9, 0, 40, 136,
+        255, 255, 255, 255, 255, 255, 255, 255, 255, 167, 6,
+    ];
+    targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
+}
+
 #[test]
 fn fuzz_http1_engines() {
     run("http1_engines", structured(targets::http1_engines));

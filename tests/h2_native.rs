@@ -290,6 +290,7 @@ async fn protocol_errors_end_the_connection_with_goaway() {
         ),
         ("DATA on an idle stream", DATA, 0, 5, b"x".to_vec(), 0x1),
         ("a PING of 7 bytes", PING, 0, 0, vec![0; 7], 0x6),
+        ("a GOAWAY of 5 bytes", GOAWAY, 0, 0, vec![0; 5], 0x6),
         ("a WINDOW_UPDATE of 0", 8, 0, 0, vec![0; 4], 0x1),
     ];
     for (why, kind, flags, stream, payload, code) in cases {

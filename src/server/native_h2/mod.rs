@@ -673,6 +673,10 @@ impl<I: Io, P: ServeService> Conn<I, P> {
                 if head.stream != 0 {
                     return Err(E(Reason::PROTOCOL_ERROR, "GOAWAY on a stream"));
                 }
+                // The last stream and the error code (RFC 9113 §6.8, §4.2).
+                if payload.len() < 8 {
+                    return Err(E(Reason::FRAME_SIZE_ERROR, "GOAWAY shorter than 8 bytes"));
+                }
                 // The client opens no more streams; those open finish.
                 self.go_away(Reason::NO_ERROR);
                 Ok(())
