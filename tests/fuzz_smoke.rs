@@ -217,6 +217,23 @@ fn regression_http2_engines_crash_b51fba52() {
     targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
 }
 
+/// cargo-fuzz, `http2_engines` (2026-12-07): a client's PUSH_PROMISE on a stream
+/// just reset (a repeated `:method`), which the native engine takes for a connection
+/// error (RFC 9113 §8.4) and h2 ignores: a listed difference the target now allows for.
+#[test]
+fn regression_http2_engines_crash_026b18d5() {
+    let data: &[u8] = &[
+        81, 11, 43, 173, 68, 255, 255, 0, 255, 60, 255, 58, 255, 191, 255, 255, 7, 0, 165, 64, 66,
+        15, 0, 181, 151, 151, 151, 151, 151, 151, 151, 151, 151, 151, 151, 151, 151, 151, 141, 141,
+        141, 141, 141, 141, 141, 141, 141, 141, 141, 141, 141, 141, 141, 141, 141, 141, 141, 141,
+        141, 141, 141, 141, 141, 141, 141, 141, 141, 173, 141, 141, 141, 141, 141, 141, 141, 141,
+        141, 141, 141, 141, 151, 151, 178, 151, 151, 58, 50, 0, 0, 0, 28, 126, 199, 17, 233, 185,
+        185, 185, 255, 7, 6, 255, 255, 255, 255, 255, 255, 255, 33, 0, 155, 240, 26, 191, 221, 175,
+        0, 0, 0, 0, 0, 0, 0, 1, 1, 155, 155, 155, 28, 47, 223, 201, 255, 255, 154, 59, 22,
+    ];
+    targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
+}
+
 #[test]
 fn fuzz_http1_engines() {
     run("http1_engines", structured(targets::http1_engines));
