@@ -46,6 +46,21 @@ async fn connect(proxy: &Proxy, path: &str) -> Ws {
     ws
 }
 
+/// A WebSocket handshake through `proxy` that is refused: the answer.
+async fn refused(proxy: &Proxy, path: &str) -> http::Response<Option<Vec<u8>>> {
+    let url = format!("ws://{}{path}", proxy.addr);
+    let err = within(
+        "the refused handshake",
+        tokio_tungstenite::connect_async(url),
+    )
+    .await
+    .expect_err("a refused handshake");
+    let WsError::Http(response) = err else {
+        panic!("{err:?}");
+    };
+    *response
+}
+
 /// The next data or control message (pongs included).
 async fn next(ws: &mut Ws) -> Message {
     within("a WebSocket message", ws.next())
@@ -202,16 +217,7 @@ async fn refused_upgrade_is_passed_through() {
         })
         .await;
         let proxy = proxy_with(&simple_config(&[("d1", &refusing.url())], ""), form).await;
-        let url = format!("ws://{}/ws", proxy.addr);
-        let err = within(
-            "the refused handshake",
-            tokio_tungstenite::connect_async(url),
-        )
-        .await
-        .expect_err("refused");
-        let WsError::Http(response) = err else {
-            panic!("{form:?}: {err:?}");
-        };
+        let response = refused(&proxy, "/ws").await;
         assert_eq!(response.status(), StatusCode::UPGRADE_REQUIRED, "{form:?}");
         assert_eq!(response.headers()["x-why"], "wrong protocol version");
         assert_eq!(response.body().as_deref(), Some(&b"use v2"[..]), "{form:?}");
@@ -386,16 +392,7 @@ async fn upgraded_connections_past_the_limit_are_refused() {
     for form in FORMS {
         let proxy = proxy_with_limits(&config, form).await;
         let mut first = connect(&proxy, "/first").await;
-        let url = format!("ws://{}/second", proxy.addr);
-        let refused = within(
-            "the refused handshake",
-            tokio_tungstenite::connect_async(url),
-        )
-        .await
-        .expect_err("an upgrade past the limit");
-        let WsError::Http(response) = refused else {
-            panic!("{form:?}: {refused:?}");
-        };
+        let response = refused(&proxy, "/second").await;
         assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{form:?}");
         // The destination's side of the refused one closes; the first stays open.
         within("the refused socket's end", ended.recv())
