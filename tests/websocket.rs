@@ -288,13 +288,25 @@ async fn h2_connect(addr: SocketAddr, path: &str) -> Response<Incoming> {
         .unwrap()
 }
 
+/// The WebSocket an accepted extended CONNECT (`response`) opens, its client's side.
+async fn h2_websocket(
+    response: &mut Response<Incoming>,
+) -> tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>> {
+    let upgraded = within("the upgrade", hyper::upgrade::on(response))
+        .await
+        .unwrap();
+    tokio_tungstenite::WebSocketStream::from_raw_socket(
+        hyper_util::rt::TokioIo::new(upgraded),
+        tokio_tungstenite::tungstenite::protocol::Role::Client,
+        None,
+    )
+    .await
+}
+
 /// RFC 8441: an HTTP/2 client opens a WebSocket with extended CONNECT; the proxy
 /// translates it into an HTTP/1.1 upgrade towards the destination.
 #[tokio::test]
 async fn http2_extended_connect_is_translated_to_an_http1_upgrade() {
-    use hyper_util::rt::TokioIo;
-    use tokio_tungstenite::tungstenite::protocol::Role;
-
     for form in FORMS {
         let (proxy, mut paths) = ws_proxy(form, "").await;
         let mut response = h2_connect(proxy.addr, "/h2-chat").await;
@@ -304,15 +316,7 @@ async fn http2_extended_connect_is_translated_to_an_http1_upgrade() {
             within("the upgrade path", paths.recv()).await.unwrap(),
             "/h2-chat"
         );
-        let upgraded = within("the upgrade", hyper::upgrade::on(&mut response))
-            .await
-            .unwrap();
-        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-            TokioIo::new(upgraded),
-            Role::Client,
-            None,
-        )
-        .await;
+        let mut ws = h2_websocket(&mut response).await;
         assert_eq!(proxy.concurrency("c", "d1"), 1, "{form:?}");
         ws.send(Message::text("over h2")).await.unwrap();
         let echoed = within("the echo", ws.next()).await.unwrap().unwrap();
@@ -362,9 +366,6 @@ async fn http2_extended_connect_refusals() {
 /// when a socket closes. HTTP/1.1 upgrades and HTTP/2 extended CONNECT count together.
 #[tokio::test]
 async fn upgraded_connections_past_the_limit_are_refused() {
-    use hyper_util::rt::TokioIo;
-    use tokio_tungstenite::tungstenite::protocol::Role;
-
     // A WebSocket destination that says when each of its sockets has ended.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -416,15 +417,7 @@ async fn upgraded_connections_past_the_limit_are_refused() {
         // Its slot is back: an HTTP/2 tunnel now opens, and works.
         let mut response = h2_connect(proxy.addr, "/after").await;
         assert_eq!(response.status(), StatusCode::OK, "{form:?}");
-        let upgraded = within("the upgrade", hyper::upgrade::on(&mut response))
-            .await
-            .unwrap();
-        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-            TokioIo::new(upgraded),
-            Role::Client,
-            None,
-        )
-        .await;
+        let mut ws = h2_websocket(&mut response).await;
         ws.send(Message::text("after")).await.unwrap();
         assert_eq!(
             within("the echo", ws.next()).await.unwrap().unwrap(),
