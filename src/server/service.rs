@@ -106,24 +106,23 @@ pub(crate) struct Served<S> {
 /// native engine keeps them as it decodes; on HTTP/1.1 hyper counts the fields itself).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FieldLimits {
-    // 32-bit, as the options are: `Served` is in every connection's task.
-    count: u32,
-    length: Option<u32>,
+    count: usize,
+    length: Option<usize>,
 }
 
 impl FieldLimits {
     pub(crate) fn new(options: &super::ServerOptions) -> Self {
         FieldLimits {
-            count: options.max_request_headers,
-            length: options.http2_max_header_field_size,
+            count: options.max_request_headers as usize,
+            length: options.http2_max_header_field_size.map(|n| n as usize),
         }
     }
 
     /// Whether `request` (HTTP/2) is past them.
     fn refuse<B>(&self, request: &Request<B>) -> bool {
         let headers = request.headers();
-        headers.len() > self.count as usize
-            || self.length.map(|n| n as usize).is_some_and(|max| {
+        headers.len() > self.count
+            || self.length.is_some_and(|max| {
                 let uri = request.uri();
                 uri.path_and_query().is_some_and(|p| p.as_str().len() > max)
                     || uri.authority().is_some_and(|a| a.as_str().len() > max)
