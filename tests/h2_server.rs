@@ -57,25 +57,28 @@ async fn an_idle_h2c_connection_is_closed_after_the_idle_timeout() {
     assert!(sender.is_closed(), "the connection is closed");
 }
 
+/// The next HTTP/2 frame from `stream`: its type, flags, stream and payload.
+async fn next_frame(stream: &mut TcpStream) -> std::io::Result<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    stream.read_exact(&mut head).await?;
+    let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut payload = vec![0u8; length];
+    stream.read_exact(&mut payload).await?;
+    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    Ok((head[3], head[4], id, payload))
+}
+
 /// Reads HTTP/2 frames from `stream` until the server closes it: whether a PING came
 /// first. Nothing is answered (a client that went silent).
 async fn frames_until_closed(stream: &mut TcpStream) -> bool {
     let mut pinged = false;
-    loop {
-        let mut head = [0u8; 9];
-        if stream.read_exact(&mut head).await.is_err() {
-            return pinged;
-        }
-        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let mut payload = vec![0u8; length];
-        if stream.read_exact(&mut payload).await.is_err() {
-            return pinged;
-        }
+    while let Ok((kind, flags, _, _)) = next_frame(stream).await {
         // PING, not an acknowledgement.
-        if head[3] == 6 && head[4] & 1 == 0 {
+        if kind == 6 && flags & 1 == 0 {
             pinged = true;
         }
     }
+    pinged
 }
 
 /// A client that sends its preface and SETTINGS and then nothing (not even the
@@ -130,19 +133,11 @@ async fn opening(options: ServerOptions) -> (Vec<(u16, u32)>, Option<u32>) {
         .unwrap();
     let (mut settings, mut update, mut answered) = (Vec::new(), None, 0);
     loop {
-        let mut head = [0u8; 9];
-        within("a frame", stream.read_exact(&mut head))
-            .await
-            .unwrap();
-        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let mut payload = vec![0u8; length];
-        within("a frame's payload", stream.read_exact(&mut payload))
-            .await
-            .unwrap();
-        let stream_id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
-        match head[3] {
+        let (kind, flags, stream_id, payload) =
+            within("a frame", next_frame(&mut stream)).await.unwrap();
+        match (kind, flags & 1) {
             // SETTINGS (not the acknowledgement of ours).
-            4 if head[4] & 1 == 0 => {
+            (4, 0) => {
                 for setting in payload.chunks(6) {
                     settings.push((
                         u16::from_be_bytes([setting[0], setting[1]]),
@@ -150,12 +145,12 @@ async fn opening(options: ServerOptions) -> (Vec<(u16, u32)>, Option<u32>) {
                     ));
                 }
             }
-            4 => {}
-            8 if stream_id == 0 => {
+            (4, _) => {}
+            (8, _) if stream_id == 0 => {
                 update = Some(u32::from_be_bytes(payload[..4].try_into().unwrap()) & 0x7fff_ffff);
             }
             // A PING's answer: what the connection opened with came before the second.
-            6 if head[4] & 1 == 1 => {
+            (6, 1) => {
                 answered += 1;
                 if answered == 2 {
                     return (settings, update);
@@ -215,4 +210,64 @@ async fn the_frame_size_and_header_list_are_the_configured_ones() {
     let (settings, _) = opening(ServerOptions::default().limits(&limits)).await;
     assert_eq!(setting(&settings, 0x5), Some(65_536), "{settings:?}");
     assert_eq!(setting(&settings, 0x6), Some(32_768), "{settings:?}");
+}
+
+/// Kestrel's `Http2.HeaderTableSize`, on both engines: said in the server's SETTINGS
+/// (HTTP/2's 4 096 otherwise, said or not); a client that follows it (h2's: a table size
+/// update to 0 at the start of its next block) is served. A client that acknowledges
+/// the lowered table and sends a block without the update: the native engine ends the
+/// connection (COMPRESSION_ERROR, RFC 7541 §4.2), h2 serves it (a listed difference).
+#[tokio::test]
+async fn the_header_table_size_is_the_configured_one() {
+    let (settings, _) = opening(ServerOptions::default()).await;
+    assert_eq!(setting(&settings, 0x1).unwrap_or(4096), 4096);
+    let limits: fuseway::config::ServerLimits =
+        serde_json::from_str(r#"{ "Http2": { "HeaderTableSize": 0 } }"#).unwrap();
+    let options = ServerOptions::default().limits(&limits);
+    let (settings, _) = opening(options.clone()).await;
+    assert_eq!(setting(&settings, 0x1), Some(0), "{settings:?}");
+
+    let (addr, _backend, _stop) = serving(options).await;
+    let (mut sender, _connection) = h2c_connection(addr).await;
+    for i in 0..3 {
+        let request = Request::get(format!("http://{addr}/table/{i}"))
+            .header("x-repeated", "the same value, indexed were the table not 0")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = within("a response", sender.send_request(request))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+
+    let mut stream = preface(addr).await;
+    // SETTINGS' acknowledgement, then GET / (`:method GET`, `:scheme http`, `:path /`,
+    // all indexed) with no size update before it.
+    stream
+        .write_all(
+            b"\x00\x00\x00\x04\x01\x00\x00\x00\x00\x00\x00\x03\x01\x05\x00\x00\x00\x01\x82\x86\x84",
+        )
+        .await
+        .unwrap();
+    let answer = within("the stale block's answer", async {
+        loop {
+            match next_frame(&mut stream).await {
+                Ok((1, _, 1, _)) => break "HEADERS",
+                Ok((7, _, _, payload)) => {
+                    break match u32::from_be_bytes(payload[4..8].try_into().unwrap()) {
+                        0x9 => "GOAWAY COMPRESSION_ERROR",
+                        _ => "another GOAWAY",
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break "closed",
+            }
+        }
+    })
+    .await;
+    let expected = match fuseway::server::Http2Engine::from_env() {
+        fuseway::server::Http2Engine::Native => "GOAWAY COMPRESSION_ERROR",
+        fuseway::server::Http2Engine::Hyper => "HEADERS",
+    };
+    assert_eq!(answer, expected);
 }

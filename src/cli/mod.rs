@@ -321,13 +321,6 @@ async fn run_config(providers: Arc<Providers>, args: &Args) -> Result<(), BoxErr
     .http2_engine(engine2)
     .limits(&config.limits);
     warn_unapplied(&config);
-    if engine2 == Http2Engine::Hyper
-        && (config.limits.http2.as_ref()).is_some_and(|h| h.header_table_size.is_some())
-    {
-        tracing::warn!(
-            "Kestrel.Limits.Http2.HeaderTableSize: not applied by hyper's HTTP/2 engine"
-        );
-    }
     let server = args.connection_settings(server);
     let state = Arc::new(build_state(&providers, config)?);
     let sources = sources(&providers);

@@ -122,8 +122,7 @@ pub struct Http2Limits {
     #[serde(default)]
     pub keep_alive_ping_timeout: Option<ConfigDuration>,
     /// The HPACK table a client's header blocks may use, in bytes
-    /// (`SETTINGS_HEADER_TABLE_SIZE`; 4 096, HTTP/2's default). Not applied by hyper's
-    /// HTTP/2 engine.
+    /// (`SETTINGS_HEADER_TABLE_SIZE`; 4 096, HTTP/2's default).
     #[serde(default)]
     pub header_table_size: Option<u32>,
     /// The largest frame a client may send, in bytes (`SETTINGS_MAX_FRAME_SIZE`; 16 384

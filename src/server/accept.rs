@@ -44,8 +44,6 @@ pub(super) fn worker_listener(
     }
 }
 
-/// Wait until the first bytes tell HTTP/1 from HTTP/2 (as hyper-util's detection
-/// does: the HTTP/2 preface or anything else), or the client closes.
 /// Tell HTTP/1 from HTTP/2 (prior knowledge) by the first bytes of a plain connection,
 /// peeked at (not consumed) within `timeout`: `None` when none came in time, the
 /// connection failed, or shutdown started first (`drain`).
@@ -194,9 +192,52 @@ pub(super) async fn drive<F, E>(
 /// The native engine's in-flight slots for pipeline `S`.
 pub(super) type NativeSlots<S> = native::Slots<native::CallOf<S>, crate::body::ProxyBody>;
 
+/// hyper's HTTP/1.1 connection builder as `options` configure it (the hyper engine's,
+/// and the one the differential replays compare the native engine with).
+pub(super) fn hyper_http1(options: &ServerOptions) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        // Kept per connection instead (`idle`): hyper's arms a timer per request.
+        .header_read_timeout(None)
+        .max_buf_size(options.max_header_size.max(8192));
+    if options.max_request_headers != 100 {
+        // 100 is hyper's default, its fields' room on the stack; any other count has
+        // hyper allocate that room for each request, so it is set only when asked.
+        builder.max_headers(options.max_request_headers as usize);
+    }
+    builder
+}
+
+/// hyper's HTTP/2 connection builder as `options` configure it, its streams run by
+/// `executor`.
+pub(super) fn hyper_http2<E>(executor: E, options: &ServerOptions) -> http2::Builder<E> {
+    let mut builder = http2::Builder::new(executor);
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .max_header_list_size(options.max_header_list_size)
+        .header_table_size(options.http2_header_table_size)
+        .initial_stream_window_size(options.http2_initial_stream_window)
+        .initial_connection_window_size(options.http2_initial_connection_window)
+        .max_frame_size(options.http2_max_frame_size)
+        .keep_alive_interval(options.http2_keep_alive_interval)
+        .keep_alive_timeout(options.http2_keep_alive_timeout)
+        // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
+        .enable_connect_protocol();
+    builder
+}
+
+/// hyper's connection builders, one per protocol: the protocol is known before a
+/// connection is served (prior knowledge, or ALPN).
+pub(super) struct HyperBuilders {
+    http1: http1::Builder,
+    http2: http2::Builder<StreamExecutor>,
+}
+
 /// What every connection of a listener shares.
 pub(super) struct Shared<S: ServeService> {
-    builder: Arc<auto::Builder<StreamExecutor>>,
+    hyper: Arc<HyperBuilders>,
     options: Arc<ServerOptions>,
     slots: Arc<NativeSlots<S>>,
 }
@@ -204,7 +245,7 @@ pub(super) struct Shared<S: ServeService> {
 impl<S: ServeService> Clone for Shared<S> {
     fn clone(&self) -> Self {
         Shared {
-            builder: self.builder.clone(),
+            hyper: self.hyper.clone(),
             options: self.options.clone(),
             slots: self.slots.clone(),
         }
@@ -273,24 +314,34 @@ where
     } else {
         let certificate = super::tls::certificate_of(&io).cloned();
         let (service, activity) = served(service, info, certificate, &shared.options);
-        let connection = shared
-            .builder
-            .serve_connection_with_upgrades(
-                TokioIo::new(super::linger::Lingering::new(
-                    io,
-                    shared.options.header_read_timeout,
-                    activity.clone(),
-                )),
-                service,
-            )
-            .into_owned();
+        let io = TokioIo::new(super::linger::Lingering::new(
+            io,
+            shared.options.header_read_timeout,
+            activity.clone(),
+        ));
         let options = &shared.options;
-        let timeout = match protocol {
-            Protocol::Http1 => (options.header_read_timeout, options.keep_alive_timeout),
-            _ => (options.http2_idle_timeout, options.http2_idle_timeout),
+        let (connection, timeout) = match protocol {
+            Protocol::Http1 => (
+                Either::Left(drain::watch(
+                    drain,
+                    shared
+                        .hyper
+                        .http1
+                        .serve_connection(io, service)
+                        .with_upgrades(),
+                )),
+                (options.header_read_timeout, options.keep_alive_timeout),
+            ),
+            Protocol::Http2 => (
+                Either::Right(drain::watch(
+                    drain,
+                    shared.hyper.http2.serve_connection(io, service),
+                )),
+                (options.http2_idle_timeout, options.http2_idle_timeout),
+            ),
         };
         Either::Right(Either::Right(Box::pin(drive(
-            WithStreams::new(drain::watch(drain, connection)),
+            WithStreams::new(connection),
             activity,
             timeout,
             remote,
@@ -316,32 +367,6 @@ pub(super) async fn accept_loop<S>(
     let local = listener
         .local_addr()
         .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
-    let mut builder = auto::Builder::new(StreamExecutor);
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // Kept per connection instead (`idle`): hyper's arms a timer per request.
-        .header_read_timeout(None)
-        .max_buf_size(options.max_header_size.max(8192));
-    if options.max_request_headers != 100 {
-        // 100 is hyper's default, its fields' room on the stack; any other count has
-        // hyper allocate that room for each request, so it is set only when asked.
-        builder
-            .http1()
-            .max_headers(options.max_request_headers as usize);
-    }
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(options.max_concurrent_streams)
-        .max_header_list_size(options.max_header_list_size)
-        .initial_stream_window_size(options.http2_initial_stream_window)
-        .initial_connection_window_size(options.http2_initial_connection_window)
-        .max_frame_size(options.http2_max_frame_size)
-        .keep_alive_interval(options.http2_keep_alive_interval)
-        .keep_alive_timeout(options.http2_keep_alive_timeout)
-        // RFC 8441: WebSockets over HTTP/2 (extended CONNECT).
-        .enable_connect_protocol();
     let graceful = drain::Drain::new(options.header_read_timeout);
     // The native engine's in-flight slots, shared by the listener's connections; plain
     // TCP connections park in a lot when idle.
@@ -356,7 +381,10 @@ pub(super) async fn accept_loop<S>(
         _ => native::Slots::new(options.clone()),
     };
     let shared = Shared {
-        builder: Arc::new(builder),
+        hyper: Arc::new(HyperBuilders {
+            http1: hyper_http1(&options),
+            http2: hyper_http2(StreamExecutor, &options),
+        }),
         options: options.clone(),
         slots,
     };

@@ -50,7 +50,7 @@ pub struct ServerOptions {
     /// `Http2.MaxRequestHeaderFieldSize`); longer ones get 431.
     pub http2_max_header_field_size: Option<u32>,
     /// The HPACK table an HTTP/2 client's header blocks may use (bytes; default 4 096,
-    /// HTTP/2's; Kestrel's `Http2.HeaderTableSize`). Not applied by hyper's engine.
+    /// HTTP/2's; Kestrel's `Http2.HeaderTableSize`).
     pub http2_header_table_size: u32,
     /// The largest frame an HTTP/2 client may send (bytes, 16 384 to 16 777 215;
     /// default 16 384, HTTP/2's; Kestrel's `Http2.MaxFrameSize`).

@@ -73,9 +73,7 @@ pub async fn replay(engine: Http1Engine, input: &[u8]) -> Replayed {
                     fields: super::FieldLimits::new(&options),
                     upgrades: None,
                 };
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .max_buf_size(options.max_header_size.max(8192))
-                    .max_headers(options.max_request_headers as usize)
+                let _ = super::accept::hyper_http1(&options)
                     .serve_connection(hyper_util::rt::TokioIo::new(server), served)
                     .await;
             }
@@ -121,17 +119,9 @@ pub async fn replay_h2(engine: Http2Engine, input: &[u8]) -> Replayed {
                     fields: super::FieldLimits::new(&options),
                     upgrades: None,
                 };
-                let _ =
-                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                        .max_concurrent_streams(options.max_concurrent_streams)
-                        .max_header_list_size(options.max_header_list_size)
-                        .initial_stream_window_size(options.http2_initial_stream_window)
-                        .initial_connection_window_size(options.http2_initial_connection_window)
-                        .max_frame_size(options.http2_max_frame_size)
-                        .header_table_size(options.http2_header_table_size)
-                        .enable_connect_protocol()
-                        .serve_connection(hyper_util::rt::TokioIo::new(server), served)
-                        .await;
+                let _ = super::accept::hyper_http2(hyper_util::rt::TokioExecutor::new(), &options)
+                    .serve_connection(hyper_util::rt::TokioIo::new(server), served)
+                    .await;
             }
         }
     };

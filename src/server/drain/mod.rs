@@ -30,7 +30,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use hyper_util::server::graceful::GracefulConnection;
 use pin_project_lite::pin_project;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -471,9 +470,43 @@ impl Drop for Signal {
     }
 }
 
+/// A hyper connection that can be asked to shut down gracefully (hyper-util's
+/// `GracefulConnection` is sealed, and lacks hyper's HTTP/1.1 connection with upgrades).
+pub(crate) trait Graceful: Future {
+    /// Finish the requests in flight, take no new one, then end.
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S, B> Graceful for hyper::server::conn::http1::UpgradeableConnection<I, S>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        hyper::server::conn::http1::UpgradeableConnection::graceful_shutdown(self);
+    }
+}
+
+impl<I, S, B, E> Graceful for hyper::server::conn::http2::Connection<I, S, E>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        hyper::server::conn::http2::Connection::graceful_shutdown(self);
+    }
+}
+
 /// Drive `connection` to its end; once draining starts it is asked to shut down
 /// gracefully (finish the request in flight, then close).
-pub(crate) fn watch<C: GracefulConnection>(signal: Signal, connection: C) -> Watched<C> {
+pub(crate) fn watch<C: Graceful>(signal: Signal, connection: C) -> Watched<C> {
     Watched {
         connection,
         signal,
@@ -493,7 +526,7 @@ pin_project! {
     }
 }
 
-impl<C: GracefulConnection> Future for Watched<C> {
+impl<C: Graceful> Future for Watched<C> {
     type Output = C::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
