@@ -934,15 +934,61 @@ async fn a_listener_serves_only_its_protocols() {
     }
 }
 
+/// HTTP/2 over TLS is chosen by ALPN (RFC 9113 §3.2): a client that offers no ALPN and
+/// sends HTTP/2's preface (prior knowledge) is not served HTTP/2, on either engine —
+/// hyper-util's protocol detection, which hyper's engine ran behind, served it, on a
+/// listener whose `Protocols` are `Http1` too.
+#[tokio::test]
+async fn http2_over_tls_needs_alpn() {
+    let backend = common::echo_backend().await;
+    let (cert, key) = self_signed();
+    let dir = TempDir::new("tls-prior-knowledge");
+    let cert_file = dir.write("cert.pem", &cert);
+    let key_file = dir.write("key.pem", &key);
+    for protocols in ["Http1", "Http1AndHttp2"] {
+        let config = format!(
+            r#"{{
+  "Listen": [ {{ "Address": "127.0.0.1:0", "Certificate": {}, "Key": {}, "Protocols": "{protocols}" }} ],
+  "Routes": {{ "all": {{ "ClusterId": "c", "Match": {{ "Path": "/{{**rest}}" }} }} }},
+  "Clusters": {{ "c": {{ "Destinations": {{ "d1": {{ "Address": "{}" }} }} }} }}
+}}"#,
+            json_path(&cert_file),
+            json_path(&key_file),
+            backend.url()
+        );
+        let proxy = tls_proxy(&config, Form::Fused).await;
+        let answer = Hello {
+            alpn: &[],
+            request: b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+            ..Hello::default()
+        }
+        .to(proxy.addr)
+        .await;
+        // The native engine answers 400; hyper's closes the connection. Served HTTP/2,
+        // the client would wait for the end of the connection's answer in vain.
+        match answer {
+            Ok(answer) => assert_eq!(
+                answer.status.as_deref(),
+                Some("HTTP/1.1 400 Bad Request"),
+                "{protocols}: {}",
+                answer.response
+            ),
+            Err(e) => assert!(e.starts_with("read: "), "{protocols}: {e}"),
+        }
+        proxy.shutdown().await;
+    }
+}
+
 /// A TLS client of the tests' own, to see what a handshake gives: it accepts any
 /// certificate (the test compares the one it got), asks for `name` by SNI (`None`:
 /// connects by IP, so no SNI), offers `alpn` at `versions`, presents `identity` when
-/// given, then sends `GET /tls HTTP/1.1` unless ALPN chose `h2`.
+/// given, then sends `request` (`GET /tls HTTP/1.1` by default) unless ALPN chose `h2`.
 struct Hello<'a> {
     name: Option<&'a str>,
     alpn: &'a [&'a [u8]],
     versions: &'a [&'static rustls::SupportedProtocolVersion],
     identity: Option<(&'a str, &'a str)>,
+    request: &'a [u8],
 }
 
 /// What a [`Hello`] got: the server's leaf certificate (DER), the protocol ALPN chose,
@@ -989,6 +1035,7 @@ impl Default for Hello<'_> {
             alpn: &[b"h2", b"http/1.1"],
             versions: rustls::DEFAULT_VERSIONS,
             identity: None,
+            request: b"GET /tls HTTP/1.1\r\nHost: x\r\nX-Client-Cert: forged\r\nConnection: close\r\n\r\n",
         }
     }
 }
@@ -1041,11 +1088,9 @@ impl Hello<'_> {
         if answer.alpn.as_deref() == Some(b"h2") {
             return Ok(answer);
         }
-        tls.write_all(
-            b"GET /tls HTTP/1.1\r\nHost: x\r\nX-Client-Cert: forged\r\nConnection: close\r\n\r\n",
-        )
-        .await
-        .map_err(|e| format!("write: {e}"))?;
+        tls.write_all(self.request)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
         let mut response = Vec::new();
         within("the response", tls.read_to_end(&mut response))
             .await
