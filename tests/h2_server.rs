@@ -41,15 +41,7 @@ async fn an_idle_h2c_connection_is_closed_after_the_idle_timeout() {
     let options = ServerOptions::default().http2_idle_timeout(Duration::from_millis(300));
     let (addr, _backend, _stop) = serving(options).await;
     let (mut sender, connection) = h2c_connection(addr).await;
-    for i in 0..3 {
-        let request = Request::get(format!("http://{addr}/r/{i}"))
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap();
-        let response = within("a response", sender.send_request(request))
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    }
+    three_gets(&mut sender, addr, &[]).await;
     within("the server to close the idle connection", connection)
         .await
         .unwrap()
@@ -66,6 +58,27 @@ async fn next_frame(stream: &mut TcpStream) -> std::io::Result<(u8, u8, u32, Vec
     stream.read_exact(&mut payload).await?;
     let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
     Ok((head[3], head[4], id, payload))
+}
+
+/// Three `GET`s on `sender` to the server at `addr`, with `fields`, each answered 200.
+async fn three_gets(
+    sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    addr: std::net::SocketAddr,
+    fields: &[(&str, &str)],
+) {
+    for i in 0..3 {
+        let mut request = Request::get(format!("http://{addr}/r/{i}"));
+        for (name, value) in fields {
+            request = request.header(*name, *value);
+        }
+        let request = request
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = within("a response", sender.send_request(request))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
 }
 
 /// Reads HTTP/2 frames from `stream` until the server closes it: whether a PING came
@@ -229,16 +242,8 @@ async fn the_header_table_size_is_the_configured_one() {
 
     let (addr, _backend, _stop) = serving(options).await;
     let (mut sender, _connection) = h2c_connection(addr).await;
-    for i in 0..3 {
-        let request = Request::get(format!("http://{addr}/table/{i}"))
-            .header("x-repeated", "the same value, indexed were the table not 0")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap();
-        let response = within("a response", sender.send_request(request))
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    }
+    let repeated = ("x-repeated", "the same value, indexed were the table not 0");
+    three_gets(&mut sender, addr, &[repeated]).await;
 
     let mut stream = preface(addr).await;
     // SETTINGS' acknowledgement, then GET / (`:method GET`, `:scheme http`, `:path /`,
