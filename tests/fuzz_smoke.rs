@@ -303,3 +303,23 @@ fn fuzz_http2_engines() {
 fn fuzz_http2_responses() {
     run("http2_responses", structured(targets::http2_responses));
 }
+
+/// cargo-fuzz, `http2_engines` (2026-12-07, a random-seed run): a request whose DATA runs
+/// past its `content-length`, then the client's GOAWAY, in one read: the native engine
+/// hands the request on with its head (its body then fails), h2 resets the stream and,
+/// the connection winding down, never gives it to hyper — a listed difference the
+/// target now allows for.
+#[test]
+fn regression_http2_engines_crash_ff4e2e6f() {
+    let data: &[u8] = &[
+        218, 65, 19, 19, 19, 19, 19, 19, 19, 19, 19, 19, 19, 16, 19, 19, 19, 19, 19, 19, 173, 173,
+        173, 173, 173, 182, 7, 7, 7, 6, 7, 7, 7, 7, 7, 91, 7, 7, 7, 7, 7, 7, 7, 7, 23, 18, 29, 187,
+        187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 185, 187, 187, 187, 187, 187, 187,
+        187, 187, 187, 187, 0, 0, 0, 0, 0, 0, 0, 17, 187, 187, 187, 187, 187, 187, 187, 187, 187,
+        187, 187, 187, 0, 128, 3, 183, 187, 187, 187, 187, 187, 187, 53, 187, 187, 187, 185, 187,
+        187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 1, 0, 0, 3, 187,
+        187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 187, 126, 187, 187, 187, 187,
+        93, 0, 0, 0, 0, 8, 4, 0, 0, 181, 175, 43, 141, 0, 0, 0, 0, 255, 0, 7, 255,
+    ];
+    targets::http2_engines(&mut Unstructured::new(data)).expect("a whole input");
+}

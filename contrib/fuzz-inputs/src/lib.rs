@@ -1734,6 +1734,16 @@ pub fn http2_engines(u: &mut Unstructured) -> Result<()> {
             "the engines passed different requests from {input:02x?}: native {native_heads:?}, hyper {hyper_heads:?}"
         );
     } else if client_went_away {
+        // And a request whose body then failed (more DATA than its `content-length`,
+        // say) was handed on by the native engine with its head, where h2, winding the
+        // connection down, drops a stream it reset before hyper took it (listed).
+        let native_heads: Vec<_> = native
+            .requests
+            .iter()
+            .zip(native_heads)
+            .filter(|(q, head)| q.body.is_some() || hyper_heads.contains(head))
+            .map(|(_, head)| head)
+            .collect();
         assert!(
             hyper_heads.starts_with(&native_heads)
                 || (hyper_failed && native_heads.starts_with(&hyper_heads)),
