@@ -268,12 +268,8 @@ async fn a_silent_destination_is_detected_by_ping() {
         // connection opens, fuseway's own after the first keep-alive interval), which
         // is answered: the connection is open.
         loop {
-            let mut head = [0u8; 9];
-            stream.read_exact(&mut head).await.unwrap();
-            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-            let mut payload = vec![0u8; len];
-            stream.read_exact(&mut payload).await.unwrap();
-            if head[3] == 6 && head[4] & 1 == 0 {
+            let (kind, flags, _, payload) = h2_frame(&mut stream).await.unwrap();
+            if kind == 6 && flags & 1 == 0 {
                 let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
                 ack.extend_from_slice(&payload);
                 stream.write_all(&ack).await.unwrap();
@@ -464,13 +460,9 @@ async fn script_until_headers(stream: &mut tokio::net::TcpStream, preface: bool)
         stream.read_exact(&mut preface).await.unwrap();
     }
     loop {
-        let mut head = [0u8; 9];
-        stream.read_exact(&mut head).await.ok()?;
-        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let mut payload = vec![0u8; len];
-        stream.read_exact(&mut payload).await.ok()?;
-        match (head[3], head[4]) {
-            (1, _) => return Some(u32::from_be_bytes([head[5], head[6], head[7], head[8]])),
+        let (kind, flags, id, payload) = h2_frame(stream).await.ok()?;
+        match (kind, flags) {
+            (1, _) => return Some(id),
             (4, 0) => stream
                 .write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0])
                 .await

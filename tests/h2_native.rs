@@ -102,17 +102,7 @@ impl Raw {
 
     /// The next frame, or `None` once the server has closed the connection.
     async fn next(&mut self) -> Option<Frame> {
-        let mut head = [0u8; 9];
-        within("a frame", self.stream.read_exact(&mut head))
-            .await
-            .ok()?;
-        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let mut payload = vec![0; len];
-        within("a payload", self.stream.read_exact(&mut payload))
-            .await
-            .ok()?;
-        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
-        Some((head[3], head[4], stream, payload))
+        within("a frame", h2_frame(&mut self.stream)).await.ok()
     }
 
     /// The next frame that is not connection housekeeping (SETTINGS, WINDOW_UPDATE).

@@ -11,7 +11,7 @@ use common::*;
 use fuseway::server::ServerOptions;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// The default pipeline to an answering backend, served with `options`; the address.
@@ -49,17 +49,6 @@ async fn an_idle_h2c_connection_is_closed_after_the_idle_timeout() {
     assert!(sender.is_closed(), "the connection is closed");
 }
 
-/// The next HTTP/2 frame from `stream`: its type, flags, stream and payload.
-async fn next_frame(stream: &mut TcpStream) -> std::io::Result<(u8, u8, u32, Vec<u8>)> {
-    let mut head = [0u8; 9];
-    stream.read_exact(&mut head).await?;
-    let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-    let mut payload = vec![0u8; length];
-    stream.read_exact(&mut payload).await?;
-    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-    Ok((head[3], head[4], id, payload))
-}
-
 /// Three `GET`s on `sender` to the server at `addr`, with `fields`, each answered 200.
 async fn three_gets(
     sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
@@ -85,7 +74,7 @@ async fn three_gets(
 /// first. Nothing is answered (a client that went silent).
 async fn frames_until_closed(stream: &mut TcpStream) -> bool {
     let mut pinged = false;
-    while let Ok((kind, flags, _, _)) = next_frame(stream).await {
+    while let Ok((kind, flags, _, _)) = h2_frame(stream).await {
         // PING, not an acknowledgement.
         if kind == 6 && flags & 1 == 0 {
             pinged = true;
@@ -147,7 +136,7 @@ async fn opening(options: ServerOptions) -> (Vec<(u16, u32)>, Option<u32>) {
     let (mut settings, mut update, mut answered) = (Vec::new(), None, 0);
     loop {
         let (kind, flags, stream_id, payload) =
-            within("a frame", next_frame(&mut stream)).await.unwrap();
+            within("a frame", h2_frame(&mut stream)).await.unwrap();
         match (kind, flags & 1) {
             // SETTINGS (not the acknowledgement of ours).
             (4, 0) => {
@@ -256,7 +245,7 @@ async fn the_header_table_size_is_the_configured_one() {
         .unwrap();
     let answer = within("the stale block's answer", async {
         loop {
-            match next_frame(&mut stream).await {
+            match h2_frame(&mut stream).await {
                 Ok((1, _, 1, _)) => break "HEADERS",
                 Ok((7, _, _, payload)) => {
                     break match u32::from_be_bytes(payload[4..8].try_into().unwrap()) {

@@ -460,6 +460,20 @@ pub fn strip_ansi(s: &str) -> String {
     out
 }
 
+/// The next HTTP/2 frame from `stream`: its type, flags, stream and payload.
+pub async fn h2_frame(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> std::io::Result<(u8, u8, u32, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; 9];
+    stream.read_exact(&mut head).await?;
+    let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut payload = vec![0u8; length];
+    stream.read_exact(&mut payload).await?;
+    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    Ok((head[3], head[4], id, payload))
+}
+
 /// A request body-less h2c (prior knowledge) client connection to `addr`, driven by a
 /// task of its own: what sends on it, and the task (it ends when the connection does).
 pub async fn h2c_connection(
