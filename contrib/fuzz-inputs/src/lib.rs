@@ -1674,7 +1674,8 @@ fn h2_frames(input: &[u8]) -> impl Iterator<Item = (u8, u8)> + '_ {
 /// (an upper-case name, an invalid value) for a connection error where the native
 /// engine resets only that stream (RFC 9113 §8.1.1), so it serves the requests after.
 /// After a client's GOAWAY, hyper may have passed more: the native engine takes no new
-/// stream then; and after a client's PUSH_PROMISE or a header block broken off by
+/// stream then; or less: a request the native engine handed on with its head and whose
+/// body then failed, h2 drops when it reset the stream before hyper took it; and after a client's PUSH_PROMISE or a header block broken off by
 /// another frame, which end the native engine's connection and which h2 lets pass on a
 /// stream it has reset. Otherwise both passed the same requests.
 pub fn http2_engines(u: &mut Unstructured) -> Result<()> {
