@@ -182,14 +182,40 @@ fn build(root: &Path, profile: &str, binary: bool) -> PathBuf {
 
 /// `cargo build` with `args` in `root`; panics if it fails.
 fn cargo_build(root: &Path, args: &[&str]) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let status = cargo()
         .arg("build")
         .args(args)
         .current_dir(root)
         .status()
         .expect("run cargo build");
     assert!(status.success(), "e2e: cargo build failed");
+}
+
+/// `cargo`, to be run in the environment of the shell `cargo e2e` was started from:
+/// without the variables `cargo run` sets for the program it runs (this one), which a
+/// build would otherwise inherit. A build script that reads one of them makes cargo
+/// rebuild its crate, and every crate above it, whenever the value differs from the
+/// last build's: ring's reads `CARGO_MANIFEST_DIR`, so each `cargo e2e` after a `cargo
+/// build` or `cargo test` rebuilt ring, rustls and all that uses them, and the next
+/// `cargo build` did again (~6 minutes each time on a 2-core machine).
+pub(crate) fn cargo() -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let set_by_cargo_run = name.starts_with("CARGO_PKG_")
+            || matches!(
+                name,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+            );
+        if set_by_cargo_run {
+            command.env_remove(name);
+        }
+    }
+    command
 }
 
 /// Where cargo builds: `CARGO_TARGET_DIR`, else the workspace's `target`.

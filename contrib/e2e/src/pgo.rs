@@ -201,13 +201,12 @@ fn build_with(
     rustflags: &str,
     count_allocs: bool,
 ) -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let target_dir = crate::target_dir(root).join(dir);
     eprintln!(
         "e2e: building fuseway with {rustflags} into {}",
         target_dir.display()
     );
-    let mut cargo = Command::new(cargo);
+    let mut cargo = crate::cargo();
     cargo.args(["build", "--profile", profile]);
     if count_allocs {
         cargo.args(["--features", "count-allocs"]);
