@@ -1689,10 +1689,11 @@ fn h2_connect_with_length(input: &[u8]) -> bool {
 /// engine resets only that stream (RFC 9113 §8.1.1), so it serves the requests after.
 /// After a client's GOAWAY, hyper may have passed more: the native engine takes no new
 /// stream then; or less: a request the native engine handed on with its head and whose
-/// body then failed, h2 drops when it reset the stream before hyper took it; and after a client's PUSH_PROMISE or a header block broken off by
-/// another frame, which end the native engine's connection and which h2 lets pass on a
-/// stream it has reset; and at a CONNECT with a `content-length`, where hyper's server
-/// stops serving the connection. Otherwise both passed the same requests.
+/// body then failed, h2 drops when it reset the stream before hyper took it; and after
+/// a client's PUSH_PROMISE or a header block broken off by another frame, which end the
+/// native engine's connection and which h2 lets pass on a stream it has reset; and at
+/// a CONNECT with a `content-length`, where hyper's server stops serving the
+/// connection. Otherwise both passed the same requests.
 pub fn http2_engines(u: &mut Unstructured) -> Result<()> {
     use fuseway::server::Http2Engine;
     use fuseway::testing::replay_h2;
